@@ -1,0 +1,12 @@
+package cache
+
+// Waiters reports how many callers wait on the load for k (0 if none). Tests
+// use it to synchronise without sleeping.
+func Waiters[V any](g *Group[V], k Key) int {
+	g.mu.Lock()
+	defer g.mu.Unlock()
+	if c, ok := g.calls[k]; ok {
+		return c.waiters
+	}
+	return 0
+}

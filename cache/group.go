@@ -1,0 +1,143 @@
+package cache
+
+import (
+	"context"
+	"fmt"
+	"runtime/debug"
+	"sync"
+	"time"
+)
+
+// DefaultLoadTimeout bounds a shared load when [Group.Timeout] is zero. It is
+// the total budget of one review, retries included.
+const DefaultLoadTimeout = 10 * time.Second
+
+// Group coalesces concurrent loads of the same [Key]: while a load for a key
+// is running, further callers for that key wait for its result instead of
+// starting their own. It does the job of golang.org/x/sync/singleflight with
+// two differences that an auth layer under attack needs, which is why it is
+// written here:
+//
+//   - the shared load runs detached from the cancellation of the caller that
+//     started it (it keeps that caller's context values, such as its logger),
+//     under its own [Group.Timeout];
+//   - each caller returns as soon as its own context is done, and when every
+//     caller has given up the shared load's context is cancelled. singleflight
+//     cannot cancel an abandoned call, so under a flood of unique tokens whose
+//     callers time out, every abandoned review would keep retrying for its
+//     whole budget and hold an in-flight slot.
+//
+// A panic in the load is recovered and every waiter receives a *[PanicError];
+// singleflight's DoChan re-panics on a goroutine, which would crash the
+// process.
+//
+// Each shared load runs on one goroutine, which ends when the load returns
+// or its context is cancelled. Group starts no other goroutines. The zero
+// value is ready to use; a Group is safe for concurrent use and must not be
+// copied after first use.
+type Group[V any] struct {
+	// Timeout bounds each shared load. Zero means [DefaultLoadTimeout].
+	Timeout time.Duration
+
+	mu    sync.Mutex
+	calls map[Key]*call[V]
+}
+
+type call[V any] struct {
+	done    chan struct{}
+	value   V
+	err     error
+	waiters int
+	cancel  context.CancelFunc
+}
+
+// PanicError is the error waiters receive when a load panics.
+type PanicError struct {
+	Value any    // the value passed to panic
+	Stack []byte // the stack of the panicking goroutine
+}
+
+// Error implements error. The message includes the panic value but not the
+// stack.
+func (e *PanicError) Error() string { return fmt.Sprintf("cache: load panicked: %v", e.Value) }
+
+// Do returns the result of fn for key k, sharing one call of fn among all
+// concurrent callers with the same key. shared reports whether this caller
+// joined a call that another caller had started. If ctx is done before the
+// result is ready, Do returns ctx.Err() at once.
+//
+// fn receives a context that carries ctx's values but not its cancellation
+// or deadline, with the Group's timeout; it is cancelled when every waiter has
+// returned. Results are not remembered: once the call finishes, the next Do
+// for k starts a new one. Store results in a [Cache] to reuse them.
+func (g *Group[V]) Do(ctx context.Context, k Key, fn func(context.Context) (V, error)) (v V, shared bool, err error) {
+	g.mu.Lock()
+	if g.calls == nil {
+		g.calls = make(map[Key]*call[V])
+	}
+	if c, ok := g.calls[k]; ok {
+		c.waiters++
+		g.mu.Unlock()
+		return g.wait(ctx, k, c, true)
+	}
+	timeout := g.Timeout
+	if timeout <= 0 {
+		timeout = DefaultLoadTimeout
+	}
+	lctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), timeout)
+	c := &call[V]{done: make(chan struct{}), waiters: 1, cancel: cancel}
+	g.calls[k] = c
+	g.mu.Unlock()
+
+	go g.run(lctx, k, c, fn)
+	return g.wait(ctx, k, c, false)
+}
+
+func (g *Group[V]) run(ctx context.Context, k Key, c *call[V], fn func(context.Context) (V, error)) {
+	defer func() {
+		if r := recover(); r != nil {
+			var zero V
+			c.value, c.err = zero, &PanicError{Value: r, Stack: debug.Stack()}
+		}
+		c.cancel()
+		g.mu.Lock()
+		if g.calls[k] == c {
+			delete(g.calls, k)
+		}
+		g.mu.Unlock()
+		close(c.done)
+	}()
+	c.value, c.err = fn(ctx)
+}
+
+func (g *Group[V]) wait(ctx context.Context, k Key, c *call[V], shared bool) (V, bool, error) {
+	select {
+	case <-c.done:
+		return c.value, shared, c.err
+	case <-ctx.Done():
+	}
+	// The result may have arrived at the same moment; prefer it.
+	select {
+	case <-c.done:
+		return c.value, shared, c.err
+	default:
+	}
+	g.mu.Lock()
+	c.waiters--
+	if c.waiters == 0 {
+		c.cancel()
+		if g.calls[k] == c {
+			delete(g.calls, k)
+		}
+	}
+	g.mu.Unlock()
+	var zero V
+	return zero, shared, ctx.Err()
+}
+
+// InFlight returns the number of shared loads running now.
+func (g *Group[V]) InFlight() int {
+	g.mu.Lock()
+	defer g.mu.Unlock()
+	return len(g.calls)
+}
