@@ -1,0 +1,38 @@
+// Package grpcauth brings Kubernetes delegated authentication and
+// authorization to gRPC servers, and Kubernetes service-account tokens to
+// gRPC and HTTP clients.
+//
+// # Servers
+//
+// [UnaryServerInterceptor] and [StreamServerInterceptor] check every call
+// against per-method [Rule]s, keyed by full method name. A rule says where
+// the bearer token is ([FromMetadata], the default, or [FromField] for APIs
+// such as the Kubernetes SnapshotMetadata API that put it in the request
+// message) and which authorizer.Attributes the call needs, built from the
+// request message ([Resource], [JoinAttributes], or any [AttributesFunc]).
+// Every attribute set must be allowed. A method without a rule is denied;
+// health and reflection can be skipped with [HealthAndReflection]. Streams
+// are checked on their first received message, before the handler sees it.
+// The handler finds the caller's user.Info with [UserFrom] or
+// request.UserFrom.
+//
+// Errors map to status codes at this edge only:
+//
+//	no token, or a rejected token            codes.Unauthenticated
+//	authenticated but not allowed, or an
+//	unknown method                           codes.PermissionDenied
+//	a field authorization needs is missing   codes.InvalidArgument
+//	the check could not be made, or any
+//	unclassified error                       codes.Unavailable
+//
+// Status messages never contain the token.
+//
+// # Clients
+//
+// A [TokenSource] supplies tokens: [FileTokenSource] reads a projected
+// service-account token file and notices rotation, [TokenRequestSource]
+// asks the TokenRequest API for a token with the server's audience and
+// refreshes it before it expires. [PerRPCCredentials] sends the token on
+// gRPC calls (over TLS, or local credentials on a Unix socket) and
+// [RoundTripper] on HTTP requests.
+package grpcauth

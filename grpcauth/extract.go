@@ -1,0 +1,80 @@
+package grpcauth
+
+import (
+	"context"
+	"strings"
+
+	"google.golang.org/grpc/metadata"
+	"google.golang.org/protobuf/proto"
+	"google.golang.org/protobuf/reflect/protoreflect"
+)
+
+const authorizationKey = "authorization"
+
+// FromMetadata returns a [TokenExtractor] that reads the token from the
+// "authorization: Bearer <token>" metadata entry. The scheme is matched
+// without regard to case. A missing entry, more than one entry, another
+// scheme, or an empty token yields no token. The extractor is safe for
+// concurrent use.
+func FromMetadata() TokenExtractor {
+	return fromMetadata
+}
+
+func fromMetadata(ctx context.Context, _ any) (string, bool) {
+	vals := metadata.ValueFromIncomingContext(ctx, authorizationKey)
+	if len(vals) != 1 {
+		return "", false
+	}
+	return parseBearer(vals[0])
+}
+
+// parseBearer returns the token of a "Bearer <token>" credential. The token
+// must be non-empty and contain no white space.
+func parseBearer(v string) (string, bool) {
+	const scheme = "bearer"
+	if len(v) <= len(scheme) || !strings.EqualFold(v[:len(scheme)], scheme) || v[len(scheme)] != ' ' {
+		return "", false
+	}
+	tok := strings.TrimLeft(v[len(scheme):], " ")
+	if tok == "" || strings.ContainsAny(tok, " \t\r\n\v\f") {
+		return "", false
+	}
+	return tok, true
+}
+
+// FromField returns a [TokenExtractor] that reads the token from the string
+// field called name (its proto name, such as "security_token") of the
+// request message, as the Kubernetes SnapshotMetadata API does. A request
+// that is not a proto.Message, a message with no such singular string field,
+// and an empty field all yield no token. The extractor is safe for
+// concurrent use.
+func FromField(name string) TokenExtractor {
+	n := protoreflect.Name(name)
+	return func(_ context.Context, req any) (string, bool) {
+		v, ok := stringField(req, n)
+		return v, ok && v != ""
+	}
+}
+
+// StringField returns the value of the singular string field called name
+// (its proto name) of req, and false when req is not a proto.Message or has
+// no such field. An unset field gives "" and true.
+func StringField(req any, name string) (string, bool) {
+	return stringField(req, protoreflect.Name(name))
+}
+
+func stringField(req any, name protoreflect.Name) (string, bool) {
+	m, ok := req.(proto.Message)
+	if !ok || m == nil {
+		return "", false
+	}
+	msg := m.ProtoReflect()
+	if !msg.IsValid() {
+		return "", false
+	}
+	fd := msg.Descriptor().Fields().ByName(name)
+	if fd == nil || fd.Kind() != protoreflect.StringKind || fd.Cardinality() == protoreflect.Repeated {
+		return "", false
+	}
+	return msg.Get(fd).String(), true
+}

@@ -1,0 +1,369 @@
+package grpcauth
+
+import (
+	"context"
+	"errors"
+	"io"
+	"strings"
+	"sync"
+	"sync/atomic"
+
+	"google.golang.org/grpc"
+	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/metadata"
+	"google.golang.org/grpc/status"
+	"k8s.io/apiserver/pkg/authentication/authenticator"
+	"k8s.io/apiserver/pkg/authentication/user"
+	"k8s.io/apiserver/pkg/authorization/authorizer"
+	"k8s.io/apiserver/pkg/endpoints/request"
+
+	"github.com/reviewauth/reviewauth"
+	"github.com/reviewauth/reviewauth/authz"
+)
+
+// HealthAndReflection lists the method prefixes of the standard gRPC health
+// and reflection services. Put it in [Options.Skip] to serve them without
+// authentication, as probes and tooling expect.
+var HealthAndReflection = []string{
+	"/grpc.health.v1.Health/",
+	"/grpc.reflection.v1.ServerReflection/",
+	"/grpc.reflection.v1alpha.ServerReflection/",
+}
+
+// Options configures [UnaryServerInterceptor] and [StreamServerInterceptor].
+// One Options value is meant to be shared by both, so that unary and streaming
+// methods obey the same rules.
+//
+// The zero value denies every call: it has no rules, so every method is
+// unknown. Options must not be modified after it has been passed to an
+// interceptor constructor.
+type Options struct {
+	// Authenticator checks the bearer token of a call. It is typically an
+	// *authn.Authenticator, configured with the audience this server
+	// accepts. When nil, every call that needs a check fails with
+	// codes.Unavailable (fail closed); [Options.Validate] reports it.
+	Authenticator authenticator.Token
+
+	// Authorizer decides every attribute set a [Rule] builds. It is
+	// typically an *authz.Authorizer, possibly combined with authz.All.
+	// When nil, every call that needs a check fails with codes.Unavailable.
+	Authorizer authorizer.Authorizer
+
+	// Rules maps a full method name ("/package.Service/Method") to its rule.
+	// A method without a rule, and not skipped, is denied with
+	// codes.PermissionDenied before its token is even looked at.
+	Rules map[string]Rule
+
+	// Skip lists methods served without authentication or authorization.
+	// An entry ending in "/" is a service prefix ("/grpc.health.v1.Health/");
+	// any other entry is a full method name. Nil skips nothing; use
+	// [HealthAndReflection] for the usual probes. Skip is consulted before
+	// Rules.
+	Skip []string
+
+	// KeepAuthorizationMetadata keeps the "authorization" entry in the
+	// incoming metadata seen by the handler. By default (false) it is
+	// removed once the call is authenticated, as the Kubernetes API server
+	// does with the Authorization header, so that a handler cannot log or
+	// forward the caller's token by accident.
+	KeepAuthorizationMetadata bool
+}
+
+// Rule says how the calls of one method are authenticated and authorized.
+type Rule struct {
+	// Token finds the bearer token of a call. Nil means [FromMetadata]: the
+	// "authorization: Bearer <token>" metadata entry.
+	Token TokenExtractor
+
+	// Attributes builds the attribute sets to authorize from the request
+	// message and the authenticated user. Every set must be allowed (All
+	// semantics). An error matching [ErrInvalidArgument] fails the call
+	// with codes.InvalidArgument; any other error is mapped like a review
+	// error. Nil, or a builder that returns no sets, denies every call:
+	// a rule must say what it authorizes.
+	Attributes AttributesFunc
+}
+
+// TokenExtractor returns the bearer token carried by a call, and false when
+// there is none. req is the request message: the unary request, or the first
+// message of a stream. A TokenExtractor must be safe for concurrent use.
+type TokenExtractor func(ctx context.Context, req any) (token string, ok bool)
+
+// AttributesFunc builds the attribute sets that must all be allowed for a
+// call made by u with request message req. It returns an error matching
+// [ErrInvalidArgument] when a field it needs is missing or malformed. An
+// AttributesFunc must be safe for concurrent use.
+type AttributesFunc func(ctx context.Context, req any, u user.Info) ([]authorizer.Attributes, error)
+
+// Validate reports configuration mistakes that would make every checked call
+// fail: a nil Authenticator or Authorizer, or a rule with no Attributes.
+func (o Options) Validate() error {
+	var errs []error
+	if o.Authenticator == nil {
+		errs = append(errs, errors.New("grpcauth: Options.Authenticator is nil"))
+	}
+	if o.Authorizer == nil {
+		errs = append(errs, errors.New("grpcauth: Options.Authorizer is nil"))
+	}
+	for m, r := range o.Rules {
+		if r.Attributes == nil {
+			errs = append(errs, errors.New("grpcauth: rule for "+m+" has no Attributes"))
+		}
+	}
+	return errors.Join(errs...)
+}
+
+// UserFrom returns the identity that the interceptors authenticated, from
+// the context of a handler. It is [request.UserFrom]; ok is false for a
+// skipped method.
+func UserFrom(ctx context.Context) (user.Info, bool) {
+	return request.UserFrom(ctx)
+}
+
+// UnaryServerInterceptor returns an interceptor that authenticates and
+// authorizes every unary call according to opts before the handler runs, and
+// puts the identity in the handler's context (see [UserFrom]). It composes
+// with grpc.ChainUnaryInterceptor and with go-grpc-middleware's selector.
+//
+// Failures end the call with codes.PermissionDenied (unknown method, or
+// denied), codes.Unauthenticated (no token, or a rejected one),
+// codes.InvalidArgument (a field needed for authorization is missing) or
+// codes.Unavailable (the check could not be made). Status messages never
+// contain the token. The interceptor is safe for concurrent use.
+func UnaryServerInterceptor(opts Options) grpc.UnaryServerInterceptor {
+	c := newChecker(opts)
+	return func(ctx context.Context, req any, info *grpc.UnaryServerInfo, handler grpc.UnaryHandler) (any, error) {
+		if c.skipped(info.FullMethod) {
+			return handler(ctx, req)
+		}
+		rule, ok := c.rules[info.FullMethod]
+		if !ok {
+			return nil, errUnknownMethod
+		}
+		ctx, err := c.check(ctx, rule, req)
+		if err != nil {
+			return nil, err
+		}
+		return handler(ctx, req)
+	}
+}
+
+// StreamServerInterceptor returns an interceptor that authenticates and
+// authorizes streaming calls according to opts. The check runs on the first
+// message the handler receives, before the handler sees it: the single
+// request of a server stream, the first message of a client or bidirectional
+// stream. If it fails, that RecvMsg, and every later one, returns the status
+// error; the handler's SendMsg and SendHeader fail until the check has
+// passed, so nothing reaches an unauthenticated caller. After the check,
+// the stream's Context carries the identity (see [UserFrom]).
+//
+// Unknown methods are denied before the handler runs. Status codes are those
+// of [UnaryServerInterceptor]. The interceptor is safe for concurrent use.
+func StreamServerInterceptor(opts Options) grpc.StreamServerInterceptor {
+	c := newChecker(opts)
+	return func(srv any, ss grpc.ServerStream, info *grpc.StreamServerInfo, handler grpc.StreamHandler) error {
+		if c.skipped(info.FullMethod) {
+			return handler(srv, ss)
+		}
+		rule, ok := c.rules[info.FullMethod]
+		if !ok {
+			return errUnknownMethod
+		}
+		return handler(srv, &authStream{ServerStream: ss, c: c, rule: rule})
+	}
+}
+
+var (
+	errUnknownMethod  = status.Error(codes.PermissionDenied, "grpcauth: method is not allowed")
+	errNoToken        = status.Error(codes.Unauthenticated, "grpcauth: no bearer token")
+	errRejected       = status.Error(codes.Unauthenticated, "grpcauth: invalid bearer token")
+	errNotYetAuthed   = status.Error(codes.Unauthenticated, "grpcauth: stream not authenticated yet: receive the first message first")
+	errNoFirstMessage = status.Error(codes.Unauthenticated, "grpcauth: stream ended before a message could be authenticated")
+)
+
+type checker struct {
+	authn    authenticator.Token
+	authz    authorizer.Authorizer
+	rules    map[string]Rule
+	exact    map[string]struct{}
+	prefixes []string
+	keepMD   bool
+}
+
+func newChecker(o Options) *checker {
+	c := &checker{
+		authn:  o.Authenticator,
+		authz:  o.Authorizer,
+		rules:  make(map[string]Rule, len(o.Rules)),
+		exact:  map[string]struct{}{},
+		keepMD: o.KeepAuthorizationMetadata,
+	}
+	for m, r := range o.Rules {
+		c.rules[m] = r
+	}
+	for _, s := range o.Skip {
+		if strings.HasSuffix(s, "/") {
+			c.prefixes = append(c.prefixes, s)
+		} else {
+			c.exact[s] = struct{}{}
+		}
+	}
+	return c
+}
+
+func (c *checker) skipped(method string) bool {
+	if _, ok := c.exact[method]; ok {
+		return true
+	}
+	for _, p := range c.prefixes {
+		if strings.HasPrefix(method, p) {
+			return true
+		}
+	}
+	return false
+}
+
+// check authenticates and authorizes one call and returns the context for
+// the handler, or a status error.
+func (c *checker) check(ctx context.Context, rule Rule, req any) (context.Context, error) {
+	extract := rule.Token
+	if extract == nil {
+		extract = FromMetadata()
+	}
+	token, ok := extract(ctx, req)
+	if !ok || token == "" {
+		return nil, errNoToken
+	}
+	if c.authn == nil || c.authz == nil {
+		return nil, status.Error(codes.Unavailable, "grpcauth: server has no authenticator or authorizer configured")
+	}
+	resp, ok, err := c.authn.AuthenticateToken(ctx, token)
+	if err != nil {
+		return nil, toStatus(err, token)
+	}
+	if !ok || resp == nil || resp.User == nil {
+		return nil, errRejected
+	}
+	var attrs []authorizer.Attributes
+	if rule.Attributes != nil {
+		attrs, err = rule.Attributes(ctx, req, resp.User)
+		if err != nil {
+			return nil, toStatus(err, token)
+		}
+	}
+	if err := authz.Check(ctx, c.authz, attrs...); err != nil {
+		return nil, toStatus(err, token)
+	}
+	if !c.keepMD {
+		ctx = stripAuthorization(ctx)
+	}
+	return request.WithUser(ctx, resp.User), nil
+}
+
+func stripAuthorization(ctx context.Context) context.Context {
+	md, ok := metadata.FromIncomingContext(ctx)
+	if !ok || len(md[authorizationKey]) == 0 {
+		return ctx
+	}
+	delete(md, authorizationKey)
+	return metadata.NewIncomingContext(ctx, md)
+}
+
+// toStatus maps a library error to a gRPC status at the edge: rejection to
+// Unauthenticated, denial to PermissionDenied, a bad request to
+// InvalidArgument, and anything else (outage, unknown error) to Unavailable,
+// so that no error is ever mistaken for an allow. The token, should any
+// component have put it in its error, is redacted from the message.
+func toStatus(err error, token string) error {
+	code := codes.Unavailable
+	switch {
+	case errors.Is(err, reviewauth.ErrUnavailable):
+		code = codes.Unavailable
+	case errors.Is(err, ErrInvalidArgument):
+		code = codes.InvalidArgument
+	case errors.Is(err, reviewauth.ErrUnauthenticated):
+		code = codes.Unauthenticated
+	case errors.Is(err, reviewauth.ErrDenied):
+		code = codes.PermissionDenied
+	}
+	msg := err.Error()
+	if token != "" && strings.Contains(msg, token) {
+		msg = strings.ReplaceAll(msg, token, "[redacted]")
+	}
+	return status.Error(code, "grpcauth: "+msg)
+}
+
+// authStream authenticates a stream on its first received message.
+type authStream struct {
+	grpc.ServerStream
+	c    *checker
+	rule Rule
+
+	mu   sync.Mutex                      // serializes the first RecvMsg
+	err  error                           // result of a failed check, written before done
+	done atomic.Bool                     // the check ran
+	ctx  atomic.Pointer[context.Context] // authenticated context, nil until the check passed
+}
+
+func (s *authStream) Context() context.Context {
+	if p := s.ctx.Load(); p != nil {
+		return *p
+	}
+	return s.ServerStream.Context()
+}
+
+func (s *authStream) RecvMsg(m any) error {
+	if s.done.Load() {
+		if s.err != nil {
+			return s.err
+		}
+		return s.ServerStream.RecvMsg(m)
+	}
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if s.done.Load() {
+		if s.err != nil {
+			return s.err
+		}
+		return s.ServerStream.RecvMsg(m)
+	}
+	err := s.ServerStream.RecvMsg(m)
+	if err != nil {
+		if errors.Is(err, io.EOF) {
+			// The caller closed its side without sending anything to
+			// authenticate: nothing may be served.
+			s.err = errNoFirstMessage
+			s.done.Store(true)
+			return s.err
+		}
+		return err
+	}
+	ctx, cerr := s.c.check(s.ServerStream.Context(), s.rule, m)
+	if cerr != nil {
+		s.err = cerr
+		s.done.Store(true)
+		return cerr
+	}
+	s.ctx.Store(&ctx)
+	s.done.Store(true)
+	return nil
+}
+
+func (s *authStream) authorized() bool { return s.ctx.Load() != nil }
+
+func (s *authStream) SendMsg(m any) error {
+	if !s.authorized() {
+		if s.done.Load() && s.err != nil {
+			return s.err
+		}
+		return errNotYetAuthed
+	}
+	return s.ServerStream.SendMsg(m)
+}
+
+func (s *authStream) SendHeader(md metadata.MD) error {
+	if !s.authorized() {
+		return errNotYetAuthed
+	}
+	return s.ServerStream.SendHeader(md)
+}

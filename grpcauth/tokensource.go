@@ -1,0 +1,345 @@
+package grpcauth
+
+import (
+	"bytes"
+	"context"
+	"encoding/base64"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"os"
+	"strings"
+	"sync"
+	"time"
+
+	authenticationv1 "k8s.io/api/authentication/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/klog/v2"
+	"k8s.io/utils/clock"
+)
+
+// TokenSource supplies the bearer token a client presents. Token returns a
+// token that has not expired, or an error; never an expired token. Token
+// must be safe for concurrent use by multiple goroutines.
+type TokenSource interface {
+	Token(ctx context.Context) (string, error)
+}
+
+// TokenSourceFunc adapts a function to [TokenSource].
+type TokenSourceFunc func(ctx context.Context) (string, error)
+
+// Token calls f.
+func (f TokenSourceFunc) Token(ctx context.Context) (string, error) { return f(ctx) }
+
+// refreshFraction is the fraction of a token's lifetime after which a new
+// one is fetched: the kubelet rotates projected tokens at 80% too.
+const refreshFraction = 0.8
+
+// refreshPoint returns the time at refreshFraction of [issued, exp].
+func refreshPoint(issued, exp time.Time) time.Time {
+	return issued.Add(time.Duration(float64(exp.Sub(issued)) * refreshFraction))
+}
+
+// FileOptions configures [NewFileTokenSource]. The zero value is ready to
+// use.
+type FileOptions struct {
+	// RecheckInterval is how long a token read from the file is served
+	// before the file is checked for rotation again (one stat; the file is
+	// read again only if it changed). Zero means 30 seconds, well below the
+	// 2 minutes or more that remain when the kubelet rotates a token. The
+	// file is also checked on every call once the cached token is past 80%
+	// of its lifetime, and it is read again whenever it changed.
+	RecheckInterval time.Duration
+	// Clock is the time source. Nil means the real clock.
+	Clock clock.PassiveClock
+}
+
+// FileTokenSource is a [TokenSource] that reads a projected service-account
+// token from a file, such as the one the kubelet mounts and rotates. It
+// caches the token and does not touch the file on every call: it checks the
+// file again (a stat) after [FileOptions.RecheckInterval], or on every call
+// once the token is past 80% of the lifetime stated by its JWT claims, and
+// reads it again only when it changed. It never returns a token whose exp
+// claim has passed. It starts no goroutine and is safe for concurrent use.
+type FileTokenSource struct {
+	path     string
+	interval time.Duration
+	clock    clock.PassiveClock
+
+	mu        sync.Mutex
+	token     string
+	info      os.FileInfo
+	checkedAt time.Time
+	refreshAt time.Time // zero when the token has no exp claim
+	exp       time.Time // zero when the token has no exp claim
+}
+
+var _ TokenSource = (*FileTokenSource)(nil)
+
+// NewFileTokenSource returns a [FileTokenSource] for the token file at path.
+// The file is read on the first call to Token, not here.
+func NewFileTokenSource(path string, opts FileOptions) *FileTokenSource {
+	if opts.RecheckInterval <= 0 {
+		opts.RecheckInterval = 30 * time.Second
+	}
+	if opts.Clock == nil {
+		opts.Clock = clock.RealClock{}
+	}
+	return &FileTokenSource{path: path, interval: opts.RecheckInterval, clock: opts.Clock}
+}
+
+// Token returns the token in the file, reading the file again if it was
+// rotated. It returns an error if the file cannot be read, is empty, or holds
+// an expired token.
+func (s *FileTokenSource) Token(_ context.Context) (string, error) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	now := s.clock.Now()
+	due := s.token == "" || !now.Before(s.checkedAt.Add(s.interval)) ||
+		(!s.refreshAt.IsZero() && !now.Before(s.refreshAt))
+	if due {
+		if err := s.reload(now); err != nil {
+			return "", err
+		}
+	}
+	if !s.exp.IsZero() && !now.Before(s.exp) {
+		return "", fmt.Errorf("grpcauth: token file %s holds a token that expired at %s and was not rotated", s.path, s.exp.UTC().Format(time.RFC3339))
+	}
+	return s.token, nil
+}
+
+func (s *FileTokenSource) reload(now time.Time) error {
+	fi, err := os.Stat(s.path)
+	if err != nil {
+		return fmt.Errorf("grpcauth: token file: %w", err)
+	}
+	if s.token != "" && s.info != nil && os.SameFile(fi, s.info) &&
+		fi.ModTime().Equal(s.info.ModTime()) && fi.Size() == s.info.Size() {
+		s.checkedAt = now
+		return nil
+	}
+	b, err := os.ReadFile(s.path)
+	if err != nil {
+		return fmt.Errorf("grpcauth: token file: %w", err)
+	}
+	tok := string(bytes.TrimSpace(b))
+	if tok == "" {
+		return fmt.Errorf("grpcauth: token file %s is empty", s.path)
+	}
+	s.token, s.info, s.checkedAt = tok, fi, now
+	s.refreshAt, s.exp = time.Time{}, time.Time{}
+	if iat, exp, ok := jwtLifetime(tok); ok {
+		if iat.IsZero() || iat.After(now) {
+			iat = now // no issue time: count the lifetime from the read
+		}
+		s.exp = exp
+		s.refreshAt = refreshPoint(iat, exp)
+	}
+	return nil
+}
+
+// jwtLifetime returns the iat (or nbf) and exp claims of a JWT, without
+// verifying it: the client only needs to know when to look for a new one.
+// ok is false for a token that is not a JWT or has no exp; iat is zero when
+// the token has neither iat nor nbf.
+func jwtLifetime(tok string) (iat, exp time.Time, ok bool) {
+	first := strings.IndexByte(tok, '.')
+	if first < 0 {
+		return
+	}
+	rest := tok[first+1:]
+	second := strings.IndexByte(rest, '.')
+	if second < 0 {
+		return
+	}
+	payload, err := base64.RawURLEncoding.DecodeString(rest[:second])
+	if err != nil {
+		return
+	}
+	var claims struct {
+		Exp *json.Number `json:"exp"`
+		Iat *json.Number `json:"iat"`
+		Nbf *json.Number `json:"nbf"`
+	}
+	if json.Unmarshal(payload, &claims) != nil || claims.Exp == nil {
+		return
+	}
+	e, err := claims.Exp.Int64()
+	if err != nil {
+		return
+	}
+	exp = time.Unix(e, 0)
+	start := claims.Iat
+	if start == nil {
+		start = claims.Nbf
+	}
+	if start != nil {
+		if i, err := start.Int64(); err == nil && i < e {
+			iat = time.Unix(i, 0)
+		}
+	}
+	return iat, exp, true
+}
+
+// TokenCreator is the one method of client-go's ServiceAccountInterface
+// that [TokenRequestSource] needs; clientset.CoreV1().ServiceAccounts(ns)
+// satisfies it.
+type TokenCreator interface {
+	CreateToken(ctx context.Context, serviceAccountName string, tokenRequest *authenticationv1.TokenRequest, opts metav1.CreateOptions) (*authenticationv1.TokenRequest, error)
+}
+
+// TokenRequestOptions configures [NewTokenRequestSource].
+type TokenRequestOptions struct {
+	// ServiceAccount is the name of the service account to get tokens for,
+	// in the namespace of the [TokenCreator]. Required.
+	ServiceAccount string
+	// Audiences are the audiences of the tokens: the audience the server
+	// checks. Nil means the API server's own audience, which a server that
+	// checks its audience rejects.
+	Audiences []string
+	// Lifetime is the requested lifetime. Zero means 10 minutes, the
+	// shortest the API server grants. The API server may grant another
+	// lifetime; refreshes follow the granted one.
+	Lifetime time.Duration
+	// BoundObject binds the tokens to an object (a Pod, Secret or Node), so
+	// that they are invalidated with it. Nil means unbound.
+	BoundObject *authenticationv1.BoundObjectReference
+	// RetryInterval is the minimum time between two refresh attempts after
+	// a failure, while the cached token is still valid. Zero means 10
+	// seconds.
+	RetryInterval time.Duration
+	// Clock is the time source. Nil means the real clock.
+	Clock clock.PassiveClock
+}
+
+// TokenRequestSource is a [TokenSource] that gets tokens for a service
+// account from the TokenRequest API and caches them. A token is refreshed
+// once 80% of its granted lifetime has passed. If that refresh fails while
+// the cached token is still valid, the cached token is served, the failure
+// is logged through the context's logger, and the refresh is tried again
+// after [TokenRequestOptions.RetryInterval]; once the cached token has
+// expired, Token returns the refresh error instead. It never returns an
+// expired token.
+//
+// Concurrent callers share one TokenRequest: callers that need to wait for
+// it give up when their own context is done. It starts no goroutine and is
+// safe for concurrent use.
+type TokenRequestSource struct {
+	client TokenCreator
+	opts   TokenRequestOptions
+
+	mu         sync.Mutex
+	token      string
+	exp        time.Time
+	refreshAt  time.Time
+	retryAfter time.Time
+	inflight   *tokenCall
+}
+
+type tokenCall struct {
+	done  chan struct{}
+	token string
+	exp   time.Time
+	err   error
+}
+
+var _ TokenSource = (*TokenRequestSource)(nil)
+
+// NewTokenRequestSource returns a [TokenRequestSource] that asks client for
+// tokens. It makes no request until the first call to Token.
+func NewTokenRequestSource(client TokenCreator, opts TokenRequestOptions) (*TokenRequestSource, error) {
+	if client == nil {
+		return nil, errors.New("grpcauth: NewTokenRequestSource: nil TokenCreator")
+	}
+	if opts.ServiceAccount == "" {
+		return nil, errors.New("grpcauth: NewTokenRequestSource: ServiceAccount is required")
+	}
+	if opts.Lifetime <= 0 {
+		opts.Lifetime = 10 * time.Minute
+	}
+	if opts.RetryInterval <= 0 {
+		opts.RetryInterval = 10 * time.Second
+	}
+	if opts.Clock == nil {
+		opts.Clock = clock.RealClock{}
+	}
+	opts.Audiences = append([]string(nil), opts.Audiences...)
+	return &TokenRequestSource{client: client, opts: opts}, nil
+}
+
+// Token returns a valid token, fetching a new one when the cached one is
+// past 80% of its lifetime.
+func (s *TokenRequestSource) Token(ctx context.Context) (string, error) {
+	s.mu.Lock()
+	now := s.opts.Clock.Now()
+	valid := s.token != "" && now.Before(s.exp)
+	if valid && (now.Before(s.refreshAt) || now.Before(s.retryAfter) || s.inflight != nil) {
+		// Fresh, or a refresh failed recently, or another caller is
+		// refreshing: the cached token is still good.
+		tok := s.token
+		s.mu.Unlock()
+		return tok, nil
+	}
+	if c := s.inflight; c != nil {
+		s.mu.Unlock()
+		select {
+		case <-c.done:
+			return s.result(ctx, c)
+		case <-ctx.Done():
+			return "", fmt.Errorf("grpcauth: waiting for TokenRequest: %w", ctx.Err())
+		}
+	}
+	c := &tokenCall{done: make(chan struct{})}
+	s.inflight = c
+	s.mu.Unlock()
+
+	c.token, c.exp, c.err = s.request(ctx, now)
+
+	s.mu.Lock()
+	s.inflight = nil
+	if c.err == nil {
+		s.token, s.exp = c.token, c.exp
+		s.refreshAt = refreshPoint(now, c.exp)
+		s.retryAfter = time.Time{}
+	} else {
+		s.retryAfter = s.opts.Clock.Now().Add(s.opts.RetryInterval)
+	}
+	s.mu.Unlock()
+	close(c.done)
+	return s.result(ctx, c)
+}
+
+// result turns a finished call into Token's answer: its token, or the
+// still-valid cached token, or its error.
+func (s *TokenRequestSource) result(ctx context.Context, c *tokenCall) (string, error) {
+	if c.err == nil {
+		return c.token, nil
+	}
+	s.mu.Lock()
+	tok, exp := s.token, s.exp
+	s.mu.Unlock()
+	if tok != "" && s.opts.Clock.Now().Before(exp) {
+		klog.FromContext(ctx).Error(c.err, "Refreshing the service account token failed; using the cached token until it expires",
+			"serviceAccount", s.opts.ServiceAccount, "expires", exp)
+		return tok, nil
+	}
+	return "", c.err
+}
+
+func (s *TokenRequestSource) request(ctx context.Context, now time.Time) (string, time.Time, error) {
+	secs := int64(s.opts.Lifetime / time.Second)
+	tr := &authenticationv1.TokenRequest{Spec: authenticationv1.TokenRequestSpec{
+		Audiences:         s.opts.Audiences,
+		ExpirationSeconds: &secs,
+		BoundObjectRef:    s.opts.BoundObject,
+	}}
+	resp, err := s.client.CreateToken(ctx, s.opts.ServiceAccount, tr, metav1.CreateOptions{})
+	if err != nil {
+		return "", time.Time{}, fmt.Errorf("grpcauth: TokenRequest for service account %q: %w", s.opts.ServiceAccount, err)
+	}
+	exp := resp.Status.ExpirationTimestamp.Time
+	if resp.Status.Token == "" || !now.Before(exp) {
+		return "", time.Time{}, fmt.Errorf("grpcauth: TokenRequest for service account %q returned no token or an expired one", s.opts.ServiceAccount)
+	}
+	return resp.Status.Token, exp, nil
+}
