@@ -1,0 +1,215 @@
+package httpauth
+
+import (
+	"container/list"
+	"crypto/sha256"
+	"crypto/x509"
+	"encoding/binary"
+	"errors"
+	"net/http"
+	"sync"
+	"time"
+
+	"k8s.io/apiserver/pkg/authentication/authenticator"
+	"k8s.io/apiserver/pkg/authentication/user"
+	x509request "k8s.io/apiserver/pkg/authentication/request/x509"
+	"k8s.io/utils/clock"
+
+	"github.com/reviewauth/reviewauth"
+)
+
+// DefaultClientCertCacheSize is the number of verified certificate chains
+// [NewClientCertAuthenticator] remembers when ClientCertOptions.CacheSize is
+// zero.
+const DefaultClientCertCacheSize = 1024
+
+// ClientCertOptions configures [NewClientCertAuthenticator]. ClientCA is
+// required; every other field has a safe zero value.
+type ClientCertOptions struct {
+	// ClientCA holds the certificate authorities that sign client
+	// certificates. Required. It is read on every verification and must not
+	// be modified afterwards. A verified chain stays cached until its
+	// earliest expiry, so rotating away a CA means building a new
+	// authenticator.
+	ClientCA *x509.CertPool
+
+	// UserConversion turns a verified chain into an identity. Nil means
+	// k8s.io/apiserver's x509.CommonNameUserConversion: the subject's CN
+	// is the user name, its O values are the groups, and the extra
+	// "authentication.kubernetes.io/credential-id" is X509SHA256=<leaf
+	// fingerprint>. A chain it reports no identity for (ok false, such as
+	// an empty CN) is treated as no credential and is not cached.
+	UserConversion x509request.UserConversion
+
+	// CacheSize bounds the verification cache, least recently used first
+	// out. Zero means [DefaultClientCertCacheSize]; a negative value turns
+	// the cache off, so that every request verifies its chain.
+	CacheSize int
+
+	// Clock is the time used to verify chains and to expire cache entries.
+	// Nil means the real clock.
+	Clock clock.PassiveClock
+}
+
+// NewClientCertAuthenticator returns an [authenticator.Request] for TLS
+// client certificates: k8s.io/apiserver's x509 authenticator, verifying
+// against ClientCA for client authentication, behind a cache of verified
+// chains. The cache key is the SHA-256 of the whole presented chain (leaf
+// and intermediates), so a hit is for exactly the bytes that were verified,
+// and an entry is kept until the earliest NotAfter in the verified chain,
+// root included. Only successful verifications are cached: a chain that fails
+// is verified again each time it is presented. Concurrent misses on the same
+// chain each verify it; there are no background goroutines.
+//
+// AuthenticateRequest returns (nil, false, nil) when the request has no
+// client certificate, and an error matching [reviewauth.ErrUnauthenticated]
+// when the certificate fails verification. The returned Response is shared
+// between requests and must not be modified. The authenticator is safe for
+// concurrent use.
+func NewClientCertAuthenticator(opts ClientCertOptions) (authenticator.Request, error) {
+	if opts.ClientCA == nil {
+		return nil, errors.New("httpauth: ClientCertOptions.ClientCA is required")
+	}
+	clk := opts.Clock
+	if clk == nil {
+		clk = clock.RealClock{}
+	}
+	conv := opts.UserConversion
+	if conv == nil {
+		conv = x509request.CommonNameUserConversion
+	}
+	size := opts.CacheSize
+	if size == 0 {
+		size = DefaultClientCertCacheSize
+	}
+	verify := x509request.DefaultVerifyOptions()
+	verify.Roots = opts.ClientCA
+	a := &certAuthenticator{
+		clock:   clk,
+		size:    size,
+		entries: map[[sha256.Size]byte]*list.Element{},
+		lru:     list.New(),
+	}
+	a.x509 = x509request.NewDynamic(func() (x509.VerifyOptions, bool) {
+		o := verify
+		o.CurrentTime = clk.Now()
+		return o, true
+	}, x509request.UserConversionFunc(func(chain []*x509.Certificate) (*authenticator.Response, bool, error) {
+		resp, ok, err := conv.User(chain)
+		if err != nil || !ok || resp == nil || resp.User == nil {
+			return resp, ok, err
+		}
+		notAfter := chain[0].NotAfter
+		for _, c := range chain[1:] {
+			if c.NotAfter.Before(notAfter) {
+				notAfter = c.NotAfter
+			}
+		}
+		out := *resp
+		out.User = &chainUser{Info: resp.User, notAfter: notAfter}
+		return &out, true, nil
+	}))
+	return a, nil
+}
+
+// chainUser carries the expiry of the verified chain from the user
+// conversion back to the cache; it never leaves this file.
+type chainUser struct {
+	user.Info
+	notAfter time.Time
+}
+
+type certAuthenticator struct {
+	x509  *x509request.Authenticator
+	clock clock.PassiveClock
+	size  int
+
+	mu      sync.Mutex
+	entries map[[sha256.Size]byte]*list.Element
+	lru     *list.List
+}
+
+type certEntry struct {
+	key      [sha256.Size]byte
+	resp     *authenticator.Response
+	notAfter time.Time
+}
+
+func (a *certAuthenticator) AuthenticateRequest(r *http.Request) (*authenticator.Response, bool, error) {
+	if r.TLS == nil || len(r.TLS.PeerCertificates) == 0 {
+		return nil, false, nil
+	}
+	var key [sha256.Size]byte
+	if a.size > 0 {
+		key = chainKey(r.TLS.PeerCertificates)
+		if resp, ok := a.get(key, a.clock.Now()); ok {
+			return resp, true, nil
+		}
+	}
+	resp, ok, err := a.x509.AuthenticateRequest(r)
+	if err != nil {
+		return nil, false, &reviewauth.RejectedError{Reason: "client certificate: " + err.Error()}
+	}
+	if !ok || resp == nil {
+		return nil, false, nil
+	}
+	cu, isChain := resp.User.(*chainUser)
+	if !isChain {
+		// Cannot happen with our conversion; fail closed.
+		return nil, false, &reviewauth.RejectedError{Reason: "client certificate: no verified chain"}
+	}
+	out := &authenticator.Response{User: cu.Info, Audiences: resp.Audiences}
+	if a.size > 0 {
+		a.put(key, out, cu.notAfter)
+	}
+	return out, true, nil
+}
+
+// chainKey is the SHA-256 over the length-prefixed DER of every presented
+// certificate, so that different chains cannot collide by concatenation.
+func chainKey(certs []*x509.Certificate) [sha256.Size]byte {
+	h := sha256.New()
+	var n [4]byte
+	for _, c := range certs {
+		binary.BigEndian.PutUint32(n[:], uint32(len(c.Raw)))
+		h.Write(n[:])
+		h.Write(c.Raw)
+	}
+	var key [sha256.Size]byte
+	h.Sum(key[:0])
+	return key
+}
+
+func (a *certAuthenticator) get(key [sha256.Size]byte, now time.Time) (*authenticator.Response, bool) {
+	a.mu.Lock()
+	defer a.mu.Unlock()
+	el, ok := a.entries[key]
+	if !ok {
+		return nil, false
+	}
+	e := el.Value.(*certEntry)
+	// x509 accepts a certificate at exactly its NotAfter; so does the cache.
+	if now.After(e.notAfter) {
+		a.lru.Remove(el)
+		delete(a.entries, key)
+		return nil, false
+	}
+	a.lru.MoveToFront(el)
+	return e.resp, true
+}
+
+func (a *certAuthenticator) put(key [sha256.Size]byte, resp *authenticator.Response, notAfter time.Time) {
+	a.mu.Lock()
+	defer a.mu.Unlock()
+	if el, ok := a.entries[key]; ok {
+		el.Value = &certEntry{key: key, resp: resp, notAfter: notAfter}
+		a.lru.MoveToFront(el)
+		return
+	}
+	a.entries[key] = a.lru.PushFront(&certEntry{key: key, resp: resp, notAfter: notAfter})
+	for a.lru.Len() > a.size {
+		oldest := a.lru.Back()
+		a.lru.Remove(oldest)
+		delete(a.entries, oldest.Value.(*certEntry).key)
+	}
+}

@@ -1,0 +1,270 @@
+package httpauth
+
+import (
+	"fmt"
+	"net/http"
+	"strings"
+
+	"k8s.io/apimachinery/pkg/fields"
+	"k8s.io/apimachinery/pkg/labels"
+	"k8s.io/apimachinery/pkg/util/sets"
+	"k8s.io/apiserver/pkg/authentication/user"
+	"k8s.io/apiserver/pkg/authorization/authorizer"
+	"k8s.io/apiserver/pkg/endpoints/request"
+)
+
+// AttributesMapper maps an authenticated request to the attribute sets the
+// authorizer must allow, all of them, for the request to proceed. The
+// middleware calls it with the cleaned path in r.URL.Path and u set in r's
+// context. An error is answered with 400 Bad Request, or 405 when it matches
+// [ErrMethodNotAllowed]; an empty result is answered with 403. Implementations
+// must be safe for concurrent use.
+type AttributesMapper interface {
+	Attributes(r *http.Request, u user.Info) ([]authorizer.Attributes, error)
+}
+
+// AttributesMapperFunc adapts a function to [AttributesMapper].
+type AttributesMapperFunc func(r *http.Request, u user.Info) ([]authorizer.Attributes, error)
+
+// Attributes calls f(r, u).
+func (f AttributesMapperFunc) Attributes(r *http.Request, u user.Info) ([]authorizer.Attributes, error) {
+	return f(r, u)
+}
+
+// ResourceVerb returns the Kubernetes API verb for an HTTP method, as the
+// kubelet maps it: GET and HEAD are "get", POST "create", PUT "update",
+// PATCH "patch" and DELETE "delete". Any other method is an error matching
+// [ErrMethodNotAllowed]: there is no verb to authorize, so the request fails
+// closed.
+func ResourceVerb(method string) (string, error) {
+	switch method {
+	case http.MethodGet, http.MethodHead:
+		return "get", nil
+	case http.MethodPost:
+		return "create", nil
+	case http.MethodPut:
+		return "update", nil
+	case http.MethodPatch:
+		return "patch", nil
+	case http.MethodDelete:
+		return "delete", nil
+	}
+	return "", fmt.Errorf("%w: %q", ErrMethodNotAllowed, method)
+}
+
+// Kubelet returns the mapper of the kubelet's node API. Each request maps to
+// one resource attribute set on nodes (API group "", version v1) named
+// nodeName, with the verb from [ResourceVerb] and the subresource from the
+// path:
+//
+//	/metrics, /metrics/*       nodes/metrics
+//	/stats, /stats/*           nodes/stats
+//	/logs, /logs/*             nodes/log
+//	/checkpoint, /checkpoint/* nodes/checkpoint
+//	anything else              nodes/proxy
+//
+// A prefix matches whole segments only, as in the kubelet: "/metricsx" is
+// nodes/proxy. An empty nodeName asks for the subresource on all nodes, which
+// RBAC rules restricted by resourceNames do not grant. The mapper is safe for
+// concurrent use.
+func Kubelet(nodeName string) AttributesMapper {
+	return kubeletMapper{node: nodeName}
+}
+
+type kubeletMapper struct{ node string }
+
+func (k kubeletMapper) Attributes(r *http.Request, u user.Info) ([]authorizer.Attributes, error) {
+	verb, err := ResourceVerb(r.Method)
+	if err != nil {
+		return nil, err
+	}
+	return []authorizer.Attributes{&authorizer.AttributesRecord{
+		User:            u,
+		Verb:            verb,
+		APIVersion:      "v1",
+		Resource:        "nodes",
+		Subresource:     kubeletSubresource(r.URL.Path),
+		Name:            k.node,
+		ResourceRequest: true,
+		Path:            r.URL.Path,
+	}}, nil
+}
+
+func kubeletSubresource(p string) string {
+	switch {
+	case isSubpath(p, "/metrics"):
+		return "metrics"
+	case isSubpath(p, "/stats"):
+		return "stats"
+	case isSubpath(p, "/logs"):
+		return "log"
+	case isSubpath(p, "/checkpoint"):
+		return "checkpoint"
+	}
+	return "proxy"
+}
+
+// isSubpath reports whether p is prefix or below it, on segment boundaries.
+func isSubpath(p, prefix string) bool {
+	return p == prefix || (strings.HasPrefix(p, prefix) && p[len(prefix)] == '/')
+}
+
+// RequestInfo returns the mapper for Kubernetes REST paths, for proxies in
+// front of an API server or an aggregated API. It parses the path with
+// k8s.io/apiserver's RequestInfoFactory (API prefixes "api" and "apis", "api"
+// without a group) and builds the attributes exactly as the API server's
+// authorization filter does: resource requests such as
+// "GET /api/v1/namespaces/ns/pods/p/log" are "get pods/log p in ns", lists
+// and watches carry their field and label selectors, and other paths are
+// non-resource requests with the lowercase method as verb. The mapper is safe
+// for concurrent use.
+func RequestInfo() AttributesMapper {
+	return requestInfoMapper{factory: &request.RequestInfoFactory{
+		APIPrefixes:          sets.NewString("api", "apis"),
+		GrouplessAPIPrefixes: sets.NewString("api"),
+	}}
+}
+
+type requestInfoMapper struct{ factory *request.RequestInfoFactory }
+
+func (m requestInfoMapper) Attributes(r *http.Request, u user.Info) ([]authorizer.Attributes, error) {
+	info, err := m.factory.NewRequestInfo(r)
+	if err != nil {
+		return nil, fmt.Errorf("httpauth: parsing request path: %w", err)
+	}
+	a := &authorizer.AttributesRecord{
+		User:            u,
+		Verb:            info.Verb,
+		Namespace:       info.Namespace,
+		APIGroup:        info.APIGroup,
+		APIVersion:      info.APIVersion,
+		Resource:        info.Resource,
+		Subresource:     info.Subresource,
+		Name:            info.Name,
+		ResourceRequest: info.IsResourceRequest,
+		Path:            info.Path,
+	}
+	// As the API server's GetAuthorizerAttributes: a selector that does not
+	// parse is recorded as a parsing error for the authorizer to see.
+	if info.FieldSelector != "" {
+		if s, err := fields.ParseSelector(info.FieldSelector); err != nil {
+			a.FieldSelectorParsingErr = err
+		} else if req := s.Requirements(); len(req) > 0 {
+			a.FieldSelectorRequirements = req
+		}
+	}
+	if info.LabelSelector != "" {
+		if s, err := labels.Parse(info.LabelSelector); err != nil {
+			a.LabelSelectorParsingErr = err
+		} else if req, _ := s.Requirements(); len(req) > 0 {
+			a.LabelSelectorRequirements = req
+		}
+	}
+	return []authorizer.Attributes{a}, nil
+}
+
+// NonResource returns the mapper of non-resource requests, as the API server
+// builds them: the cleaned path and the lowercase method as verb ("get",
+// "post", "put", "patch", "delete", "head", ...), so that RBAC
+// nonResourceURLs rules apply. The mapper is safe for concurrent use.
+func NonResource() AttributesMapper {
+	return AttributesMapperFunc(func(r *http.Request, u user.Info) ([]authorizer.Attributes, error) {
+		return []authorizer.Attributes{&authorizer.AttributesRecord{
+			User: u,
+			Verb: strings.ToLower(r.Method),
+			Path: r.URL.Path,
+		}}, nil
+	})
+}
+
+// Route is one entry of a [StaticRoutes] table.
+type Route struct {
+	// Path matches the cleaned request path exactly or, with a trailing
+	// "*", as a prefix. It must be a clean absolute path.
+	Path string
+
+	// Methods restricts the route to these HTTP methods. Nil or empty
+	// means every method.
+	Methods []string
+
+	// Attributes are the attribute sets to authorize, all of them, as
+	// templates: User is always set to the authenticated user; an empty
+	// Verb becomes [ResourceVerb] of the method for a resource request and
+	// the lowercase method otherwise; an empty Path becomes the cleaned
+	// request path. At least one is required.
+	Attributes []authorizer.AttributesRecord
+}
+
+// StaticRoutes returns a mapper that looks the request up in routes, in
+// order, and uses the first route whose path and method match. A request that
+// matches no route maps to no attributes, and the middleware answers 403. It
+// reports an error for a malformed route. The mapper is safe for concurrent
+// use; it keeps its own copy of routes.
+func StaticRoutes(routes ...Route) (AttributesMapper, error) {
+	m := staticRoutes{routes: make([]staticRoute, 0, len(routes))}
+	for i, rt := range routes {
+		match, err := newPathMatcher("route path", []string{rt.Path})
+		if err != nil {
+			return nil, fmt.Errorf("httpauth: route %d: %w", i, err)
+		}
+		if len(rt.Attributes) == 0 {
+			return nil, fmt.Errorf("httpauth: route %d (%s): no attributes", i, rt.Path)
+		}
+		sr := staticRoute{match: match, attrs: append([]authorizer.AttributesRecord(nil), rt.Attributes...)}
+		for _, method := range rt.Methods {
+			if method == "" {
+				return nil, fmt.Errorf("httpauth: route %d (%s): empty method", i, rt.Path)
+			}
+			if sr.methods == nil {
+				sr.methods = map[string]struct{}{}
+			}
+			sr.methods[strings.ToUpper(method)] = struct{}{}
+		}
+		m.routes = append(m.routes, sr)
+	}
+	return m, nil
+}
+
+type staticRoute struct {
+	match   *pathMatcher
+	methods map[string]struct{}
+	attrs   []authorizer.AttributesRecord
+}
+
+type staticRoutes struct{ routes []staticRoute }
+
+func (m staticRoutes) Attributes(r *http.Request, u user.Info) ([]authorizer.Attributes, error) {
+	for _, rt := range m.routes {
+		if !rt.match.match(r.URL.Path) {
+			continue
+		}
+		if rt.methods != nil {
+			if _, ok := rt.methods[r.Method]; !ok {
+				continue
+			}
+		}
+		out := make([]authorizer.Attributes, 0, len(rt.attrs))
+		for _, tmpl := range rt.attrs {
+			a := tmpl
+			a.User = u
+			if a.Verb == "" {
+				if a.ResourceRequest {
+					verb, err := ResourceVerb(r.Method)
+					if err != nil {
+						return nil, err
+					}
+					a.Verb = verb
+				} else {
+					a.Verb = strings.ToLower(r.Method)
+				}
+			}
+			if a.Path == "" {
+				a.Path = r.URL.Path
+			}
+			out = append(out, &a)
+		}
+		return out, nil
+	}
+	return nil, nil
+}
+
