@@ -267,4 +267,3 @@ func (m staticRoutes) Attributes(r *http.Request, u user.Info) ([]authorizer.Att
 	}
 	return nil, nil
 }
-

@@ -295,4 +295,3 @@ func logDecision(logger klog.Logger, v int, r *http.Request, username, decision 
 	}
 	l.Info("httpauth: request "+decision, "user", username, "method", r.Method, "path", r.URL.Path)
 }
-
