@@ -1,0 +1,395 @@
+package authn
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"net/http"
+	"slices"
+	"strings"
+	"time"
+
+	authenticationv1 "k8s.io/api/authentication/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/util/wait"
+	"k8s.io/apiserver/pkg/authentication/authenticator"
+	"k8s.io/apiserver/pkg/authentication/user"
+	"k8s.io/client-go/kubernetes/scheme"
+	authenticationv1client "k8s.io/client-go/kubernetes/typed/authentication/v1"
+	"k8s.io/client-go/rest"
+	"k8s.io/klog/v2"
+	"k8s.io/utils/clock"
+
+	"github.com/reviewauth/reviewauth"
+	"github.com/reviewauth/reviewauth/cache"
+	"github.com/reviewauth/reviewauth/internal/review"
+)
+
+// Defaults for [Options]. Each is used when the corresponding field is zero.
+const (
+	// DefaultSuccessTTL is how long an authenticated identity is reused
+	// without asking again. It is the revocation latency: a deleted pod,
+	// service account or secret stops a token within this time (the token's
+	// own exp always caps it). The kubelet and kube-rbac-proxy use 2m; we use
+	// 1m, halving the window in which a revoked token still works, at the cost
+	// of one TokenReview per token per minute.
+	DefaultSuccessTTL = time.Minute
+
+	// DefaultFailureTTL is how long a rejection is remembered. Long enough
+	// that a client retrying a bad token in a loop costs one review per 10s
+	// rather than one per call; short enough that a token which was not yet
+	// valid (clock skew, a service account created a moment ago) recovers
+	// quickly. apiserver does not cache rejections at all.
+	DefaultFailureTTL = 10 * time.Second
+
+	// DefaultMaxEntries bounds each of the success and rejection caches.
+	DefaultMaxEntries = 4096
+
+	// DefaultMaxTokenSize is the largest token reviewed, in bytes. A
+	// service-account JWT is about 1 KiB; 16 KiB leaves room for large OIDC
+	// tokens while refusing junk before it costs a review.
+	DefaultMaxTokenSize = 16 << 10
+
+	// DefaultTimeout is the total budget of one review, retries included.
+	DefaultTimeout = 10 * time.Second
+
+	// DefaultMaxInFlight bounds concurrent TokenReviews.
+	DefaultMaxInFlight = review.DefaultMaxInFlight
+
+	// DefaultQPS and DefaultBurst configure the client built by
+	// [NewForConfig] when the rest.Config leaves them zero. client-go's own
+	// default, 5 QPS, throttles reviews into multi-second waits (Istio
+	// #27945, Authorino #568). These match k8s.io/apiserver's delegated
+	// authentication options; caching, coalescing and the in-flight bound
+	// keep real traffic far below them.
+	DefaultQPS   = 200
+	DefaultBurst = 400
+)
+
+// TokenReviewer is the one call Authenticator makes. client-go's
+// TokenReviewInterface satisfies it. Note that client-go's typed clients
+// retry 429 and Retry-After answers internally (up to 10 times) before
+// Authenticator sees them; [NewForConfig] builds a client that does not.
+type TokenReviewer interface {
+	Create(ctx context.Context, tr *authenticationv1.TokenReview, opts metav1.CreateOptions) (*authenticationv1.TokenReview, error)
+}
+
+// Options configures an [Authenticator]. Every zero value means the default
+// named in its comment.
+type Options struct {
+	// Audiences are sent in every TokenReview's spec.audiences, and the
+	// API server's answer must name at least one of them. Required, unless
+	// AllowAPIServerAudience is set.
+	Audiences []string
+
+	// AllowAPIServerAudience, with no Audiences, sends reviews without
+	// audiences, so the API server checks tokens against its own audience.
+	//
+	// DANGEROUS: a token for the API server's audience is a credential for
+	// the API server itself. A service that accepts one has received a
+	// credential it can replay against the API server with the caller's
+	// permissions, and so has anyone who compromises the service. Give the
+	// service an audience of its own and have callers request tokens for it.
+	// This exists for migrating callers that cannot yet do so.
+	AllowAPIServerAudience bool
+
+	// SuccessTTL is how long an authenticated identity is cached; never past
+	// the token's exp claim. Zero means [DefaultSuccessTTL]; negative
+	// disables caching of successes.
+	SuccessTTL time.Duration
+	// FailureTTL is how long a rejection is cached. Zero means
+	// [DefaultFailureTTL]; negative disables caching of rejections.
+	FailureTTL time.Duration
+	// MaxEntries bounds the success cache and, separately, the rejection
+	// cache. Zero means [DefaultMaxEntries].
+	MaxEntries int
+
+	// MaxTokenSize is the largest token reviewed, in bytes; larger tokens
+	// are refused locally. Zero means [DefaultMaxTokenSize].
+	MaxTokenSize int
+
+	// MaxInFlight bounds concurrent TokenReviews. Zero means
+	// [DefaultMaxInFlight].
+	MaxInFlight int
+	// Timeout is the total budget of one review, retries included. Zero
+	// means [DefaultTimeout].
+	Timeout time.Duration
+	// Backoff spaces retries; Steps is the number of retries. Zero means
+	// 100ms doubling with 20% jitter, 4 retries, capped at 2s. Steps < 0
+	// disables retries.
+	Backoff wait.Backoff
+
+	// Clock tells the time for caching and retries. Nil means the real
+	// clock.
+	Clock clock.Clock
+}
+
+// Authenticator authenticates bearer tokens with TokenReviews. It implements
+// authenticator.Token and authenticator.Request, and is safe for concurrent
+// use. Build one with [New] or [NewForConfig].
+type Authenticator struct {
+	reviewer  TokenReviewer
+	audiences []string
+	opts      Options
+	clock     clock.Clock
+	keyer     *cache.Keyer
+	ok        *cache.Cache[*authenticator.Response]
+	rejected  *cache.Cache[*reviewauth.RejectedError]
+	group     cache.Group[result]
+	retrier   *review.Retrier
+	bearer    authenticator.Request
+}
+
+var (
+	_ authenticator.Token   = (*Authenticator)(nil)
+	_ authenticator.Request = (*Authenticator)(nil)
+)
+
+type result struct {
+	resp     *authenticator.Response
+	rejected *reviewauth.RejectedError
+}
+
+// apiServerAudiences are the API server audiences of a default cluster. A
+// service that lists one of them as its own audience accepts API server
+// tokens, so New treats it like AllowAPIServerAudience.
+var apiServerAudiences = []string{"https://kubernetes.default.svc", "https://kubernetes.default.svc.cluster.local", "kubernetes.default.svc", "api", "kubernetes"}
+
+// New returns an Authenticator that reviews tokens with reviewer. It fails
+// when opts has no audience and AllowAPIServerAudience is not set, when an
+// audience is empty, and when an audience names a default API server
+// audience without AllowAPIServerAudience.
+func New(reviewer TokenReviewer, opts Options) (*Authenticator, error) {
+	if reviewer == nil {
+		return nil, errors.New("authn: nil TokenReviewer")
+	}
+	auds := slices.Clone(opts.Audiences)
+	slices.Sort(auds)
+	auds = slices.Compact(auds)
+	switch {
+	case len(auds) == 0 && !opts.AllowAPIServerAudience:
+		return nil, errors.New("authn: no audience configured: set Options.Audiences to this service's audience (or, dangerously, AllowAPIServerAudience)")
+	case len(auds) > 0 && opts.AllowAPIServerAudience:
+		return nil, errors.New("authn: AllowAPIServerAudience is only for services without audiences of their own; unset it or Audiences")
+	}
+	for _, a := range auds {
+		if strings.TrimSpace(a) == "" {
+			return nil, errors.New("authn: empty audience")
+		}
+		if slices.Contains(apiServerAudiences, a) && !opts.AllowAPIServerAudience {
+			return nil, fmt.Errorf("authn: audience %q is the API server's own audience: tokens for it can be replayed against the API server; use an audience of this service", a)
+		}
+	}
+	if opts.SuccessTTL == 0 {
+		opts.SuccessTTL = DefaultSuccessTTL
+	}
+	if opts.FailureTTL == 0 {
+		opts.FailureTTL = DefaultFailureTTL
+	}
+	if opts.MaxEntries <= 0 {
+		opts.MaxEntries = DefaultMaxEntries
+	}
+	if opts.MaxTokenSize <= 0 {
+		opts.MaxTokenSize = DefaultMaxTokenSize
+	}
+	if opts.Timeout <= 0 {
+		opts.Timeout = DefaultTimeout
+	}
+	clk := opts.Clock
+	if clk == nil {
+		clk = clock.RealClock{}
+	}
+	a := &Authenticator{
+		reviewer:  reviewer,
+		audiences: auds,
+		opts:      opts,
+		clock:     clk,
+		keyer:     cache.NewKeyer(),
+		ok:        cache.New[*authenticator.Response](cache.Options{MaxEntries: opts.MaxEntries, Clock: clk}),
+		rejected:  cache.New[*reviewauth.RejectedError](cache.Options{MaxEntries: opts.MaxEntries, Clock: clk}),
+		group:     cache.Group[result]{Timeout: opts.Timeout},
+		retrier:   review.New("TokenReview", opts.Backoff, clk, opts.MaxInFlight, review.Observer{}),
+	}
+	a.bearer = Bearer(a)
+	return a, nil
+}
+
+// NewForConfig returns an Authenticator that reviews tokens through the API
+// server described by cfg. QPS and Burst default to [DefaultQPS] and
+// [DefaultBurst] when cfg leaves them zero, and client-go's internal retries
+// are disabled so that Options.Backoff alone governs retries.
+func NewForConfig(cfg *rest.Config, opts Options) (*Authenticator, error) {
+	if cfg == nil {
+		return nil, errors.New("authn: nil rest.Config")
+	}
+	c, err := authenticationv1client.NewForConfig(ReviewConfig(cfg))
+	if err != nil {
+		return nil, fmt.Errorf("authn: building the TokenReview client: %w", err)
+	}
+	return New(restReviewer{c.RESTClient()}, opts)
+}
+
+// ReviewConfig returns a copy of cfg suited to review clients: QPS and Burst
+// default to [DefaultQPS] and [DefaultBurst], and Retry-After headers are
+// recorded for the retry loop.
+func ReviewConfig(cfg *rest.Config) *rest.Config {
+	cfg = rest.CopyConfig(cfg)
+	if cfg.QPS == 0 {
+		cfg.QPS = DefaultQPS
+	}
+	if cfg.Burst == 0 {
+		cfg.Burst = DefaultBurst
+	}
+	cfg.Wrap(review.WrapTransport)
+	return cfg
+}
+
+type restReviewer struct{ c rest.Interface }
+
+func (r restReviewer) Create(ctx context.Context, tr *authenticationv1.TokenReview, opts metav1.CreateOptions) (*authenticationv1.TokenReview, error) {
+	out := &authenticationv1.TokenReview{}
+	err := r.c.Post().Resource("tokenreviews").VersionedParams(&opts, scheme.ParameterCodec).
+		Body(tr).MaxRetries(0).Do(ctx).Into(out)
+	return out, err
+}
+
+// Audiences returns the audiences the Authenticator reviews tokens for, in
+// sorted order.
+func (a *Authenticator) Audiences() []string { return slices.Clone(a.audiences) }
+
+// AuthenticateRequest authenticates the bearer token in r's Authorization
+// header, as [Bearer] describes.
+func (a *Authenticator) AuthenticateRequest(r *http.Request) (*authenticator.Response, bool, error) {
+	return a.bearer.AuthenticateRequest(r)
+}
+
+// AuthenticateToken reports who token belongs to.
+//
+// It returns (nil, false, nil) for an empty token: no credential. A token the
+// API server rejects, or that is refused locally (larger than MaxTokenSize,
+// or containing anything but visible ASCII), yields an error matching
+// reviewauth.ErrUnauthenticated. A review that could not be completed yields
+// a *reviewauth.ReviewError matching reviewauth.ErrUnavailable. Only a
+// success returns true, with a Response whose Audiences are the configured
+// audiences the token is valid for.
+//
+// The Response is shared between callers and must not be modified.
+func (a *Authenticator) AuthenticateToken(ctx context.Context, token string) (*authenticator.Response, bool, error) {
+	if token == "" {
+		return nil, false, nil
+	}
+	if rej := a.validate(token); rej != nil {
+		return nil, false, rej
+	}
+	key := a.keyer.TokenKey(token, a.audiences)
+	if resp, ok := a.ok.Get(key); ok {
+		return resp, true, nil
+	}
+	if rej, ok := a.rejected.Get(key); ok {
+		return nil, false, rej
+	}
+	res, _, err := a.group.Do(ctx, key, func(ctx context.Context) (result, error) {
+		return a.review(ctx, key, token)
+	})
+	if err != nil {
+		if errors.Is(err, reviewauth.ErrUnavailable) {
+			return nil, false, err
+		}
+		// The caller's context ended, or the load panicked.
+		return nil, false, &reviewauth.ReviewError{Review: "TokenReview", Err: review.Redacted(err, review.RedactToken(token))}
+	}
+	if res.rejected != nil {
+		return nil, false, res.rejected
+	}
+	return res.resp, true, nil
+}
+
+func (a *Authenticator) validate(token string) *reviewauth.RejectedError {
+	if len(token) > a.opts.MaxTokenSize {
+		return &reviewauth.RejectedError{Reason: fmt.Sprintf("token is larger than %d bytes", a.opts.MaxTokenSize)}
+	}
+	for i := 0; i < len(token); i++ {
+		if c := token[i]; c <= ' ' || c >= 0x7f {
+			return &reviewauth.RejectedError{Reason: "token contains whitespace, control or non-ASCII characters"}
+		}
+	}
+	return nil
+}
+
+// review runs once per key at a time, under the Group's detached context. It
+// stores its result in the caches itself, so that waiters only read.
+func (a *Authenticator) review(ctx context.Context, key cache.Key, token string) (result, error) {
+	logger := klog.FromContext(ctx)
+	tr := &authenticationv1.TokenReview{Spec: authenticationv1.TokenReviewSpec{Token: token, Audiences: a.audiences}}
+	var got *authenticationv1.TokenReview
+	err := a.retrier.Do(ctx, review.RedactToken(token), func(ctx context.Context) error {
+		var err error
+		got, err = a.reviewer.Create(ctx, tr, metav1.CreateOptions{})
+		return err
+	})
+	if err != nil {
+		logger.V(2).Info("TokenReview failed", "err", err)
+		return result{}, err
+	}
+	if got == nil {
+		return result{}, &reviewauth.ReviewError{Review: "TokenReview", Attempts: 1, Err: errors.New("empty answer")}
+	}
+	resp, rej := a.judge(&got.Status, token)
+	if rej != nil {
+		logger.V(4).Info("TokenReview rejected the token", "reason", rej.Reason)
+		a.rejected.Set(key, rej, a.opts.FailureTTL)
+		return result{rejected: rej}, nil
+	}
+	ttl := a.opts.SuccessTTL
+	if exp, ok := jwtExpiry(token); ok {
+		if left := exp.Sub(a.clock.Now()); left < ttl {
+			ttl = left
+		}
+	}
+	a.ok.Set(key, resp, ttl)
+	logger.V(4).Info("TokenReview authenticated", "user", resp.User.GetName(), "audiences", resp.Audiences, "cacheTTL", ttl)
+	return result{resp: resp}, nil
+}
+
+// judge turns a TokenReview status into an identity or a rejection.
+func (a *Authenticator) judge(st *authenticationv1.TokenReviewStatus, token string) (*authenticator.Response, *reviewauth.RejectedError) {
+	if st.Error != "" || !st.Authenticated {
+		reason := "the API server did not authenticate the token"
+		if st.Error != "" {
+			reason = "the API server rejected the token: " + review.RedactToken(token)(st.Error)
+		}
+		return nil, &reviewauth.RejectedError{Reason: reason}
+	}
+	if st.User.Username == "" {
+		return nil, &reviewauth.RejectedError{Reason: "the API server authenticated the token without a username"}
+	}
+	var auds authenticator.Audiences
+	if len(a.audiences) == 0 {
+		// AllowAPIServerAudience: the API server checked its own audience.
+		auds = st.Audiences
+	} else {
+		if len(st.Audiences) == 0 {
+			return nil, &reviewauth.RejectedError{Reason: "the API server's answer names no audience"}
+		}
+		auds = authenticator.Audiences(a.audiences).Intersect(st.Audiences)
+		if len(auds) == 0 {
+			return nil, &reviewauth.RejectedError{Reason: fmt.Sprintf("token audiences %q do not include any of %q", st.Audiences, a.audiences)}
+		}
+	}
+	var extra map[string][]string
+	if len(st.User.Extra) > 0 {
+		extra = make(map[string][]string, len(st.User.Extra))
+		for k, v := range st.User.Extra {
+			extra[k] = slices.Clone([]string(v))
+		}
+	}
+	return &authenticator.Response{
+		Audiences: auds,
+		User: &user.DefaultInfo{
+			Name:   st.User.Username,
+			UID:    st.User.UID,
+			Groups: slices.Clone(st.User.Groups),
+			Extra:  extra,
+		},
+	}, nil
+}

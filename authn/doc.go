@@ -1,0 +1,30 @@
+// Package authn answers "who is calling?" for a bearer token by asking the
+// Kubernetes API server with an authentication.k8s.io/v1 TokenReview, scoped
+// to this service's audiences.
+//
+// [Authenticator] implements k8s.io/apiserver's authenticator.Token and
+// authenticator.Request, so it drops into apiserver's filters, unions and
+// anything else that speaks that vocabulary. It adds what a service on a
+// node needs and apiserver's delegated authenticator lacks:
+//
+//   - Audiences are required. A token minted for the API server's own
+//     audience is refused unless the caller opts in, because a service that
+//     accepts such tokens can replay them against the API server.
+//   - Results are cached under an HMAC of the token (see package cache).
+//     Successes live for [Options.SuccessTTL] but never past the token's own
+//     exp claim; rejections are cached for [Options.FailureTTL] in a separate,
+//     separately bounded cache, so a flood of bad tokens cannot evict good
+//     identities; errors are never cached.
+//   - Concurrent reviews of one token are coalesced into one TokenReview.
+//   - Reviews that fail with 429, 5xx, a reset or refused connection or a
+//     timeout are retried with jittered exponential backoff, honouring
+//     Retry-After, within the caller's deadline and a total budget.
+//   - At most [Options.MaxInFlight] TokenReviews are in flight; more callers
+//     wait, subject to their own deadline.
+//   - Empty, oversized and malformed tokens are refused locally, without a
+//     review.
+//   - Failures are typed: a rejected token is an error matching
+//     reviewauth.ErrUnauthenticated (401), and a review that could not be
+//     done is a *reviewauth.ReviewError matching reviewauth.ErrUnavailable
+//     (503). Neither ever carries the token.
+package authn
