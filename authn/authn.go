@@ -319,6 +319,15 @@ func (a *Authenticator) validate(token string) *reviewauth.RejectedError {
 // review runs once per key at a time, under the Group's detached context. It
 // stores its result in the caches itself, so that waiters only read.
 func (a *Authenticator) review(ctx context.Context, key cache.Key, token string) (result, error) {
+	// A caller that missed the caches just before a previous load stored its
+	// result, and reached the Group just after that load finished, would
+	// otherwise send a second review.
+	if resp, ok := a.ok.Get(key); ok {
+		return result{resp: resp}, nil
+	}
+	if rej, ok := a.rejected.Get(key); ok {
+		return result{rejected: rej}, nil
+	}
 	logger := klog.FromContext(ctx)
 	tr := &authenticationv1.TokenReview{Spec: authenticationv1.TokenReviewSpec{Token: token, Audiences: a.audiences}}
 	var got *authenticationv1.TokenReview

@@ -4,6 +4,7 @@ import (
 	"encoding/base64"
 	"encoding/json"
 	"math"
+	"strconv"
 	"strings"
 	"time"
 )
@@ -36,12 +37,13 @@ func jwtExpiry(token string) (exp time.Time, ok bool) {
 		return time.Time{}, false
 	}
 	var claims struct {
-		Exp *json.Number `json:"exp"`
+		Exp json.RawMessage `json:"exp"`
 	}
-	if err := json.Unmarshal(raw, &claims); err != nil || claims.Exp == nil {
+	// NumericDate is a JSON number; a quoted string is not one.
+	if err := json.Unmarshal(raw, &claims); err != nil || len(claims.Exp) == 0 || (claims.Exp[0] != '-' && (claims.Exp[0] < '0' || claims.Exp[0] > '9')) {
 		return time.Time{}, false
 	}
-	f, err := claims.Exp.Float64()
+	f, err := strconv.ParseFloat(string(claims.Exp), 64)
 	if err != nil || math.IsNaN(f) || math.IsInf(f, 0) || f < 0 || f > 1<<40 {
 		return time.Time{}, false
 	}

@@ -118,7 +118,8 @@ func (r *Retrier) Do(ctx context.Context, redact func(string) string, attempt fu
 		if retryAfter > wait {
 			wait = retryAfter
 		}
-		if dl, ok := ctx.Deadline(); ok && r.clock.Now().Add(wait).After(dl) {
+		// Context deadlines are in real time, whatever r.clock is.
+		if dl, ok := ctx.Deadline(); ok && wait > time.Until(dl) {
 			return r.fail(attempts, code, retryAfter, err, redact)
 		}
 		if r.obs.Retry != nil {

@@ -1,0 +1,656 @@
+package authn_test
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"runtime"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/google/go-cmp/cmp"
+	"go.uber.org/goleak"
+	authenticationv1 "k8s.io/api/authentication/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/util/wait"
+	"k8s.io/apiserver/pkg/authentication/user"
+	clocktesting "k8s.io/utils/clock/testing"
+
+	"github.com/reviewauth/reviewauth"
+	"github.com/reviewauth/reviewauth/authn"
+	"github.com/reviewauth/reviewauth/authtest"
+)
+
+func TestMain(m *testing.M) { goleak.VerifyTestMain(m) }
+
+const aud = "snap.example"
+
+var backup = &user.DefaultInfo{
+	Name:   "system:serviceaccount:apps:backup",
+	UID:    "uid-backup",
+	Groups: []string{"system:serviceaccounts", "system:serviceaccounts:apps", "system:authenticated"},
+	Extra: map[string][]string{
+		"authentication.kubernetes.io/pod-name":      {"backup-0"},
+		"authentication.kubernetes.io/pod-uid":       {"pod-uid"},
+		"authentication.kubernetes.io/node-name":     {"node-a"},
+		"authentication.kubernetes.io/node-uid":      {"node-uid"},
+		"authentication.kubernetes.io/credential-id": {"JTI=1234"},
+	},
+}
+
+var noRetries = wait.Backoff{Steps: -1}
+
+// newAuth builds an Authenticator over srv with the given options, failing
+// the test on error.
+func newAuth(t testing.TB, srv *authtest.Server, opts authn.Options) *authn.Authenticator {
+	t.Helper()
+	a, err := authn.NewForConfig(srv.Config(), opts)
+	if err != nil {
+		t.Fatalf("NewForConfig() = %v", err)
+	}
+	return a
+}
+
+// reviewerFunc is a TokenReviewer fake.
+type reviewerFunc func(ctx context.Context, tr *authenticationv1.TokenReview) (*authenticationv1.TokenReview, error)
+
+func (f reviewerFunc) Create(ctx context.Context, tr *authenticationv1.TokenReview, _ metav1.CreateOptions) (*authenticationv1.TokenReview, error) {
+	return f(ctx, tr)
+}
+
+func answer(st authenticationv1.TokenReviewStatus) reviewerFunc {
+	return func(context.Context, *authenticationv1.TokenReview) (*authenticationv1.TokenReview, error) {
+		return &authenticationv1.TokenReview{Status: st}, nil
+	}
+}
+
+func TestNewValidatesAudiences(t *testing.T) {
+	t.Parallel()
+	r := answer(authenticationv1.TokenReviewStatus{})
+	tests := []struct {
+		name    string
+		opts    authn.Options
+		wantErr string
+	}{
+		{"no audience", authn.Options{}, "no audience configured"},
+		{"empty audience", authn.Options{Audiences: []string{" "}}, "empty audience"},
+		{"api server audience without opt-in", authn.Options{Audiences: []string{"https://kubernetes.default.svc"}}, "API server's own audience"},
+		{"opt-in together with audiences", authn.Options{Audiences: []string{aud}, AllowAPIServerAudience: true}, "only for services without audiences"},
+		{"own audience", authn.Options{Audiences: []string{aud}}, ""},
+		{"explicit opt-in", authn.Options{AllowAPIServerAudience: true}, ""},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			t.Parallel()
+			_, err := authn.New(r, tt.opts)
+			if tt.wantErr == "" && err != nil {
+				t.Fatalf("New(%+v) = %v; want nil", tt.opts, err)
+			}
+			if tt.wantErr != "" && (err == nil || !strings.Contains(err.Error(), tt.wantErr)) {
+				t.Fatalf("New(%+v) = %v; want error containing %q", tt.opts, err, tt.wantErr)
+			}
+		})
+	}
+	if _, err := authn.New(nil, authn.Options{Audiences: []string{aud}}); err == nil {
+		t.Errorf("New(nil reviewer) = nil error; want error")
+	}
+}
+
+func TestAudiences(t *testing.T) {
+	t.Parallel()
+	srv := authtest.Start(t)
+	tests := []struct {
+		name          string
+		tokenAuds     []string // nil: the API server's audience
+		serviceAuds   []string
+		allowAPIAud   bool
+		wantOK        bool
+		wantAudiences []string
+	}{
+		{"matching audience", []string{aud}, []string{aud}, false, true, []string{aud}},
+		{"one of several", []string{"other", aud}, []string{aud, "third"}, false, true, []string{aud}},
+		{"audience mismatch", []string{"other"}, []string{aud}, false, false, nil},
+		{"api server token at a service", nil, []string{aud}, false, false, nil},
+		{"api server token with explicit opt-in", nil, nil, true, true, []string{"https://kubernetes.default.svc"}},
+		{"service token with api audience opt-in", []string{aud}, nil, true, false, nil},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			t.Parallel()
+			a := newAuth(t, srv, authn.Options{Audiences: tt.serviceAuds, AllowAPIServerAudience: tt.allowAPIAud})
+			tok := srv.MintToken(backup, tt.tokenAuds, time.Now().Add(time.Hour))
+			resp, ok, err := a.AuthenticateToken(context.Background(), tok)
+			if ok != tt.wantOK {
+				t.Fatalf("AuthenticateToken() = (%v, %v, %v); want ok %v", resp, ok, err, tt.wantOK)
+			}
+			if !ok {
+				if !errors.Is(err, reviewauth.ErrUnauthenticated) || errors.Is(err, reviewauth.ErrUnavailable) {
+					t.Fatalf("AuthenticateToken() error = %v; want ErrUnauthenticated", err)
+				}
+				if resp != nil {
+					t.Fatalf("AuthenticateToken() response = %v on rejection; want nil", resp)
+				}
+				return
+			}
+			if diff := cmp.Diff(tt.wantAudiences, []string(resp.Audiences)); diff != "" {
+				t.Errorf("Audiences (-want +got):\n%s", diff)
+			}
+		})
+	}
+}
+
+func TestIdentityIsIntact(t *testing.T) {
+	t.Parallel()
+	srv := authtest.Start(t)
+	a := newAuth(t, srv, authn.Options{Audiences: []string{aud}})
+	tok := srv.MintToken(backup, []string{aud}, time.Now().Add(time.Hour))
+	resp, ok, err := a.AuthenticateToken(context.Background(), tok)
+	if !ok || err != nil {
+		t.Fatalf("AuthenticateToken() = (%v, %v); want success", ok, err)
+	}
+	got := resp.User
+	if got.GetName() != backup.Name || got.GetUID() != backup.UID {
+		t.Errorf("user = %q/%q; want %q/%q", got.GetName(), got.GetUID(), backup.Name, backup.UID)
+	}
+	if diff := cmp.Diff(backup.Groups, got.GetGroups()); diff != "" {
+		t.Errorf("groups (-want +got):\n%s", diff)
+	}
+	if diff := cmp.Diff(backup.Extra, got.GetExtra()); diff != "" {
+		t.Errorf("extra (-want +got):\n%s", diff)
+	}
+	rec := srv.TokenReviews()
+	if len(rec) != 1 || !cmp.Equal(rec[0].Spec.Audiences, []string{aud}) {
+		t.Errorf("TokenReviews sent = %+v; want one with spec.audiences [%s]", rec, aud)
+	}
+}
+
+func TestAnswerValidation(t *testing.T) {
+	t.Parallel()
+	okUser := authenticationv1.UserInfo{Username: "alice"}
+	tests := []struct {
+		name   string
+		status authenticationv1.TokenReviewStatus
+		wantOK bool
+	}{
+		{"authenticated with audience", authenticationv1.TokenReviewStatus{Authenticated: true, User: okUser, Audiences: []string{aud}}, true},
+		{"empty status.audiences", authenticationv1.TokenReviewStatus{Authenticated: true, User: okUser}, false},
+		{"foreign audience only", authenticationv1.TokenReviewStatus{Authenticated: true, User: okUser, Audiences: []string{"x"}}, false},
+		{"authenticated but error set", authenticationv1.TokenReviewStatus{Authenticated: true, User: okUser, Audiences: []string{aud}, Error: "boom"}, false},
+		{"authenticated without username", authenticationv1.TokenReviewStatus{Authenticated: true, Audiences: []string{aud}}, false},
+		{"empty status", authenticationv1.TokenReviewStatus{}, false},
+		{"not authenticated with error", authenticationv1.TokenReviewStatus{Error: "invalid bearer token"}, false},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			t.Parallel()
+			a, err := authn.New(answer(tt.status), authn.Options{Audiences: []string{aud}})
+			if err != nil {
+				t.Fatal(err)
+			}
+			resp, ok, err := a.AuthenticateToken(context.Background(), "tok")
+			if ok != tt.wantOK {
+				t.Fatalf("AuthenticateToken() = (%v, %v, %v); want ok %v", resp, ok, err, tt.wantOK)
+			}
+			if !ok && !errors.Is(err, reviewauth.ErrUnauthenticated) {
+				t.Fatalf("AuthenticateToken() error = %v; want ErrUnauthenticated", err)
+			}
+		})
+	}
+}
+
+func TestSuccessTTLCappedByExp(t *testing.T) {
+	t.Parallel()
+	start := time.Date(2026, 11, 29, 12, 0, 0, 0, time.UTC)
+	const left = 30 * time.Second
+	tests := []struct {
+		name        string
+		elapsed     time.Duration
+		wantReviews int
+		wantOK      bool
+	}{
+		{"one nanosecond before exp: cached", left - time.Nanosecond, 1, true},
+		{"exactly at exp: reviewed again, and expired", left, 2, false},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			t.Parallel()
+			clk := clocktesting.NewFakeClock(start)
+			srv := authtest.Start(t, authtest.WithClock(clk))
+			a := newAuth(t, srv, authn.Options{Audiences: []string{aud}, SuccessTTL: time.Hour, Clock: clk})
+			tok := srv.MintToken(backup, []string{aud}, start.Add(left))
+			if _, ok, err := a.AuthenticateToken(context.Background(), tok); !ok || err != nil {
+				t.Fatalf("first AuthenticateToken() = (%v, %v); want success", ok, err)
+			}
+			clk.SetTime(start.Add(tt.elapsed))
+			_, ok, err := a.AuthenticateToken(context.Background(), tok)
+			if ok != tt.wantOK {
+				t.Errorf("AuthenticateToken() after %v = (%v, %v); want ok %v", tt.elapsed, ok, err, tt.wantOK)
+			}
+			if n := srv.Count(authtest.TokenReviews); n != tt.wantReviews {
+				t.Errorf("TokenReviews = %d; want %d", n, tt.wantReviews)
+			}
+		})
+	}
+}
+
+func TestSuccessTTLEdges(t *testing.T) {
+	t.Parallel()
+	start := time.Date(2026, 11, 29, 12, 0, 0, 0, time.UTC)
+	for _, tt := range []struct {
+		elapsed     time.Duration
+		wantReviews int
+	}{{time.Minute - time.Nanosecond, 1}, {time.Minute, 2}} {
+		t.Run(tt.elapsed.String(), func(t *testing.T) {
+			t.Parallel()
+			clk := clocktesting.NewFakeClock(start)
+			srv := authtest.Start(t, authtest.WithClock(clk))
+			a := newAuth(t, srv, authn.Options{Audiences: []string{aud}, Clock: clk})
+			tok := srv.MintToken(backup, []string{aud}, time.Time{}) // no exp: the TTL alone
+			for _, at := range []time.Duration{0, tt.elapsed} {
+				clk.SetTime(start.Add(at))
+				if _, ok, err := a.AuthenticateToken(context.Background(), tok); !ok || err != nil {
+					t.Fatalf("AuthenticateToken() at +%v = (%v, %v)", at, ok, err)
+				}
+			}
+			if n := srv.Count(authtest.TokenReviews); n != tt.wantReviews {
+				t.Errorf("TokenReviews after +%v = %d; want %d (DefaultSuccessTTL %v)", tt.elapsed, n, tt.wantReviews, authn.DefaultSuccessTTL)
+			}
+		})
+	}
+}
+
+func TestRejectionIsCachedErrorIsNot(t *testing.T) {
+	t.Parallel()
+	start := time.Date(2026, 11, 29, 12, 0, 0, 0, time.UTC)
+	clk := clocktesting.NewFakeClock(start)
+	srv := authtest.Start(t, authtest.WithClock(clk))
+	a := newAuth(t, srv, authn.Options{Audiences: []string{aud}, Clock: clk, Backoff: noRetries})
+	ctx := context.Background()
+
+	unknown := authtest.MintJWT(map[string]any{"sub": "nobody", "exp": start.Add(time.Hour).Unix()})
+	for i := 0; i < 3; i++ {
+		if _, ok, err := a.AuthenticateToken(ctx, unknown); ok || !errors.Is(err, reviewauth.ErrUnauthenticated) {
+			t.Fatalf("AuthenticateToken(unknown) = (%v, %v); want ErrUnauthenticated", ok, err)
+		}
+	}
+	if n := srv.Count(authtest.TokenReviews); n != 1 {
+		t.Fatalf("TokenReviews for a repeated rejected token = %d; want 1 (cached)", n)
+	}
+	clk.SetTime(start.Add(authn.DefaultFailureTTL - time.Nanosecond))
+	a.AuthenticateToken(ctx, unknown)
+	if n := srv.Count(authtest.TokenReviews); n != 1 {
+		t.Fatalf("TokenReviews at FailureTTL-1ns = %d; want 1", n)
+	}
+	clk.SetTime(start.Add(authn.DefaultFailureTTL))
+	a.AuthenticateToken(ctx, unknown)
+	if n := srv.Count(authtest.TokenReviews); n != 2 {
+		t.Fatalf("TokenReviews at FailureTTL = %d; want 2", n)
+	}
+
+	srv.Reset()
+	good := srv.MintToken(backup, []string{aud}, time.Time{})
+	srv.InjectFault(authtest.TokenReviews, authtest.Fault{Status: 500, Times: 2})
+	for i := 0; i < 2; i++ {
+		_, ok, err := a.AuthenticateToken(ctx, good)
+		if ok || !errors.Is(err, reviewauth.ErrUnavailable) || errors.Is(err, reviewauth.ErrUnauthenticated) {
+			t.Fatalf("AuthenticateToken() during a 500 = (%v, %v); want ErrUnavailable only", ok, err)
+		}
+	}
+	if _, ok, err := a.AuthenticateToken(ctx, good); !ok || err != nil {
+		t.Fatalf("AuthenticateToken() after the fault = (%v, %v); want success: errors must not be cached", ok, err)
+	}
+	if n := srv.Count(authtest.TokenReviews); n != 3 {
+		t.Fatalf("TokenReviews = %d; want 3 (two errors, not cached, then a success)", n)
+	}
+}
+
+// stepper advances clk whenever something waits on it, until stop is closed.
+func stepper(clk *clocktesting.FakeClock, step time.Duration) (stop func()) {
+	done := make(chan struct{})
+	finished := make(chan struct{})
+	go func() {
+		defer close(finished)
+		for {
+			select {
+			case <-done:
+				return
+			default:
+			}
+			if clk.HasWaiters() {
+				clk.Step(step)
+			}
+			runtime.Gosched()
+		}
+	}()
+	return func() { close(done); <-finished }
+}
+
+func TestRetries(t *testing.T) {
+	t.Parallel()
+	tests := []struct {
+		name         string
+		fault        authtest.Fault
+		steps        int
+		wantOK       bool
+		wantReviews  int
+		wantAttempts int
+		wantCode     int
+	}{
+		{"503 twice then success", authtest.Fault{Status: 503, Times: 2}, 4, true, 3, 0, 0},
+		{"429 once then success", authtest.Fault{Status: 429, Times: 1}, 4, true, 2, 0, 0},
+		{"reset once then success", authtest.Fault{DropConnection: true, Times: 1}, 4, true, 2, 0, 0},
+		{"500 exhausts 2 retries", authtest.Fault{Status: 500}, 2, false, 3, 3, 500},
+		{"502 exhausts 1 retry", authtest.Fault{Status: 502}, 1, false, 2, 2, 502},
+		{"403 is not retried", authtest.Fault{Status: 403}, 4, false, 1, 1, 403},
+		{"400 is not retried", authtest.Fault{Status: 400}, 4, false, 1, 1, 400},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			t.Parallel()
+			clk := clocktesting.NewFakeClock(time.Now())
+			srv := authtest.Start(t)
+			a := newAuth(t, srv, authn.Options{Audiences: []string{aud}, Clock: clk,
+				Backoff: wait.Backoff{Duration: 100 * time.Millisecond, Factor: 2, Jitter: 0.2, Steps: tt.steps}})
+			tok := srv.MintToken(backup, []string{aud}, time.Time{})
+			srv.InjectFault(authtest.TokenReviews, tt.fault)
+			stop := stepper(clk, time.Second)
+			_, ok, err := a.AuthenticateToken(context.Background(), tok)
+			stop()
+			if ok != tt.wantOK {
+				t.Fatalf("AuthenticateToken() = (%v, %v); want ok %v", ok, err, tt.wantOK)
+			}
+			if n := srv.Count(authtest.TokenReviews); n != tt.wantReviews {
+				t.Errorf("TokenReviews = %d; want %d", n, tt.wantReviews)
+			}
+			if !tt.wantOK {
+				var re *reviewauth.ReviewError
+				if !errors.As(err, &re) || !errors.Is(err, reviewauth.ErrUnavailable) {
+					t.Fatalf("error = %v; want *ReviewError matching ErrUnavailable", err)
+				}
+				if re.Attempts != tt.wantAttempts || re.Code != tt.wantCode || re.Review != "TokenReview" {
+					t.Errorf("ReviewError = %+v; want Attempts %d, Code %d", re, tt.wantAttempts, tt.wantCode)
+				}
+			}
+		})
+	}
+}
+
+func TestRetryAfterHonoured(t *testing.T) {
+	t.Parallel()
+	clk := clocktesting.NewFakeClock(time.Now())
+	srv := authtest.Start(t)
+	a := newAuth(t, srv, authn.Options{Audiences: []string{aud}, Clock: clk})
+	tok := srv.MintToken(backup, []string{aud}, time.Time{})
+	srv.InjectFault(authtest.TokenReviews, authtest.Fault{Status: 429, RetryAfter: 3 * time.Second, Times: 1})
+	done := make(chan error, 1)
+	go func() {
+		_, _, err := a.AuthenticateToken(context.Background(), tok)
+		done <- err
+	}()
+	for !clk.HasWaiters() {
+		runtime.Gosched()
+	}
+	// The backoff alone would retry after ~100ms; Retry-After says 3s.
+	clk.Step(3*time.Second - time.Millisecond)
+	if !clk.HasWaiters() {
+		t.Fatalf("retried before Retry-After elapsed")
+	}
+	if n := srv.Count(authtest.TokenReviews); n != 1 {
+		t.Fatalf("TokenReviews before Retry-After = %d; want 1", n)
+	}
+	clk.Step(time.Millisecond)
+	if err := <-done; err != nil {
+		t.Fatalf("AuthenticateToken() = %v; want success after Retry-After", err)
+	}
+	if n := srv.Count(authtest.TokenReviews); n != 2 {
+		t.Fatalf("TokenReviews = %d; want 2", n)
+	}
+}
+
+func TestRetryAfterPastDeadlineFailsFast(t *testing.T) {
+	t.Parallel()
+	clk := clocktesting.NewFakeClock(time.Now())
+	srv := authtest.Start(t)
+	// The total budget is 5s; the server asks for 30s.
+	a := newAuth(t, srv, authn.Options{Audiences: []string{aud}, Clock: clk, Timeout: 5 * time.Second})
+	tok := srv.MintToken(backup, []string{aud}, time.Time{})
+	srv.InjectFault(authtest.TokenReviews, authtest.Fault{Status: 429, RetryAfter: 30 * time.Second})
+	_, ok, err := a.AuthenticateToken(context.Background(), tok)
+	if ok || !errors.Is(err, reviewauth.ErrUnavailable) {
+		t.Fatalf("AuthenticateToken() = (%v, %v); want ErrUnavailable", ok, err)
+	}
+	if d, ok := reviewauth.RetryAfter(err); !ok || d != 30*time.Second {
+		t.Errorf("RetryAfter(err) = (%v, %v); want 30s so the edge can forward it", d, ok)
+	}
+	if n := srv.Count(authtest.TokenReviews); n != 1 {
+		t.Errorf("TokenReviews = %d; want 1: no retry may start past the budget", n)
+	}
+}
+
+func TestCallerDeadlineRespected(t *testing.T) {
+	t.Parallel()
+	srv := authtest.Start(t)
+	a := newAuth(t, srv, authn.Options{Audiences: []string{aud}})
+	tok := srv.MintToken(backup, []string{aud}, time.Time{})
+	release := srv.Block(authtest.TokenReviews)
+	defer release()
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan error, 1)
+	go func() {
+		_, _, err := a.AuthenticateToken(ctx, tok)
+		done <- err
+	}()
+	for srv.InFlight(authtest.TokenReviews) == 0 {
+		runtime.Gosched()
+	}
+	cancel()
+	err := <-done
+	if !errors.Is(err, reviewauth.ErrUnavailable) || !errors.Is(err, context.Canceled) {
+		t.Fatalf("AuthenticateToken() after cancel = %v; want ErrUnavailable wrapping context.Canceled", err)
+	}
+}
+
+func TestInFlightBound(t *testing.T) {
+	t.Parallel()
+	srv := authtest.Start(t)
+	const bound = 3
+	a := newAuth(t, srv, authn.Options{Audiences: []string{aud}, MaxInFlight: bound})
+	release := srv.Block(authtest.TokenReviews)
+	const callers = 12
+	var wg sync.WaitGroup
+	errs := make(chan error, callers)
+	for i := 0; i < callers; i++ {
+		tok := srv.MintToken(backup, []string{aud}, time.Time{})
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			_, ok, err := a.AuthenticateToken(context.Background(), tok)
+			if !ok {
+				errs <- fmt.Errorf("caller failed: %v", err)
+			}
+		}()
+	}
+	for srv.InFlight(authtest.TokenReviews) < bound {
+		runtime.Gosched()
+	}
+	if n := srv.InFlight(authtest.TokenReviews); n != bound {
+		t.Errorf("in flight with %d waiting callers = %d; want exactly the bound %d", callers, n, bound)
+	}
+	release()
+	wg.Wait()
+	close(errs)
+	for err := range errs {
+		t.Error(err)
+	}
+	if m := srv.MaxInFlight(authtest.TokenReviews); m != bound {
+		t.Errorf("max TokenReviews in flight = %d; want %d", m, bound)
+	}
+	if n := srv.Count(authtest.TokenReviews); n != callers {
+		t.Errorf("TokenReviews = %d; want %d", n, callers)
+	}
+}
+
+func TestLocalRejection(t *testing.T) {
+	t.Parallel()
+	srv := authtest.Start(t)
+	const max = 64
+	a := newAuth(t, srv, authn.Options{Audiences: []string{aud}, MaxTokenSize: max})
+	tests := []struct {
+		name       string
+		token      string
+		wantReview bool
+	}{
+		{"at the size limit", strings.Repeat("a", max), true},
+		{"limit plus one", strings.Repeat("a", max+1), false},
+		{"space", "abc def", false},
+		{"tab", "abc\tdef", false},
+		{"newline", "abc\ndef", false},
+		{"NUL", "abc\x00def", false},
+		{"DEL", "abc\x7fdef", false},
+		{"non-ASCII", "abcédef", false},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			before := srv.Count(authtest.TokenReviews)
+			_, ok, err := a.AuthenticateToken(context.Background(), tt.token)
+			if ok || !errors.Is(err, reviewauth.ErrUnauthenticated) {
+				t.Fatalf("AuthenticateToken(%q) = (%v, %v); want ErrUnauthenticated", tt.name, ok, err)
+			}
+			if reviewed := srv.Count(authtest.TokenReviews) > before; reviewed != tt.wantReview {
+				t.Errorf("reviewed = %v; want %v", reviewed, tt.wantReview)
+			}
+			if strings.Contains(err.Error(), tt.token) {
+				t.Errorf("error %q contains the token", err)
+			}
+		})
+	}
+	if resp, ok, err := a.AuthenticateToken(context.Background(), ""); resp != nil || ok || err != nil {
+		t.Errorf("AuthenticateToken(\"\") = (%v, %v, %v); want (nil, false, nil): no credential", resp, ok, err)
+	}
+}
+
+func TestConcurrentColdLookupsCoalesce(t *testing.T) {
+	t.Parallel()
+	srv := authtest.Start(t)
+	a := newAuth(t, srv, authn.Options{Audiences: []string{aud}})
+	tok := srv.MintToken(backup, []string{aud}, time.Time{})
+	release := srv.Block(authtest.TokenReviews)
+	const n = 100
+	var wg sync.WaitGroup
+	start := make(chan struct{})
+	var failures sync.Map
+	for i := 0; i < n; i++ {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			<-start
+			if _, ok, err := a.AuthenticateToken(context.Background(), tok); !ok {
+				failures.Store(i, err)
+			}
+		}()
+	}
+	close(start)
+	for srv.InFlight(authtest.TokenReviews) == 0 {
+		runtime.Gosched()
+	}
+	release()
+	wg.Wait()
+	failures.Range(func(k, v any) bool { t.Errorf("caller %v: %v", k, v); return true })
+	if c := srv.Count(authtest.TokenReviews); c != 1 {
+		t.Fatalf("TokenReviews for %d concurrent identical cold lookups = %d; want 1", n, c)
+	}
+}
+
+func TestParseBearer(t *testing.T) {
+	t.Parallel()
+	tests := []struct {
+		header    string
+		wantToken string
+		wantOK    bool
+	}{
+		{"Bearer abc", "abc", true},
+		{"bearer abc", "abc", true},
+		{"BEARER abc", "abc", true},
+		{"Bearer   abc", "abc", true},
+		{"Bearer ", "", true},
+		{"Bearer a b", "a b", true}, // refused later as malformed, never truncated to "a"
+		{"Bearer", "", false},
+		{"Bearerabc", "", false},
+		{"Basic dXNlcjpwYXNz", "", false},
+		{"", "", false},
+		{"Bear abc", "", false},
+	}
+	for _, tt := range tests {
+		token, ok := authn.ParseBearer(tt.header)
+		if token != tt.wantToken || ok != tt.wantOK {
+			t.Errorf("ParseBearer(%q) = (%q, %v); want (%q, %v)", tt.header, token, ok, tt.wantToken, tt.wantOK)
+		}
+	}
+}
+
+func FuzzParseBearer(f *testing.F) {
+	for _, s := range []string{"Bearer abc", "bearer  x.y.z", "Basic a", "", "Bearer", "Bearer \x00", "bEaReR é"} {
+		f.Add(s)
+	}
+	f.Fuzz(func(t *testing.T, header string) {
+		token, ok := authn.ParseBearer(header)
+		if !ok && token != "" {
+			t.Fatalf("ParseBearer(%q) = (%q, false); want no token when not ok", header, token)
+		}
+		if ok {
+			if !strings.HasSuffix(header, token) || len(token) >= len(header) {
+				t.Fatalf("ParseBearer(%q) = %q; token must be a proper suffix of the header", header, token)
+			}
+			if !strings.EqualFold(header[:6], "bearer") {
+				t.Fatalf("ParseBearer(%q) ok for another scheme", header)
+			}
+		}
+	})
+}
+
+func FuzzJWTExpiry(f *testing.F) {
+	f.Add(authtest.MintJWT(map[string]any{"exp": 1700000000}))
+	f.Add(authtest.MintJWT(map[string]any{"exp": 1.5}))
+	f.Add(authtest.MintJWT(map[string]any{"exp": "soon"}))
+	f.Add(authtest.MintJWT(map[string]any{}))
+	f.Add("a.b.c")
+	f.Add("not a jwt")
+	f.Add("a..c")
+	f.Add("..")
+	f.Fuzz(func(t *testing.T, token string) {
+		exp, ok := authn.JWTExpiry(token)
+		if !ok && !exp.IsZero() {
+			t.Fatalf("JWTExpiry(%q) = (%v, false); want zero time when not ok", token, exp)
+		}
+		if ok && (exp.Unix() < 0 || exp.Unix() > 1<<40) {
+			t.Fatalf("JWTExpiry(%q) = %v; out of range", token, exp)
+		}
+	})
+}
+
+func TestJWTExpiry(t *testing.T) {
+	t.Parallel()
+	tests := []struct {
+		name   string
+		token  string
+		want   time.Time
+		wantOK bool
+	}{
+		{"integer exp", authtest.MintJWT(map[string]any{"exp": 1700000000}), time.Unix(1700000000, 0), true},
+		{"fractional exp", authtest.MintJWT(map[string]any{"exp": 1700000000.5}), time.Unix(1700000000, 5e8), true},
+		{"string exp", authtest.MintJWT(map[string]any{"exp": "1700000000"}), time.Time{}, false},
+		{"no exp", authtest.MintJWT(map[string]any{"sub": "x"}), time.Time{}, false},
+		{"negative exp", authtest.MintJWT(map[string]any{"exp": -5}), time.Time{}, false},
+		{"opaque token", "0123456789abcdef", time.Time{}, false},
+		{"four segments", "a.b.c.d", time.Time{}, false},
+		{"bad base64", "a.!!!.c", time.Time{}, false},
+	}
+	for _, tt := range tests {
+		got, ok := authn.JWTExpiry(tt.token)
+		if ok != tt.wantOK || !got.Equal(tt.want) {
+			t.Errorf("%s: JWTExpiry() = (%v, %v); want (%v, %v)", tt.name, got, ok, tt.want, tt.wantOK)
+		}
+	}
+}
