@@ -1,0 +1,501 @@
+package httpauth_test
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"net/http"
+	"net/http/httptest"
+	"strings"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/google/go-cmp/cmp"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apiserver/pkg/authentication/authenticator"
+	"k8s.io/apiserver/pkg/authentication/user"
+	"k8s.io/apiserver/pkg/authorization/authorizer"
+	"k8s.io/apiserver/pkg/endpoints/request"
+
+	"github.com/reviewauth/reviewauth"
+	"github.com/reviewauth/reviewauth/httpauth"
+)
+
+const (
+	scraperToken = "scraper-token-0123456789"
+	badToken     = "rejected-token-0123456789"
+	downToken    = "outage-token-0123456789"
+	slowToken    = "throttled-token-0123456789"
+	weirdToken   = "weird-token-0123456789"
+	denyAllToken = "authz-down-token-0123456789"
+)
+
+var (
+	scraper = &user.DefaultInfo{Name: "system:serviceaccount:monitoring:prometheus", UID: "uid-prom",
+		Groups: []string{"system:serviceaccounts", "system:authenticated"}, Extra: map[string][]string{"authentication.kubernetes.io/credential-id": {"JTI=1"}}}
+	authzDownUser = &user.DefaultInfo{Name: "authz-down"}
+)
+
+// fakeTokens is a bearer-token authenticator with the three-way result of
+// authn: no header, rejection, outage.
+type fakeTokens struct{ calls atomic.Int64 }
+
+func (f *fakeTokens) AuthenticateRequest(r *http.Request) (*authenticator.Response, bool, error) {
+	h := r.Header.Get("Authorization")
+	if h == "" {
+		return nil, false, nil
+	}
+	f.calls.Add(1)
+	tok, ok := strings.CutPrefix(h, "Bearer ")
+	if !ok {
+		return nil, false, nil
+	}
+	switch tok {
+	case scraperToken:
+		return &authenticator.Response{User: scraper}, true, nil
+	case denyAllToken:
+		return &authenticator.Response{User: authzDownUser}, true, nil
+	case downToken:
+		return nil, false, &reviewauth.ReviewError{Review: "TokenReview", Code: 503, Attempts: 1}
+	case slowToken:
+		return nil, false, &reviewauth.ReviewError{Review: "TokenReview", Code: 429, Attempts: 5, RetryAfter: 2500 * time.Millisecond}
+	case weirdToken:
+		return nil, false, errors.New("something unexpected")
+	}
+	return nil, false, &reviewauth.RejectedError{Reason: "invalid bearer token"}
+}
+
+// metricsOnly allows nodes/metrics (any verb) to the scraper and to users in
+// group "metrics", and fails for authzDownUser.
+var metricsOnly = authorizer.AuthorizerFunc(func(ctx context.Context, a authorizer.Attributes) (authorizer.Decision, string, error) {
+	u := a.GetUser()
+	if u.GetName() == authzDownUser.GetName() {
+		return authorizer.DecisionDeny, "", &reviewauth.ReviewError{Review: "SubjectAccessReview", Code: 503, RetryAfter: 7 * time.Second}
+	}
+	if a.GetResource() == "nodes" && a.GetSubresource() == "metrics" && a.GetName() == "node-1" {
+		if u.GetName() == scraper.Name || contains(u.GetGroups(), "metrics") {
+			return authorizer.DecisionAllow, "rbac: bound to nodes/metrics", nil
+		}
+	}
+	return authorizer.DecisionNoOpinion, "no RBAC policy matched", nil
+})
+
+func contains(list []string, s string) bool {
+	for _, v := range list {
+		if v == s {
+			return true
+		}
+	}
+	return false
+}
+
+// seen records what the protected handler observed.
+type seen struct {
+	called bool
+	path   string
+	header http.Header
+	user   user.Info
+}
+
+func recordingHandler(s *seen) http.Handler {
+	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		s.called = true
+		s.path = r.URL.Path
+		s.header = r.Header.Clone()
+		s.user, _ = request.UserFrom(r.Context())
+		w.WriteHeader(http.StatusOK)
+		_, _ = w.Write([]byte("ok"))
+	})
+}
+
+func newMiddleware(t *testing.T, opts httpauth.Options) func(http.Handler) http.Handler {
+	t.Helper()
+	if opts.Authenticator == nil {
+		opts.Authenticator = &fakeTokens{}
+	}
+	if opts.Authorizer == nil {
+		opts.Authorizer = metricsOnly
+	}
+	if opts.Attributes == nil {
+		opts.Attributes = httpauth.Kubelet("node-1")
+	}
+	mw, err := httpauth.New(opts)
+	if err != nil {
+		t.Fatalf("New() error %v", err)
+	}
+	return mw
+}
+
+func serve(mw func(http.Handler) http.Handler, r *http.Request) (*httptest.ResponseRecorder, *seen) {
+	var s seen
+	w := httptest.NewRecorder()
+	mw(recordingHandler(&s)).ServeHTTP(w, r)
+	return w, &s
+}
+
+func get(target, token string) *http.Request {
+	r := httptest.NewRequest("GET", target, nil)
+	if token != "" {
+		r.Header.Set("Authorization", "Bearer "+token)
+	}
+	return r
+}
+
+func decodeStatus(t *testing.T, w *httptest.ResponseRecorder) metav1.Status {
+	t.Helper()
+	var st metav1.Status
+	if err := json.Unmarshal(w.Body.Bytes(), &st); err != nil {
+		t.Fatalf("response body %q is not a Status: %v", w.Body.String(), err)
+	}
+	return st
+}
+
+func TestResponses(t *testing.T) {
+	t.Parallel()
+	failingMapper := httpauth.AttributesMapperFunc(func(*http.Request, user.Info) ([]authorizer.Attributes, error) {
+		return nil, errors.New("httpauth_test: cannot map")
+	})
+	emptyMapper := httpauth.AttributesMapperFunc(func(*http.Request, user.Info) ([]authorizer.Attributes, error) {
+		return nil, nil
+	})
+	tests := []struct {
+		name        string
+		opts        httpauth.Options
+		req         *http.Request
+		wantCode    int
+		wantReason  metav1.StatusReason
+		wantHeaders map[string]string
+		wantMessage string
+	}{
+		{
+			name: "allowed", req: get("/metrics", scraperToken), wantCode: 200,
+		},
+		{
+			name: "no credential", req: get("/metrics", ""), wantCode: 401, wantReason: metav1.StatusReasonUnauthorized,
+			wantHeaders: map[string]string{"WWW-Authenticate": "Bearer"},
+		},
+		{
+			name: "not a bearer credential", req: func() *http.Request {
+				r := get("/metrics", "")
+				r.Header.Set("Authorization", "Basic "+scraperToken)
+				return r
+			}(), wantCode: 401, wantReason: metav1.StatusReasonUnauthorized,
+			wantHeaders: map[string]string{"WWW-Authenticate": "Bearer"},
+		},
+		{
+			name: "rejected token", req: get("/metrics", badToken), wantCode: 401, wantReason: metav1.StatusReasonUnauthorized,
+			wantHeaders: map[string]string{"WWW-Authenticate": `Bearer error="invalid_token"`},
+		},
+		{
+			name: "authentication outage", req: get("/metrics", downToken), wantCode: 503, wantReason: metav1.StatusReasonServiceUnavailable,
+			wantHeaders: map[string]string{"Retry-After": "1", "WWW-Authenticate": ""},
+		},
+		{
+			name: "authentication outage with retry-after", req: get("/metrics", slowToken), wantCode: 503, wantReason: metav1.StatusReasonServiceUnavailable,
+			wantHeaders: map[string]string{"Retry-After": "3"},
+		},
+		{
+			name: "configured retry-after", opts: httpauth.Options{RetryAfter: 4 * time.Second},
+			req: get("/metrics", downToken), wantCode: 503, wantReason: metav1.StatusReasonServiceUnavailable,
+			wantHeaders: map[string]string{"Retry-After": "4"},
+		},
+		{
+			name: "unknown authentication error", req: get("/metrics", weirdToken), wantCode: 503, wantReason: metav1.StatusReasonServiceUnavailable,
+			wantHeaders: map[string]string{"Retry-After": "1"},
+		},
+		{
+			name: "forbidden", req: get("/logs/syslog", scraperToken), wantCode: 403, wantReason: metav1.StatusReasonForbidden,
+			wantMessage: `nodes "node-1" is forbidden: User "system:serviceaccount:monitoring:prometheus" cannot get resource "nodes/log" in API group "" at the cluster scope: no RBAC policy matched`,
+		},
+		{
+			name: "authorization outage", req: get("/metrics", denyAllToken), wantCode: 503, wantReason: metav1.StatusReasonServiceUnavailable,
+			wantHeaders: map[string]string{"Retry-After": "7"},
+		},
+		{
+			name: "bad path", req: get("/metrics/%2e%2e/logs/x", scraperToken), wantCode: 400, wantReason: metav1.StatusReasonBadRequest,
+		},
+		{
+			name: "method without verb", req: func() *http.Request {
+				r := get("/metrics", scraperToken)
+				r.Method = "OPTIONS"
+				return r
+			}(), wantCode: 405, wantReason: metav1.StatusReasonMethodNotAllowed,
+		},
+		{
+			name: "mapper error", opts: httpauth.Options{Attributes: failingMapper},
+			req: get("/metrics", scraperToken), wantCode: 400, wantReason: metav1.StatusReasonBadRequest,
+		},
+		{
+			name: "mapper returns nothing", opts: httpauth.Options{Attributes: emptyMapper},
+			req: get("/metrics", scraperToken), wantCode: 403, wantReason: metav1.StatusReasonForbidden,
+		},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			t.Parallel()
+			w, s := serve(newMiddleware(t, tt.opts), tt.req)
+			if w.Code != tt.wantCode {
+				t.Fatalf("%s: code = %d; want %d (body %s)", tt.name, w.Code, tt.wantCode, w.Body)
+			}
+			for k, v := range tt.wantHeaders {
+				if got := w.Header().Get(k); got != v {
+					t.Errorf("%s: header %s = %q; want %q", tt.name, k, got, v)
+				}
+			}
+			for _, tok := range []string{scraperToken, badToken, downToken, slowToken, weirdToken, denyAllToken} {
+				if strings.Contains(w.Body.String(), tok) || strings.Contains(strings.Join(w.Header().Values("WWW-Authenticate"), ""), tok) {
+					t.Errorf("%s: response echoes a token: %s", tt.name, w.Body)
+				}
+			}
+			if tt.wantCode == 200 {
+				if !s.called {
+					t.Errorf("%s: handler not called; want called", tt.name)
+				}
+				return
+			}
+			if s.called {
+				t.Errorf("%s: handler called; want not called on %d", tt.name, tt.wantCode)
+			}
+			if ct := w.Header().Get("Content-Type"); ct != "application/json" {
+				t.Errorf("%s: Content-Type = %q; want application/json", tt.name, ct)
+			}
+			st := decodeStatus(t, w)
+			want := metav1.Status{TypeMeta: metav1.TypeMeta{Kind: "Status", APIVersion: "v1"}, Status: metav1.StatusFailure, Reason: tt.wantReason, Code: int32(tt.wantCode)}
+			got := metav1.Status{TypeMeta: st.TypeMeta, Status: st.Status, Reason: st.Reason, Code: st.Code}
+			if diff := cmp.Diff(want, got); diff != "" {
+				t.Errorf("%s: Status mismatch (-want +got):\n%s", tt.name, diff)
+			}
+			if st.Message == "" {
+				t.Errorf("%s: Status.Message is empty; want a message", tt.name)
+			}
+			if tt.wantMessage != "" && st.Message != tt.wantMessage {
+				t.Errorf("%s: Status.Message = %q; want %q", tt.name, st.Message, tt.wantMessage)
+			}
+			if tt.wantCode == 503 && (st.Details == nil || st.Details.RetryAfterSeconds < 1) {
+				t.Errorf("%s: Status.Details = %+v; want RetryAfterSeconds >= 1", tt.name, st.Details)
+			}
+		})
+	}
+}
+
+var spoofed = map[string]string{
+	"X-Remote-User":             "system:admin",
+	"X-Remote-Uid":              "0",
+	"X-Remote-Group":            "system:masters",
+	"X-Remote-Extra-Scopes":     "all",
+	"X-Remote-Extra-Foo%2fbar":  "x",
+	"x-remote-user":             "lowercase-admin",
+	"X-REMOTE-EXTRA-Other":      "y",
+	"X-Remote-Not-An-Identity":  "kept",
+	"X-Forwarded-For":           "10.0.0.1",
+	"X-Remote-Usernot-Identity": "kept",
+}
+
+// spoof adds the spoofed headers to r, bypassing canonicalization as a
+// hand-built request (or another middleware) could.
+func spoof(r *http.Request) *http.Request {
+	for k, v := range spoofed {
+		r.Header[k] = []string{v}
+	}
+	return r
+}
+
+func identityHeaders(h http.Header) map[string][]string {
+	out := map[string][]string{}
+	for k, v := range h {
+		lk := strings.ToLower(k)
+		if lk == "authorization" || lk == "x-remote-user" || lk == "x-remote-uid" || lk == "x-remote-group" || strings.HasPrefix(lk, "x-remote-extra-") {
+			out[k] = v
+		}
+	}
+	return out
+}
+
+func TestHeaderStripping(t *testing.T) {
+	t.Parallel()
+	tests := []struct {
+		name      string
+		propagate bool
+		req       *http.Request
+		wantUser  user.Info
+		want      map[string][]string
+	}{
+		{name: "allowed path", req: spoof(get("/metrics", scraperToken)), wantUser: scraper, want: map[string][]string{}},
+		{name: "always-allow path", req: spoof(get("/healthz", scraperToken)), want: map[string][]string{}},
+		{name: "always-allow path without credential", req: spoof(get("/healthz", "")), want: map[string][]string{}},
+		{name: "always-allow path after cleaning", req: spoof(get("//healthz/", "")), want: map[string][]string{}},
+		{name: "propagated identity replaces spoofed", propagate: true, req: spoof(get("/metrics", scraperToken)), wantUser: scraper,
+			want: map[string][]string{
+				"X-Remote-User":  {scraper.Name},
+				"X-Remote-Uid":   {scraper.UID},
+				"X-Remote-Group": scraper.Groups,
+				"X-Remote-Extra-Authentication.kubernetes.io%2fcredential-Id": {"JTI=1"},
+			}},
+		{name: "always-allow path with propagation sets nothing", propagate: true, req: spoof(get("/healthz", scraperToken)), want: map[string][]string{}},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			t.Parallel()
+			tokens := &fakeTokens{}
+			mw := newMiddleware(t, httpauth.Options{Authenticator: tokens, AlwaysAllowPaths: []string{"/healthz", "/healthz/", "/readyz"}, PropagateIdentity: tt.propagate})
+			w, s := serve(mw, tt.req)
+			if w.Code != 200 || !s.called {
+				t.Fatalf("%s: code = %d, handler called %v; want 200 and called (body %s)", tt.name, w.Code, s.called, w.Body)
+			}
+			if diff := cmp.Diff(tt.want, identityHeaders(s.header)); diff != "" {
+				t.Errorf("%s: identity headers seen by the handler (-want +got):\n%s", tt.name, diff)
+			}
+			for _, k := range []string{"X-Remote-Not-An-Identity", "X-Forwarded-For", "X-Remote-Usernot-Identity"} {
+				if s.header[k] == nil {
+					t.Errorf("%s: header %s was removed; want it kept", tt.name, k)
+				}
+			}
+			if !cmp.Equal(tt.wantUser, s.user) {
+				t.Errorf("%s: request.UserFrom = %v; want %v", tt.name, s.user, tt.wantUser)
+			}
+			if tt.wantUser == nil && tokens.calls.Load() != 0 {
+				t.Errorf("%s: authenticator called %d times on an always-allow path; want 0", tt.name, tokens.calls.Load())
+			}
+		})
+	}
+
+	t.Run("stripped before a failure too", func(t *testing.T) {
+		t.Parallel()
+		r := spoof(get("/logs/x", scraperToken))
+		w, _ := serve(newMiddleware(t, httpauth.Options{}), r)
+		if w.Code != 403 {
+			t.Fatalf("code = %d; want 403", w.Code)
+		}
+		if got := identityHeaders(r.Header); len(got) != 0 {
+			t.Errorf("identity headers left on the request after a 403: %v; want none", got)
+		}
+	})
+}
+
+func TestPathTricks(t *testing.T) {
+	t.Parallel()
+	tests := []struct {
+		target   string
+		wantCode int
+		wantPath string // the path the handler sees
+	}{
+		{target: "/metrics", wantCode: 200, wantPath: "/metrics"},
+		{target: "/metrics/../logs/x", wantCode: 403},
+		{target: "/metrics/./../logs/", wantCode: 403},
+		{target: "//logs", wantCode: 403},
+		{target: "//logs/x", wantCode: 403},
+		{target: "/logs/../metrics", wantCode: 200, wantPath: "/metrics"},
+		{target: "//metrics//cadvisor", wantCode: 200, wantPath: "/metrics/cadvisor"},
+		{target: "/./metrics/", wantCode: 200, wantPath: "/metrics/"},
+		{target: "/metrics/%2e%2e/logs/x", wantCode: 400},
+		{target: "/metrics/%2E%2E/logs/x", wantCode: 400},
+		{target: "/metrics%2f..%2flogs", wantCode: 400},
+		{target: "/metrics/%252e%252e/logs", wantCode: 400},
+		{target: "/metrics/..;/logs", wantCode: 400},
+		{target: "/%6detrics", wantCode: 200, wantPath: "/metrics"},
+	}
+	mw := newMiddleware(t, httpauth.Options{})
+	for _, tt := range tests {
+		t.Run(tt.target, func(t *testing.T) {
+			t.Parallel()
+			r := get(tt.target, scraperToken)
+			w, s := serve(mw, r)
+			if w.Code != tt.wantCode {
+				t.Fatalf("GET %s: code = %d; want %d (body %s)", tt.target, w.Code, tt.wantCode, w.Body)
+			}
+			if tt.wantCode != 200 {
+				if s.called {
+					t.Errorf("GET %s: handler called; want not called", tt.target)
+				}
+				return
+			}
+			if s.path != tt.wantPath {
+				t.Errorf("GET %s: handler saw path %q; want %q", tt.target, s.path, tt.wantPath)
+			}
+		})
+	}
+}
+
+func TestHandlerSeesCleanedURL(t *testing.T) {
+	t.Parallel()
+	mw := newMiddleware(t, httpauth.Options{})
+	var got string
+	h := mw(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		got = r.URL.EscapedPath() + " " + r.RequestURI
+	}))
+	r := get("//metrics/./cadvisor?x=1", scraperToken)
+	h.ServeHTTP(httptest.NewRecorder(), r)
+	if want := "/metrics/cadvisor /metrics/cadvisor?x=1"; got != want {
+		t.Errorf("handler saw %q; want %q", got, want)
+	}
+	if r.URL.Path != "//metrics/./cadvisor" {
+		t.Errorf("caller's request URL was modified to %q; want it untouched", r.URL.Path)
+	}
+}
+
+func TestAlwaysAllow(t *testing.T) {
+	t.Parallel()
+	mw := newMiddleware(t, httpauth.Options{AlwaysAllowPaths: []string{"/healthz", "/readyz", "/livez", "/debug/pprof/*"}})
+	tests := []struct {
+		target   string
+		wantCode int
+		wantPath string
+	}{
+		{target: "/healthz", wantCode: 200, wantPath: "/healthz"},
+		{target: "//healthz", wantCode: 200, wantPath: "/healthz"},
+		{target: "/./readyz", wantCode: 200, wantPath: "/readyz"},
+		{target: "/logs/../livez", wantCode: 200, wantPath: "/livez"},
+		{target: "/debug/pprof/heap", wantCode: 200, wantPath: "/debug/pprof/heap"},
+		{target: "/debug/pprof/../../logs/x", wantCode: 401},
+		{target: "/healthz/../logs/x", wantCode: 401},
+		{target: "/healthz/", wantCode: 401},
+		{target: "/healthzx", wantCode: 401},
+		{target: "/healthz%2f..%2flogs", wantCode: 400},
+		{target: "/healthz/%2e%2e/logs", wantCode: 400},
+	}
+	for _, tt := range tests {
+		t.Run(tt.target, func(t *testing.T) {
+			t.Parallel()
+			w, s := serve(mw, get(tt.target, ""))
+			if w.Code != tt.wantCode {
+				t.Fatalf("GET %s without credential: code = %d; want %d", tt.target, w.Code, tt.wantCode)
+			}
+			if tt.wantCode == 200 && s.path != tt.wantPath {
+				t.Errorf("GET %s: handler saw %q; want %q", tt.target, s.path, tt.wantPath)
+			}
+			if tt.wantCode != 200 && s.called {
+				t.Errorf("GET %s: handler called; want not called", tt.target)
+			}
+		})
+	}
+}
+
+func TestNewErrors(t *testing.T) {
+	t.Parallel()
+	ok := httpauth.Options{Authenticator: &fakeTokens{}, Authorizer: metricsOnly, Attributes: httpauth.Kubelet("n")}
+	tests := []struct {
+		name string
+		edit func(*httpauth.Options)
+	}{
+		{"no authenticator", func(o *httpauth.Options) { o.Authenticator = nil }},
+		{"no authorizer", func(o *httpauth.Options) { o.Authorizer = nil }},
+		{"no mapper", func(o *httpauth.Options) { o.Attributes = nil }},
+		{"relative always-allow path", func(o *httpauth.Options) { o.AlwaysAllowPaths = []string{"healthz"} }},
+		{"unclean always-allow path", func(o *httpauth.Options) { o.AlwaysAllowPaths = []string{"/a/../healthz"} }},
+		{"inner star", func(o *httpauth.Options) { o.AlwaysAllowPaths = []string{"/a*/b"} }},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			t.Parallel()
+			o := ok
+			tt.edit(&o)
+			if mw, err := httpauth.New(o); err == nil || mw != nil || !strings.HasPrefix(err.Error(), "httpauth: ") {
+				t.Errorf("New(%s) = %v, %v; want nil and an httpauth error", tt.name, mw != nil, err)
+			}
+		})
+	}
+	if _, err := httpauth.New(ok); err != nil {
+		t.Errorf("New(valid) error %v; want nil", err)
+	}
+}
