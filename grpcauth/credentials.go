@@ -6,7 +6,9 @@ import (
 	"fmt"
 	"net/http"
 
+	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/credentials"
+	"google.golang.org/grpc/status"
 )
 
 // PerRPCCredentials returns gRPC call credentials that send a token from
@@ -36,7 +38,10 @@ func (p perRPC) GetRequestMetadata(ctx context.Context, _ ...string) (map[string
 	}
 	tok, err := p.src.Token(ctx)
 	if err != nil {
-		return nil, err
+		if _, ok := status.FromError(err); ok {
+			return nil, err
+		}
+		return nil, status.Error(codes.Unavailable, "grpcauth: getting a token: "+err.Error())
 	}
 	return map[string]string{authorizationKey: "Bearer " + tok}, nil
 }

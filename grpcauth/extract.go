@@ -2,19 +2,21 @@ package grpcauth
 
 import (
 	"context"
-	"strings"
 
 	"google.golang.org/grpc/metadata"
 	"google.golang.org/protobuf/proto"
 	"google.golang.org/protobuf/reflect/protoreflect"
+
+	"github.com/reviewauth/reviewauth/authn"
 )
 
 const authorizationKey = "authorization"
 
 // FromMetadata returns a [TokenExtractor] that reads the token from the
-// "authorization: Bearer <token>" metadata entry. The scheme is matched
-// without regard to case. A missing entry, more than one entry, another
-// scheme, or an empty token yields no token. The extractor is safe for
+// "authorization: Bearer <token>" metadata entry, parsed by
+// [authn.ParseBearer] exactly like the HTTP Authorization header. A missing
+// entry, more than one entry, another scheme, or an empty token yields no
+// token; a malformed token is left to the authenticator to reject. The extractor is safe for
 // concurrent use.
 func FromMetadata() TokenExtractor {
 	return fromMetadata
@@ -25,21 +27,8 @@ func fromMetadata(ctx context.Context, _ any) (string, bool) {
 	if len(vals) != 1 {
 		return "", false
 	}
-	return parseBearer(vals[0])
-}
-
-// parseBearer returns the token of a "Bearer <token>" credential. The token
-// must be non-empty and contain no white space.
-func parseBearer(v string) (string, bool) {
-	const scheme = "bearer"
-	if len(v) <= len(scheme) || !strings.EqualFold(v[:len(scheme)], scheme) || v[len(scheme)] != ' ' {
-		return "", false
-	}
-	tok := strings.TrimLeft(v[len(scheme):], " ")
-	if tok == "" || strings.ContainsAny(tok, " \t\r\n\v\f") {
-		return "", false
-	}
-	return tok, true
+	tok, ok := authn.ParseBearer(vals[0])
+	return tok, ok && tok != ""
 }
 
 // FromField returns a [TokenExtractor] that reads the token from the string
