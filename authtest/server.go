@@ -4,6 +4,8 @@ import (
 	"crypto/rand"
 	"encoding/base64"
 	"encoding/pem"
+	"io"
+	"log"
 	"net/http"
 	"net/http/httptest"
 	"strings"
@@ -98,6 +100,8 @@ func NewServer(opts ...Option) *Server {
 		}
 	}
 	s.ts = httptest.NewUnstartedServer(http.HandlerFunc(s.serveHTTP))
+	// Close resets connections mid-handshake; those errors are expected.
+	s.ts.Config.ErrorLog = log.New(io.Discard, "", 0)
 	s.ts.StartTLS()
 	return s
 }
