@@ -25,9 +25,18 @@ import (
 //     an error never allows.
 //
 // Check with no attribute sets returns a denial: a request with nothing to
-// authorize is a configuration mistake, and it fails closed. Check is safe for
-// concurrent use if az is.
-func Check(ctx context.Context, az authorizer.Authorizer, attrs ...authorizer.Attributes) error {
+// authorize is a configuration mistake, and it fails closed. A nil az gives
+// an error matching ErrUnavailable. Check is safe for concurrent use if az
+// is.
+//
+// The transports use Check: httpauth and grpcauth authorize each request
+// with Check over the attribute sets it maps to, so a request is allowed only
+// if every set is. az itself is typically [First] of local rules and an
+// [Authorizer], or [All] of [NodeLocal] and an [Authorizer].
+func Check(ctx context.Context, az authorizer.UnconditionalAuthorizer, attrs ...authorizer.Attributes) error {
+	if az == nil {
+		return &reviewauth.ReviewError{Review: "authorization", Err: errors.New("authz: nil authorizer")}
+	}
 	if len(attrs) == 0 {
 		return &reviewauth.DeniedError{Reason: "no attributes to authorize"}
 	}

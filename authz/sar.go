@@ -1,0 +1,388 @@
+package authz
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"net/http"
+	"time"
+
+	authorizationv1 "k8s.io/api/authorization/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/util/wait"
+	"k8s.io/apiserver/pkg/authorization/authorizer"
+	authorizationv1client "k8s.io/client-go/kubernetes/typed/authorization/v1"
+	"k8s.io/client-go/rest"
+	"k8s.io/klog/v2"
+	"k8s.io/utils/clock"
+
+	"github.com/reviewauth/reviewauth"
+	"github.com/reviewauth/reviewauth/cache"
+)
+
+// Defaults used for the zero fields of [Options].
+const (
+	// DefaultAllowedTTL is how long an Allow is cached. The kubelet keeps
+	// one for 5 minutes and k8s.io/apiserver's delegated authorizer for 10
+	// seconds. One minute bounds how long a revoked RoleBinding keeps
+	// working to what operators expect of "eventually", while a client
+	// polling every 10-30 seconds (a Prometheus scrape, a CSI backup
+	// stream) costs one SAR a minute instead of one per request.
+	DefaultAllowedTTL = time.Minute
+
+	// DefaultDeniedTTL is how long a Deny or a NoOpinion is cached. The
+	// kubelet uses 30 seconds and the delegated apiserver 10. A denial is
+	// usually followed by someone fixing RBAC and trying again, so it is
+	// kept short; coalescing already keeps a retrying herd of denied
+	// callers to one SAR at a time.
+	DefaultDeniedTTL = 10 * time.Second
+
+	// DefaultMaxEntries bounds the cache, like the 8192-entry LRU of
+	// k8s.io/apiserver's webhook authorizer. An entry is well under 200
+	// bytes, so a full cache stays under 2 MiB.
+	DefaultMaxEntries = 8192
+
+	// DefaultMaxCacheableAttributeBytes is the size of caller-controlled
+	// attributes from which a result is not cached, as in k8s.io/apiserver.
+	DefaultMaxCacheableAttributeBytes = 10000
+
+	// DefaultTimeout is the total budget of one review, retries and waits
+	// included.
+	DefaultTimeout = 10 * time.Second
+
+	// DefaultMaxInFlight bounds the SubjectAccessReviews in flight at once.
+	// A healthy API server answers a SAR in a few milliseconds, so 16
+	// slots carry thousands of SARs a second, far more than a cache-fronted
+	// agent needs; the bound matters when the API server is slow, where it
+	// keeps a node agent from piling hundreds of requests onto it (every
+	// node runs one, and the API server is shared by all of them).
+	DefaultMaxInFlight = 16
+)
+
+// DefaultBackoff returns the retry schedule used when [Options.Backoff] has
+// no Steps: up to 4 attempts, waiting 100ms, 200ms, 400ms (each ±20%
+// jitter, capped at 2s) between them.
+func DefaultBackoff() wait.Backoff {
+	return wait.Backoff{Duration: 100 * time.Millisecond, Factor: 2, Jitter: 0.2, Steps: 4, Cap: 2 * time.Second}
+}
+
+// Options configures an [Authorizer]. The zero value gives the defaults
+// documented on each field.
+type Options struct {
+	// AllowedTTL is how long an Allow is cached. Zero means
+	// [DefaultAllowedTTL]; a negative value disables caching of Allows.
+	AllowedTTL time.Duration
+
+	// DeniedTTL is how long a Deny or a NoOpinion is cached. Zero means
+	// [DefaultDeniedTTL]; a negative value disables caching of them.
+	// Errors are never cached.
+	DeniedTTL time.Duration
+
+	// MaxEntries bounds the number of cached decisions. Zero means
+	// [DefaultMaxEntries].
+	MaxEntries int
+
+	// MaxCacheableAttributeBytes: a request whose caller-controlled
+	// attributes (namespace, verb, group, version, resource, subresource,
+	// name, path, and the field and label selectors) add up to this many
+	// bytes or more is never cached, so a caller cannot fill the cache
+	// with large entries. Such requests are still coalesced: concurrent
+	// identical ones share one SAR. Zero means
+	// [DefaultMaxCacheableAttributeBytes].
+	MaxCacheableAttributeBytes int
+
+	// Timeout is the total budget of one review, retries included. Zero
+	// means [DefaultTimeout].
+	Timeout time.Duration
+
+	// Backoff is the retry schedule: Steps is the maximum number of
+	// attempts (1 disables retries), and the waits grow from Duration by
+	// Factor, with Jitter, up to Cap. A Retry-After from the API server
+	// replaces a shorter wait. If Steps is zero, [DefaultBackoff] is used.
+	Backoff wait.Backoff
+
+	// MaxInFlight bounds the SubjectAccessReviews in flight at once;
+	// callers past it wait, subject to their context. Zero means
+	// [DefaultMaxInFlight].
+	MaxInFlight int
+
+	// Clock tells the time for cache expiry and retry waits. Nil means the
+	// real clock.
+	Clock clock.Clock
+}
+
+// SubjectAccessReviewer creates SubjectAccessReviews. client-go's
+// k8s.io/client-go/kubernetes/typed/authorization/v1.SubjectAccessReviewInterface
+// satisfies it.
+type SubjectAccessReviewer interface {
+	Create(ctx context.Context, sar *authorizationv1.SubjectAccessReview, opts metav1.CreateOptions) (*authorizationv1.SubjectAccessReview, error)
+}
+
+// decision is what the cache keeps for one review.
+type decision struct {
+	d      authorizer.Decision
+	reason string
+}
+
+// Authorizer authorizes requests with authorization.k8s.io/v1
+// SubjectAccessReviews, with a bounded cache, coalescing of concurrent
+// identical reviews, bounded retries and a bound on reviews in flight.
+//
+// Authorizer implements the whole [authorizer.Authorizer] of
+// k8s.io/apiserver v0.37: it can be passed to filters.WithAuthorization
+// (which takes the narrower [authorizer.UnconditionalAuthorizer]) and to
+// union.New (which takes [authorizer.Authorizer]). It is not
+// conditions-aware: ConditionsAwareAuthorize returns the unconditional
+// decision of Authorize, and EvaluateConditions always denies with
+// [authorizer.ErrorConditionEvaluationNotSupported].
+//
+// Decisions follow the SubjectAccessReview status:
+//
+//   - allowed and not denied: DecisionAllow;
+//   - denied and not allowed: DecisionDeny;
+//   - neither: DecisionNoOpinion, with the API server's reason. This
+//     includes a status with only an evaluationError, as in
+//     k8s.io/apiserver's webhook: it is the API server's answer (RBAC
+//     reports a binding to a missing role this way, persistently), not a
+//     failure to ask. The evaluationError is logged at V(4), never
+//     returned to the caller;
+//   - both allowed and denied: a malformed answer. DecisionDeny with a
+//     *[reviewauth.ReviewError]: "could not check", never an Allow, and
+//     never cached.
+//
+// Any failure to get an answer (after retries) gives DecisionDeny and a
+// *[reviewauth.ReviewError], which matches [reviewauth.ErrUnavailable]. No
+// error ever comes with DecisionAllow. Unlike k8s.io/apiserver's webhook,
+// which answers NoOpinion on error so that a union falls through to the next
+// authorizer, Authorizer fails closed.
+//
+// An Authorizer is safe for concurrent use. It starts one goroutine per
+// shared review, which ends with the review.
+type Authorizer struct {
+	reviewer     SubjectAccessReviewer
+	keyer        *cache.Keyer
+	cache        *cache.Cache[decision]
+	group        cache.Group[decision]
+	clock        clock.Clock
+	allowedTTL   time.Duration
+	deniedTTL    time.Duration
+	maxAttrBytes int
+	timeout      time.Duration
+	backoff      wait.Backoff
+	inflight     chan struct{}
+}
+
+var (
+	_ authorizer.Authorizer              = (*Authorizer)(nil)
+	_ authorizer.UnconditionalAuthorizer = (*Authorizer)(nil)
+	_ SubjectAccessReviewer              = (authorizationv1client.SubjectAccessReviewInterface)(nil)
+)
+
+// New returns an Authorizer that creates SubjectAccessReviews through
+// reviewer, configured by opts.
+//
+// Retries are the Authorizer's: it retries on its own schedule
+// ([Options.Backoff]) within its budget ([Options.Timeout]). A client-go
+// typed client, such as clientset.AuthorizationV1().SubjectAccessReviews(),
+// also retries responses that carry Retry-After, up to 10 times and on its
+// own clock, inside each of the Authorizer's attempts; with such a client a
+// throttling API server is asked more often than [Options.Backoff] says.
+// [NewForConfig] builds a client without those hidden retries and is
+// preferred.
+//
+// New panics if reviewer is nil.
+func New(reviewer SubjectAccessReviewer, opts Options) *Authorizer {
+	if reviewer == nil {
+		panic("authz: New with a nil SubjectAccessReviewer")
+	}
+	a := &Authorizer{
+		reviewer:     reviewer,
+		keyer:        cache.NewKeyer(),
+		clock:        opts.Clock,
+		allowedTTL:   opts.AllowedTTL,
+		deniedTTL:    opts.DeniedTTL,
+		maxAttrBytes: opts.MaxCacheableAttributeBytes,
+		timeout:      opts.Timeout,
+		backoff:      opts.Backoff,
+	}
+	if a.clock == nil {
+		a.clock = clock.RealClock{}
+	}
+	if a.allowedTTL == 0 {
+		a.allowedTTL = DefaultAllowedTTL
+	}
+	if a.deniedTTL == 0 {
+		a.deniedTTL = DefaultDeniedTTL
+	}
+	if a.maxAttrBytes <= 0 {
+		a.maxAttrBytes = DefaultMaxCacheableAttributeBytes
+	}
+	if a.timeout <= 0 {
+		a.timeout = DefaultTimeout
+	}
+	if a.backoff.Steps <= 0 {
+		a.backoff = DefaultBackoff()
+	}
+	maxEntries := opts.MaxEntries
+	if maxEntries <= 0 {
+		maxEntries = DefaultMaxEntries
+	}
+	maxInFlight := opts.MaxInFlight
+	if maxInFlight <= 0 {
+		maxInFlight = DefaultMaxInFlight
+	}
+	a.inflight = make(chan struct{}, maxInFlight)
+	a.cache = cache.New[decision](cache.Options{MaxEntries: maxEntries, Clock: a.clock})
+	a.group.Timeout = a.timeout
+	return a
+}
+
+// NewForConfig returns an Authorizer that posts SubjectAccessReviews to the
+// API server described by cfg, configured by opts. The client it builds has
+// client-go's internal retries turned off (rest.Request.MaxRetries(0)), so
+// that [Options.Backoff] and [Options.Timeout] are the only retry policy.
+// When cfg sets neither QPS nor a RateLimiter, the client gets the QPS
+// 200 / burst 400 of k8s.io/apiserver's delegated authorization rather
+// than client-go's 5/10, which throttles reviews (Istio #27945); cfg itself
+// is not modified.
+func NewForConfig(cfg *rest.Config, opts Options) (*Authorizer, error) {
+	if cfg == nil {
+		return nil, errors.New("authz: NewForConfig with a nil rest.Config")
+	}
+	c := rest.CopyConfig(cfg)
+	if c.QPS == 0 && c.RateLimiter == nil {
+		c.QPS, c.Burst = 200, 400
+	}
+	client, err := authorizationv1client.NewForConfig(c)
+	if err != nil {
+		return nil, fmt.Errorf("authz: building the SubjectAccessReview client: %w", err)
+	}
+	return New(&restReviewer{client: client.RESTClient()}, opts), nil
+}
+
+// restReviewer posts SubjectAccessReviews with client-go's retries off.
+type restReviewer struct {
+	client rest.Interface
+}
+
+func (r *restReviewer) Create(ctx context.Context, sar *authorizationv1.SubjectAccessReview, opts metav1.CreateOptions) (*authorizationv1.SubjectAccessReview, error) {
+	obj, err := r.client.Post().
+		Resource("subjectaccessreviews").
+		MaxRetries(0).
+		Body(sar).
+		Do(ctx).
+		Get()
+	if err != nil {
+		return nil, err
+	}
+	out, ok := obj.(*authorizationv1.SubjectAccessReview)
+	if !ok {
+		// A well-formed answer of the wrong kind would otherwise decode
+		// to an empty status and read as NoOpinion.
+		return nil, fmt.Errorf("authz: API server answered a SubjectAccessReview with a %T", obj)
+	}
+	return out, nil
+}
+
+// Authorize implements [authorizer.UnconditionalAuthorizer]. It answers
+// from the cache when it can; otherwise it creates a SubjectAccessReview,
+// shared with concurrent identical calls. A caller whose ctx ends first
+// returns at once with a *[reviewauth.ReviewError] wrapping ctx.Err(); the
+// shared review goes on for the others and is cancelled when every caller
+// has left.
+//
+// On a cache hit Authorize does not allocate, unless a is a resource
+// request with a label selector or the user has more than 32 groups or
+// extra keys.
+func (a *Authorizer) Authorize(ctx context.Context, attrs authorizer.Attributes) (authorizer.Decision, string, error) {
+	if attrs == nil {
+		return authorizer.DecisionDeny, "", &reviewauth.ReviewError{Review: reviewName, Err: errors.New("authz: nil attributes")}
+	}
+	key := cacheKey(a.keyer, attrs)
+	if v, ok := a.cache.Get(key); ok {
+		return v.d, v.reason, nil
+	}
+	return a.review(ctx, key, attrs)
+}
+
+// review is the miss path of Authorize, kept apart so that the hit path
+// allocates nothing for the closure.
+func (a *Authorizer) review(ctx context.Context, key cache.Key, attrs authorizer.Attributes) (authorizer.Decision, string, error) {
+	if err := ctx.Err(); err != nil {
+		return authorizer.DecisionDeny, "", &reviewauth.ReviewError{Review: reviewName, Err: err}
+	}
+	cacheable := attributeBytes(attrs) < a.maxAttrBytes
+	sar := &authorizationv1.SubjectAccessReview{Spec: sarSpec(attrs)}
+	// The shared review stops retrying when the next wait would pass the
+	// deadline of the caller that started it; callers that join share its
+	// result, and each still leaves when its own ctx ends.
+	leaderDeadline, _ := ctx.Deadline()
+	v, _, err := a.group.Do(ctx, key, func(lctx context.Context) (decision, error) {
+		return a.load(lctx, key, sar, cacheable, leaderDeadline)
+	})
+	if err != nil {
+		var re *reviewauth.ReviewError
+		if !errors.As(err, &re) {
+			// ctx ended while waiting, or the shared review panicked.
+			err = &reviewauth.ReviewError{Review: reviewName, Err: err}
+		}
+		return authorizer.DecisionDeny, v.reason, err
+	}
+	return v.d, v.reason, nil
+}
+
+// load runs one shared review and caches its result.
+func (a *Authorizer) load(ctx context.Context, key cache.Key, sar *authorizationv1.SubjectAccessReview, cacheable bool, leaderDeadline time.Time) (decision, error) {
+	// A caller that missed the cache just as the previous shared review
+	// finished starts a new one; its answer is already cached.
+	if v, ok := a.cache.Get(key); ok {
+		return v, nil
+	}
+	deadline := a.clock.Now().Add(a.timeout)
+	if !leaderDeadline.IsZero() && leaderDeadline.Before(deadline) {
+		deadline = leaderDeadline
+	}
+	out, attempts, err := a.create(ctx, sar, deadline)
+	if err != nil {
+		return decision{}, err
+	}
+	st := out.Status
+	var v decision
+	switch {
+	case st.Allowed && st.Denied:
+		return decision{reason: st.Reason}, &reviewauth.ReviewError{Review: reviewName, Code: http.StatusCreated, Attempts: attempts,
+			Err: errors.New("authz: malformed SubjectAccessReview status: both allowed and denied")}
+	case st.Allowed:
+		v = decision{d: authorizer.DecisionAllow, reason: st.Reason}
+	case st.Denied:
+		v = decision{d: authorizer.DecisionDeny, reason: st.Reason}
+	default:
+		v = decision{d: authorizer.DecisionNoOpinion, reason: st.Reason}
+	}
+	if st.EvaluationError != "" {
+		klog.FromContext(ctx).V(4).Info("SubjectAccessReview evaluation error", "decision", v.d, "evaluationError", st.EvaluationError)
+	}
+	if cacheable {
+		ttl := a.deniedTTL
+		if v.d == authorizer.DecisionAllow {
+			ttl = a.allowedTTL
+		}
+		if ttl > 0 {
+			a.cache.Set(key, v, ttl)
+		}
+	}
+	return v, nil
+}
+
+// ConditionsAwareAuthorize implements [authorizer.Authorizer]. Authorizer is
+// not conditions-aware: this returns the decision of Authorize.
+func (a *Authorizer) ConditionsAwareAuthorize(ctx context.Context, attrs authorizer.Attributes) authorizer.ConditionsAwareDecision {
+	return authorizer.ConditionsAwareDecisionFromParts(a.Authorize(ctx, attrs))
+}
+
+// EvaluateConditions implements [authorizer.Authorizer]. Authorizer never
+// returns conditions, so this fails closed: DecisionDeny with
+// [authorizer.ErrorConditionEvaluationNotSupported].
+func (a *Authorizer) EvaluateConditions(context.Context, authorizer.ConditionsAwareDecision, authorizer.ConditionsData) (authorizer.Decision, string, error) {
+	return authorizer.DecisionDeny, "", authorizer.ErrorConditionEvaluationNotSupported
+}

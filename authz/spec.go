@@ -1,0 +1,251 @@
+package authz
+
+import (
+	"slices"
+
+	authorizationv1 "k8s.io/api/authorization/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/labels"
+	"k8s.io/apimachinery/pkg/selection"
+	"k8s.io/apiserver/pkg/authorization/authorizer"
+
+	"github.com/reviewauth/reviewauth/cache"
+)
+
+// Tags of the canonical encoding hashed into cache keys. Every variable-length
+// field is length-prefixed by [cache.Hash], and every list is count-prefixed,
+// so the encoding is injective: two different SubjectAccessReview specs never
+// encode to the same bytes.
+const (
+	tagVersion     = 1 // bump when the encoding changes
+	tagNoUser      = 0
+	tagUser        = 1
+	tagResource    = 1
+	tagNonResource = 2
+)
+
+// sarSpec builds the spec of the SubjectAccessReview that asks about a, the
+// way k8s.io/apiserver's webhook authorizer does: selectors are sent as
+// authorization.k8s.io/v1 requirements, with operators the API does not know
+// dropped (requirements are ANDed, so dropping one only widens the check),
+// and a selector that failed to parse is sent without the requirements that
+// could not be parsed.
+func sarSpec(a authorizer.Attributes) authorizationv1.SubjectAccessReviewSpec {
+	var spec authorizationv1.SubjectAccessReviewSpec
+	if u := a.GetUser(); u != nil {
+		spec.User = u.GetName()
+		spec.UID = u.GetUID()
+		spec.Groups = slices.Clone(u.GetGroups())
+		if extra := u.GetExtra(); extra != nil {
+			spec.Extra = make(map[string]authorizationv1.ExtraValue, len(extra))
+			for k, v := range extra {
+				spec.Extra[k] = authorizationv1.ExtraValue(slices.Clone(v))
+			}
+		}
+	}
+	if !a.IsResourceRequest() {
+		spec.NonResourceAttributes = &authorizationv1.NonResourceAttributes{
+			Path: a.GetPath(),
+			Verb: a.GetVerb(),
+		}
+		return spec
+	}
+	ra := &authorizationv1.ResourceAttributes{
+		Namespace:   a.GetNamespace(),
+		Verb:        a.GetVerb(),
+		Group:       a.GetAPIGroup(),
+		Version:     a.GetAPIVersion(),
+		Resource:    a.GetResource(),
+		Subresource: a.GetSubresource(),
+		Name:        a.GetName(),
+	}
+	fieldReqs, _ := a.GetFieldSelector()
+	var frs []metav1.FieldSelectorRequirement
+	for _, r := range fieldReqs {
+		op, ok := fieldOp(r.Operator)
+		if !ok {
+			continue
+		}
+		frs = append(frs, metav1.FieldSelectorRequirement{Key: r.Field, Operator: op, Values: []string{r.Value}})
+	}
+	if len(frs) > 0 {
+		ra.FieldSelector = &authorizationv1.FieldSelectorAttributes{Requirements: frs}
+	}
+	labelReqs, _ := a.GetLabelSelector()
+	var lrs []metav1.LabelSelectorRequirement
+	for _, r := range labelReqs {
+		op, ok := labelOp(r.Operator())
+		if !ok {
+			continue
+		}
+		lr := metav1.LabelSelectorRequirement{Key: r.Key(), Operator: op}
+		if vs := r.ValuesUnsorted(); len(vs) > 0 {
+			lr.Values = vs
+		}
+		lrs = append(lrs, lr)
+	}
+	if len(lrs) > 0 {
+		ra.LabelSelector = &authorizationv1.LabelSelectorAttributes{Requirements: lrs}
+	}
+	spec.ResourceAttributes = ra
+	return spec
+}
+
+func fieldOp(op selection.Operator) (metav1.FieldSelectorOperator, bool) {
+	switch op {
+	case selection.Equals, selection.DoubleEquals, selection.In:
+		return metav1.FieldSelectorOpIn, true
+	case selection.NotEquals, selection.NotIn:
+		return metav1.FieldSelectorOpNotIn, true
+	}
+	return "", false
+}
+
+func labelOp(op selection.Operator) (metav1.LabelSelectorOperator, bool) {
+	switch op {
+	case selection.Equals, selection.DoubleEquals, selection.In:
+		return metav1.LabelSelectorOpIn, true
+	case selection.NotEquals, selection.NotIn:
+		return metav1.LabelSelectorOpNotIn, true
+	case selection.Exists:
+		return metav1.LabelSelectorOpExists, true
+	case selection.DoesNotExist:
+		return metav1.LabelSelectorOpDoesNotExist, true
+	}
+	return "", false
+}
+
+// attributeBytes returns the size of the attributes of a that the caller
+// controls: everything k8s.io/apiserver's webhook counts, plus the field and
+// label selectors it forgets (kubernetes#141457). User data is not counted:
+// it comes from the authenticator, not from the request.
+func attributeBytes(a authorizer.Attributes) int {
+	n := len(a.GetNamespace()) + len(a.GetVerb()) + len(a.GetAPIGroup()) +
+		len(a.GetAPIVersion()) + len(a.GetResource()) + len(a.GetSubresource()) +
+		len(a.GetName()) + len(a.GetPath())
+	if !a.IsResourceRequest() {
+		return n
+	}
+	fieldReqs, _ := a.GetFieldSelector()
+	for _, r := range fieldReqs {
+		n += len(r.Field) + len(r.Operator) + len(r.Value)
+	}
+	labelReqs, _ := a.GetLabelSelector()
+	for i := range labelReqs {
+		n += labelRequirementBytes(&labelReqs[i])
+	}
+	return n
+}
+
+func labelRequirementBytes(r *labels.Requirement) int {
+	n := len(r.Key()) + len(r.Operator())
+	for _, v := range r.ValuesUnsorted() {
+		n += len(v)
+	}
+	return n
+}
+
+// sortBuf is the number of strings sorted on the stack when keying; longer
+// lists cost one allocation.
+const sortBuf = 32
+
+// cacheKey returns the keyed hash of the canonical encoding of the
+// SubjectAccessReview spec that [sarSpec] builds for a: user name, UID, groups
+// (sorted: the API server treats them as a set), extra (keys sorted, each
+// key's values in order) and every attribute the spec carries, selectors
+// included. Two specs that differ in anything but the order of groups or of
+// extra keys get different keys.
+//
+// cacheKey does not allocate unless the user has more than sortBuf groups or
+// extra keys, or a label selector is present.
+func cacheKey(k *cache.Keyer, a authorizer.Attributes) cache.Key {
+	h := k.NewHash()
+	_ = h.WriteByte(tagVersion)
+	if u := a.GetUser(); u == nil {
+		_ = h.WriteByte(tagNoUser)
+	} else {
+		_ = h.WriteByte(tagUser)
+		h.WriteString(u.GetName())
+		h.WriteString(u.GetUID())
+
+		var buf [sortBuf]string
+		groups := u.GetGroups()
+		if !slices.IsSorted(groups) {
+			groups = append(buf[:0], groups...)
+			slices.Sort(groups)
+		}
+		writeStrings(h, groups)
+
+		extra := u.GetExtra()
+		keys := buf[:0]
+		for key := range extra {
+			keys = append(keys, key)
+		}
+		slices.Sort(keys)
+		h.WriteUint64(uint64(len(keys)))
+		for _, key := range keys {
+			h.WriteString(key)
+			writeStrings(h, extra[key])
+		}
+	}
+	if !a.IsResourceRequest() {
+		_ = h.WriteByte(tagNonResource)
+		h.WriteString(a.GetPath())
+		h.WriteString(a.GetVerb())
+		return h.Sum()
+	}
+	_ = h.WriteByte(tagResource)
+	h.WriteString(a.GetNamespace())
+	h.WriteString(a.GetVerb())
+	h.WriteString(a.GetAPIGroup())
+	h.WriteString(a.GetAPIVersion())
+	h.WriteString(a.GetResource())
+	h.WriteString(a.GetSubresource())
+	h.WriteString(a.GetName())
+
+	// Selectors exactly as sarSpec sends them: the count of kept
+	// requirements, then each one.
+	fieldReqs, _ := a.GetFieldSelector()
+	n := 0
+	for _, r := range fieldReqs {
+		if _, ok := fieldOp(r.Operator); ok {
+			n++
+		}
+	}
+	h.WriteUint64(uint64(n))
+	for _, r := range fieldReqs {
+		op, ok := fieldOp(r.Operator)
+		if !ok {
+			continue
+		}
+		h.WriteString(r.Field)
+		h.WriteString(string(op))
+		h.WriteUint64(1)
+		h.WriteString(r.Value)
+	}
+	labelReqs, _ := a.GetLabelSelector()
+	n = 0
+	for i := range labelReqs {
+		if _, ok := labelOp(labelReqs[i].Operator()); ok {
+			n++
+		}
+	}
+	h.WriteUint64(uint64(n))
+	for i := range labelReqs {
+		op, ok := labelOp(labelReqs[i].Operator())
+		if !ok {
+			continue
+		}
+		h.WriteString(labelReqs[i].Key())
+		h.WriteString(string(op))
+		writeStrings(h, labelReqs[i].ValuesUnsorted())
+	}
+	return h.Sum()
+}
+
+func writeStrings(h *cache.Hash, ss []string) {
+	h.WriteUint64(uint64(len(ss)))
+	for _, s := range ss {
+		h.WriteString(s)
+	}
+}
