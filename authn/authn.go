@@ -278,12 +278,18 @@ func (a *Authenticator) AuthenticateToken(ctx context.Context, token string) (*a
 	if token == "" {
 		return nil, false, nil
 	}
-	if rej := a.validate(token); rej != nil {
-		return nil, false, rej
+	if len(token) > a.opts.MaxTokenSize {
+		// Checked before hashing, so that junk costs nothing.
+		return nil, false, &reviewauth.RejectedError{Reason: fmt.Sprintf("token is larger than %d bytes", a.opts.MaxTokenSize)}
 	}
 	key := a.keyer.TokenKey(token, a.audiences)
 	if resp, ok := a.ok.Get(key); ok {
+		// Only a token that passed validate can have been cached: the
+		// byte scan is left off the hit path.
 		return resp, true, nil
+	}
+	if rej := validate(token); rej != nil {
+		return nil, false, rej
 	}
 	if rej, ok := a.rejected.Get(key); ok {
 		return nil, false, rej
@@ -304,10 +310,9 @@ func (a *Authenticator) AuthenticateToken(ctx context.Context, token string) (*a
 	return res.resp, true, nil
 }
 
-func (a *Authenticator) validate(token string) *reviewauth.RejectedError {
-	if len(token) > a.opts.MaxTokenSize {
-		return &reviewauth.RejectedError{Reason: fmt.Sprintf("token is larger than %d bytes", a.opts.MaxTokenSize)}
-	}
+// validate refuses, without a review, tokens that no API server would
+// accept: anything but visible ASCII (RFC 6750's b64token is a subset).
+func validate(token string) *reviewauth.RejectedError {
 	for i := 0; i < len(token); i++ {
 		if c := token[i]; c <= ' ' || c >= 0x7f {
 			return &reviewauth.RejectedError{Reason: "token contains whitespace, control or non-ASCII characters"}
