@@ -6,6 +6,7 @@ import (
 	"encoding/json"
 	"slices"
 	"strings"
+	"sync"
 	"testing"
 	"time"
 
@@ -291,4 +292,38 @@ func TestMintJWT(t *testing.T) {
 	if got, want := string(payload), `{"aud":"y","sub":"x"}`; got != want {
 		t.Errorf("MintJWT() payload = %s; want %s", got, want)
 	}
+}
+
+// TestConcurrentUse exercises every mutating method while reviews are being
+// served; run with -race.
+func TestConcurrentUse(t *testing.T) {
+	t.Parallel()
+	s := authtest.Start(t)
+	cs := clientset(t, s)
+	s.AddServiceAccount("default", "backup")
+	const n = 8
+	var wg sync.WaitGroup
+	for i := range n {
+		wg.Go(func() {
+			token := s.MintToken(backup, []string{"x"}, time.Time{})
+			if st := tokenReview(t, cs, token, "x"); !st.Authenticated {
+				t.Errorf("TokenReview(fresh token %d) = %+v; want authenticated", i, st)
+			}
+			s.RevokeToken(token)
+			if st := tokenReview(t, cs, token, "x"); st.Authenticated {
+				t.Errorf("TokenReview(revoked token %d) = authenticated; want rejected", i)
+			}
+		})
+		wg.Go(func() {
+			s.SetPolicy(authtest.Rules(authtest.Rule{Users: []string{"*"}, Verbs: []string{"*"}, NonResourceURLs: []string{"*"}}))
+			s.InjectFault(authtest.SubjectAccessReviews, authtest.Fault{EmptyStatus: true, Times: 1})
+			_ = s.SubjectAccessReviews()
+			_ = s.TokenReviews()
+			_ = s.Count(authtest.TokenReviews) + s.InFlight(authtest.TokenReviews) + s.MaxInFlight(authtest.TokenReviews)
+			s.Reset()
+			s.ClearFaults()
+			s.AddServiceAccount("default", "backup")
+		})
+	}
+	wg.Wait()
 }

@@ -223,8 +223,9 @@ func (s *Server) Reset() {
 }
 
 // intercept waits for blocks and applies the next fault of e. It returns
-// handled=true when the answer has been written (or the connection dropped,
-// or the wait ended without an answer). Otherwise f holds the body-shape
+// handled=true when the answer has been written or the connection dropped.
+// A wait that ends because the client went away or the server closed
+// aborts the request, so that the client never sees an empty answer. Otherwise f holds the body-shape
 // fault, if any, for the endpoint handler to apply.
 func (s *Server) intercept(w http.ResponseWriter, r *http.Request, e Endpoint) (f Fault, handled bool) {
 	s.mu.Lock()
@@ -234,9 +235,9 @@ func (s *Server) intercept(w http.ResponseWriter, r *http.Request, e Endpoint) (
 		select {
 		case <-block:
 		case <-r.Context().Done():
-			return Fault{}, true
+			abortRequest()
 		case <-s.closed:
-			return Fault{}, true
+			abortRequest()
 		}
 	}
 	f, ok := s.takeFault(e)
@@ -249,10 +250,10 @@ func (s *Server) intercept(w http.ResponseWriter, r *http.Request, e Endpoint) (
 		case <-t.C:
 		case <-r.Context().Done():
 			t.Stop()
-			return Fault{}, true
+			abortRequest()
 		case <-s.closed:
 			t.Stop()
-			return Fault{}, true
+			abortRequest()
 		}
 	}
 	switch {
@@ -270,14 +271,20 @@ func (s *Server) intercept(w http.ResponseWriter, r *http.Request, e Endpoint) (
 	return f, false
 }
 
+// abortRequest ends the handler without an answer: net/http closes the
+// connection (HTTP/1.1) or resets the stream (HTTP/2) and logs nothing.
+func abortRequest() {
+	panic(http.ErrAbortHandler)
+}
+
 func dropConnection(w http.ResponseWriter) {
 	hj, ok := w.(http.Hijacker)
 	if !ok {
-		panic(http.ErrAbortHandler) // HTTP/2: abort the stream
+		abortRequest() // HTTP/2: reset the stream
 	}
 	conn, _, err := hj.Hijack()
 	if err != nil {
-		return
+		abortRequest()
 	}
 	type netConner interface{ NetConn() net.Conn }
 	raw := conn
@@ -342,15 +349,14 @@ func unauthorizedStatus() *metav1.Status {
 	return statusOf(apierrors.NewUnauthorized("Unauthorized"))
 }
 
-func notFoundStatus(path string) *metav1.Status {
-	st := &metav1.Status{
+func notFoundStatus() *metav1.Status {
+	return &metav1.Status{
 		Status:  metav1.StatusFailure,
 		Message: "the server could not find the requested resource",
 		Reason:  metav1.StatusReasonNotFound,
 		Details: &metav1.StatusDetails{},
 		Code:    http.StatusNotFound,
 	}
-	return st
 }
 
 func methodNotAllowedStatus(method, path string) *metav1.Status {

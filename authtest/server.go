@@ -183,7 +183,7 @@ func (s *Server) serveHTTP(w http.ResponseWriter, r *http.Request) {
 	}
 	e, ns, name, ok := route(r.URL.Path)
 	if !ok {
-		writeStatus(w, notFoundStatus(r.URL.Path))
+		writeStatus(w, notFoundStatus())
 		return
 	}
 	if r.Method != http.MethodPost {
