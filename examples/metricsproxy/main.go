@@ -1,0 +1,341 @@
+// Command metricsproxy is a reverse proxy in front of a node's metrics
+// endpoint, in the style of kube-rbac-proxy, built on reviewauth's httpauth.
+//
+// Every request is authenticated with a client certificate (when
+// --client-ca-file is set) or a bearer token reviewed for --audience, mapped
+// with the kubelet's path table (/metrics -> nodes/metrics, /logs/ ->
+// nodes/log, ...) on --node-name, and authorized with a
+// SubjectAccessReview. A Prometheus server bound only to nodes/metrics gets
+// /metrics and is refused /logs/. Decisions are logged with klog, without
+// tokens.
+//
+// Usage:
+//
+//	metricsproxy --upstream http://127.0.0.1:9100 --listen :8443 \
+//	  --audience metricsproxy --node-name "$NODE_NAME" [--kubeconfig FILE] \
+//	  [--tls-cert-file FILE --tls-private-key-file FILE] [--client-ca-file FILE] \
+//	  [--allow-path /healthz ...]
+//
+// Unlike kube-rbac-proxy's --allow-paths (a list of the only paths proxied),
+// --allow-path here names a path served without authentication or
+// authorization, like the API server's --authorization-always-allow-paths.
+//
+// Once listening, metricsproxy prints "listening on https://ADDR" on
+// standard output, so that a supervisor started with --listen 127.0.0.1:0
+// can find the port.
+package main
+
+import (
+	"context"
+	"crypto/ecdsa"
+	"crypto/elliptic"
+	"crypto/rand"
+	"crypto/tls"
+	"crypto/x509"
+	"crypto/x509/pkix"
+	"errors"
+	"flag"
+	"fmt"
+	"io"
+	"math/big"
+	"net"
+	"net/http"
+	"net/http/httputil"
+	"net/url"
+	"os"
+	"os/signal"
+	"strings"
+	"syscall"
+	"time"
+
+	"k8s.io/apiserver/pkg/endpoints/request"
+	"k8s.io/client-go/rest"
+	"k8s.io/client-go/tools/clientcmd"
+	"k8s.io/klog/v2"
+
+	"github.com/reviewauth/reviewauth/authn"
+	"github.com/reviewauth/reviewauth/authz"
+	"github.com/reviewauth/reviewauth/httpauth"
+)
+
+func main() {
+	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
+	defer stop()
+	if err := run(ctx, os.Args[1:], os.Stdout); err != nil {
+		if errors.Is(err, flag.ErrHelp) {
+			os.Exit(2)
+		}
+		klog.ErrorS(err, "metricsproxy failed")
+		klog.Flush()
+		os.Exit(1)
+	}
+	klog.Flush()
+}
+
+// stringList is a repeatable string flag.
+type stringList []string
+
+func (s *stringList) String() string     { return strings.Join(*s, ",") }
+func (s *stringList) Set(v string) error { *s = append(*s, v); return nil }
+
+type config struct {
+	upstream, listen, kubeconfig, nodeName string
+	certFile, keyFile, clientCAFile        string
+	audiences, allowPaths                  stringList
+}
+
+func parseFlags(args []string, output io.Writer) (*config, error) {
+	var c config
+	fs := flag.NewFlagSet("metricsproxy", flag.ContinueOnError)
+	fs.SetOutput(output)
+	fs.StringVar(&c.upstream, "upstream", "", "URL of the metrics endpoint to proxy to, such as http://127.0.0.1:9100 (required)")
+	fs.StringVar(&c.listen, "listen", ":8443", "address to serve HTTPS on")
+	fs.StringVar(&c.kubeconfig, "kubeconfig", "", "kubeconfig of the API server used for TokenReviews and SubjectAccessReviews; in-cluster configuration when unset")
+	fs.Var(&c.audiences, "audience", "audience callers' tokens must be issued for (repeatable, at least one)")
+	fs.StringVar(&c.nodeName, "node-name", "", "name of the node whose nodes/metrics, nodes/log, ... subresources are authorized (required)")
+	fs.StringVar(&c.certFile, "tls-cert-file", "", "serving certificate (PEM); a self-signed one is generated when unset")
+	fs.StringVar(&c.keyFile, "tls-private-key-file", "", "private key of --tls-cert-file (PEM)")
+	fs.StringVar(&c.clientCAFile, "client-ca-file", "", "CA bundle (PEM) that signs client certificates; CN is the user, O the groups. Client certificates are ignored when unset")
+	fs.Var(&c.allowPaths, "allow-path", "path served without authentication or authorization, exact or with a trailing * (repeatable), such as /healthz")
+	if err := fs.Parse(args); err != nil {
+		return nil, err
+	}
+	if fs.NArg() > 0 {
+		return nil, fmt.Errorf("metricsproxy: unexpected arguments %q", fs.Args())
+	}
+	switch {
+	case c.upstream == "":
+		return nil, errors.New("metricsproxy: --upstream is required")
+	case c.nodeName == "":
+		return nil, errors.New("metricsproxy: --node-name is required")
+	case len(c.audiences) == 0:
+		return nil, errors.New("metricsproxy: --audience is required: callers must request tokens for this proxy's audience")
+	case (c.certFile == "") != (c.keyFile == ""):
+		return nil, errors.New("metricsproxy: --tls-cert-file and --tls-private-key-file go together")
+	}
+	return &c, nil
+}
+
+// run parses args, serves until ctx is done, then shuts down gracefully. It
+// writes "listening on https://ADDR" to stdout once the listener is open.
+func run(ctx context.Context, args []string, stdout io.Writer) error {
+	c, err := parseFlags(args, os.Stderr)
+	if err != nil {
+		return err
+	}
+	upstream, err := url.Parse(c.upstream)
+	if err != nil || (upstream.Scheme != "http" && upstream.Scheme != "https") || upstream.Host == "" {
+		return fmt.Errorf("metricsproxy: --upstream %q is not an http(s) URL", c.upstream)
+	}
+
+	restConfig, err := kubeConfig(c.kubeconfig)
+	if err != nil {
+		return err
+	}
+	tokens, err := authn.NewForConfig(restConfig, authn.Options{Audiences: c.audiences})
+	if err != nil {
+		return fmt.Errorf("metricsproxy: %w", err)
+	}
+	sar, err := authz.NewForConfig(restConfig, authz.Options{})
+	if err != nil {
+		return fmt.Errorf("metricsproxy: %w", err)
+	}
+	opts := httpauth.Options{
+		Authenticator:    tokens,
+		Authorizer:       sar,
+		Attributes:       httpauth.Kubelet(c.nodeName),
+		AlwaysAllowPaths: c.allowPaths,
+	}
+	tlsConfig := &tls.Config{MinVersion: tls.VersionTLS12}
+	if c.clientCAFile != "" {
+		pem, err := os.ReadFile(c.clientCAFile)
+		if err != nil {
+			return fmt.Errorf("metricsproxy: reading --client-ca-file: %w", err)
+		}
+		pool := x509.NewCertPool()
+		if !pool.AppendCertsFromPEM(pem) {
+			return fmt.Errorf("metricsproxy: --client-ca-file %s holds no PEM certificate", c.clientCAFile)
+		}
+		if opts.ClientCertificates, err = httpauth.NewClientCertAuthenticator(httpauth.ClientCertOptions{ClientCA: pool}); err != nil {
+			return fmt.Errorf("metricsproxy: %w", err)
+		}
+		// Request, but do not verify, client certificates in the handshake:
+		// the authenticator verifies them (once per chain, cached) and
+		// answers 401 for an invalid one, and clients without one can
+		// still use a bearer token.
+		tlsConfig.ClientAuth = tls.RequestClientCert
+	}
+	if c.certFile != "" {
+		cert, err := tls.LoadX509KeyPair(c.certFile, c.keyFile)
+		if err != nil {
+			return fmt.Errorf("metricsproxy: loading the serving certificate: %w", err)
+		}
+		tlsConfig.Certificates = []tls.Certificate{cert}
+	} else {
+		cert, err := selfSigned(time.Now())
+		if err != nil {
+			return err
+		}
+		tlsConfig.Certificates = []tls.Certificate{cert}
+		klog.InfoS("Serving with a self-signed certificate; set --tls-cert-file and --tls-private-key-file in production")
+	}
+
+	protect, err := httpauth.New(opts)
+	if err != nil {
+		return fmt.Errorf("metricsproxy: %w", err)
+	}
+	proxy := &httputil.ReverseProxy{
+		// r.URL.Path here is the cleaned path that was authorized; SetURL
+		// joins it to the upstream's path, so the upstream serves exactly
+		// what was authorized.
+		Rewrite: func(pr *httputil.ProxyRequest) {
+			pr.SetURL(upstream)
+			pr.SetXForwarded()
+		},
+		ErrorHandler: func(w http.ResponseWriter, r *http.Request, err error) {
+			klog.ErrorS(err, "Upstream request failed", "path", r.URL.Path)
+			w.WriteHeader(http.StatusBadGateway)
+		},
+	}
+
+	ln, err := net.Listen("tcp", c.listen)
+	if err != nil {
+		return fmt.Errorf("metricsproxy: %w", err)
+	}
+	srv := &http.Server{
+		Handler:           logDecisions(protect(markAuthorized(proxy))),
+		TLSConfig:         tlsConfig,
+		ReadHeaderTimeout: 10 * time.Second,
+		ErrorLog:          nil,
+	}
+	if _, err := fmt.Fprintf(stdout, "listening on https://%s\n", ln.Addr()); err != nil {
+		ln.Close()
+		return fmt.Errorf("metricsproxy: %w", err)
+	}
+	klog.InfoS("Serving", "address", ln.Addr().String(), "upstream", upstream.Redacted(), "node", c.nodeName, "audiences", []string(c.audiences), "alwaysAllowPaths", []string(c.allowPaths))
+
+	errc := make(chan error, 1)
+	go func() { errc <- srv.ServeTLS(ln, "", "") }()
+	select {
+	case err := <-errc:
+		return fmt.Errorf("metricsproxy: %w", err)
+	case <-ctx.Done():
+	}
+	shutdownCtx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	err = srv.Shutdown(shutdownCtx)
+	if serveErr := <-errc; !errors.Is(serveErr, http.ErrServerClosed) && err == nil {
+		err = serveErr
+	}
+	if err != nil {
+		return fmt.Errorf("metricsproxy: shutting down: %w", err)
+	}
+	return nil
+}
+
+func kubeConfig(path string) (*rest.Config, error) {
+	if path == "" {
+		cfg, err := rest.InClusterConfig()
+		if err != nil {
+			return nil, fmt.Errorf("metricsproxy: no --kubeconfig and no in-cluster configuration: %w", err)
+		}
+		return cfg, nil
+	}
+	cfg, err := clientcmd.BuildConfigFromFlags("", path)
+	if err != nil {
+		return nil, fmt.Errorf("metricsproxy: loading --kubeconfig: %w", err)
+	}
+	return cfg, nil
+}
+
+// decision is filled in as a request goes through the middleware.
+type decision struct {
+	code       int
+	authorized bool
+	user       string
+}
+
+type decisionKey struct{}
+
+type statusRecorder struct {
+	http.ResponseWriter
+	d *decision
+}
+
+func (s *statusRecorder) WriteHeader(code int) {
+	if s.d.code == 0 {
+		s.d.code = code
+	}
+	s.ResponseWriter.WriteHeader(code)
+}
+
+func (s *statusRecorder) Write(b []byte) (int, error) {
+	if s.d.code == 0 {
+		s.d.code = http.StatusOK
+	}
+	return s.ResponseWriter.Write(b)
+}
+
+// Unwrap lets http.ResponseController reach the underlying writer.
+func (s *statusRecorder) Unwrap() http.ResponseWriter { return s.ResponseWriter }
+
+// logDecisions logs one line per request: who, what, and whether it was
+// authorized. It never logs headers, so never a token.
+func logDecisions(next http.Handler) http.Handler {
+	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		d := &decision{}
+		start := time.Now()
+		path := r.URL.Path
+		next.ServeHTTP(&statusRecorder{ResponseWriter: w, d: d}, r.WithContext(context.WithValue(r.Context(), decisionKey{}, d)))
+		verdict := "denied"
+		if d.authorized {
+			verdict = "allowed"
+		}
+		klog.InfoS("Request", "decision", verdict, "user", d.user, "method", r.Method, "path", path, "code", d.code, "remote", r.RemoteAddr, "duration", time.Since(start))
+	})
+}
+
+// markAuthorized runs after authorization: it records the identity for the
+// decision log.
+func markAuthorized(next http.Handler) http.Handler {
+	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		if d, ok := r.Context().Value(decisionKey{}).(*decision); ok {
+			d.authorized = true
+			if u, ok := request.UserFrom(r.Context()); ok {
+				d.user = u.GetName()
+			}
+		}
+		next.ServeHTTP(w, r)
+	})
+}
+
+// selfSigned returns a serving certificate for localhost, valid for a year.
+func selfSigned(now time.Time) (tls.Certificate, error) {
+	key, err := ecdsa.GenerateKey(elliptic.P256(), rand.Reader)
+	if err != nil {
+		return tls.Certificate{}, fmt.Errorf("metricsproxy: generating a key: %w", err)
+	}
+	serial, err := rand.Int(rand.Reader, new(big.Int).Lsh(big.NewInt(1), 127))
+	if err != nil {
+		return tls.Certificate{}, fmt.Errorf("metricsproxy: generating a serial: %w", err)
+	}
+	host, _ := os.Hostname()
+	tmpl := &x509.Certificate{
+		SerialNumber: serial,
+		Subject:      pkix.Name{CommonName: "metricsproxy"},
+		NotBefore:    now.Add(-time.Minute),
+		NotAfter:     now.Add(365 * 24 * time.Hour),
+		KeyUsage:     x509.KeyUsageDigitalSignature,
+		ExtKeyUsage:  []x509.ExtKeyUsage{x509.ExtKeyUsageServerAuth},
+		DNSNames:     []string{"localhost"},
+		IPAddresses:  []net.IP{net.IPv4(127, 0, 0, 1), net.IPv6loopback},
+	}
+	if host != "" {
+		tmpl.DNSNames = append(tmpl.DNSNames, host)
+	}
+	der, err := x509.CreateCertificate(rand.Reader, tmpl, tmpl, &key.PublicKey, key)
+	if err != nil {
+		return tls.Certificate{}, fmt.Errorf("metricsproxy: self-signing: %w", err)
+	}
+	return tls.Certificate{Certificate: [][]byte{der}, PrivateKey: key}, nil
+}

@@ -1,0 +1,263 @@
+package main
+
+import (
+	"bufio"
+	"context"
+	"crypto/ecdsa"
+	"crypto/elliptic"
+	"crypto/rand"
+	"crypto/tls"
+	"crypto/x509"
+	"crypto/x509/pkix"
+	"encoding/pem"
+	"io"
+	"math/big"
+	"net/http"
+	"net/http/httptest"
+	"os"
+	"path/filepath"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"go.uber.org/goleak"
+	"k8s.io/apiserver/pkg/authentication/user"
+
+	"github.com/reviewauth/reviewauth/authtest"
+)
+
+func TestMain(m *testing.M) {
+	goleak.VerifyTestMain(m,
+		goleak.IgnoreTopFunction("k8s.io/klog/v2.(*flushDaemon).run.func1"),
+		// client-go keeps idle keep-alive connections to the API server in
+		// its shared transport cache.
+		goleak.IgnoreTopFunction("net/http.(*persistConn).readLoop"),
+		goleak.IgnoreTopFunction("net/http.(*persistConn).writeLoop"),
+		goleak.IgnoreTopFunction("internal/poll.runtime_pollWait"),
+	)
+}
+
+// upstream is the node metrics endpoint behind the proxy.
+type upstream struct {
+	mu      sync.Mutex
+	paths   []string
+	headers []http.Header
+}
+
+func (u *upstream) ServeHTTP(w http.ResponseWriter, r *http.Request) {
+	u.mu.Lock()
+	u.paths = append(u.paths, r.URL.Path)
+	u.headers = append(u.headers, r.Header.Clone())
+	u.mu.Unlock()
+	_, _ = io.WriteString(w, "upstream "+r.URL.Path)
+}
+
+func (u *upstream) seen() ([]string, []http.Header) {
+	u.mu.Lock()
+	defer u.mu.Unlock()
+	return append([]string(nil), u.paths...), append([]http.Header(nil), u.headers...)
+}
+
+// writePEM writes blocks to a new file in dir.
+func writePEM(t *testing.T, dir, name, typ string, der []byte) string {
+	t.Helper()
+	p := filepath.Join(dir, name)
+	if err := os.WriteFile(p, pem.EncodeToMemory(&pem.Block{Type: typ, Bytes: der}), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	return p
+}
+
+// clientCA returns a CA file and a client certificate it signed for CN cn
+// in group group.
+func clientCA(t *testing.T, dir, cn, group string) (caFile string, client tls.Certificate) {
+	t.Helper()
+	caKey, _ := ecdsa.GenerateKey(elliptic.P256(), rand.Reader)
+	now := time.Now()
+	caTmpl := &x509.Certificate{SerialNumber: big.NewInt(1), Subject: pkix.Name{CommonName: "test client CA"},
+		NotBefore: now.Add(-time.Hour), NotAfter: now.Add(time.Hour), IsCA: true, BasicConstraintsValid: true, KeyUsage: x509.KeyUsageCertSign}
+	caDER, err := x509.CreateCertificate(rand.Reader, caTmpl, caTmpl, &caKey.PublicKey, caKey)
+	if err != nil {
+		t.Fatal(err)
+	}
+	caCert, _ := x509.ParseCertificate(caDER)
+	key, _ := ecdsa.GenerateKey(elliptic.P256(), rand.Reader)
+	tmpl := &x509.Certificate{SerialNumber: big.NewInt(2), Subject: pkix.Name{CommonName: cn, Organization: []string{group}},
+		NotBefore: now.Add(-time.Hour), NotAfter: now.Add(time.Hour), KeyUsage: x509.KeyUsageDigitalSignature,
+		ExtKeyUsage: []x509.ExtKeyUsage{x509.ExtKeyUsageClientAuth}}
+	der, err := x509.CreateCertificate(rand.Reader, tmpl, caCert, &key.PublicKey, caKey)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return writePEM(t, dir, "client-ca.pem", "CERTIFICATE", caDER), tls.Certificate{Certificate: [][]byte{der}, PrivateKey: key}
+}
+
+// startProxy runs the proxy in-process with args and returns its base URL.
+// It is stopped, and run's result checked, when the test ends.
+func startProxy(t *testing.T, args ...string) string {
+	t.Helper()
+	ctx, cancel := context.WithCancel(context.Background())
+	pr, pw := io.Pipe()
+	done := make(chan error, 1)
+	go func() {
+		err := run(ctx, append([]string{"--listen", "127.0.0.1:0"}, args...), pw)
+		pw.CloseWithError(io.EOF)
+		done <- err
+	}()
+	line, err := bufio.NewReader(pr).ReadString('\n')
+	if err != nil {
+		cancel()
+		t.Fatalf("proxy did not start: %v (run: %v)", err, <-done)
+	}
+	t.Cleanup(func() {
+		cancel()
+		if err := <-done; err != nil {
+			t.Errorf("run() = %v after cancel; want nil", err)
+		}
+	})
+	base, ok := strings.CutPrefix(strings.TrimSpace(line), "listening on ")
+	if !ok {
+		t.Fatalf("proxy printed %q; want \"listening on https://...\"", line)
+	}
+	return base
+}
+
+func TestProxy(t *testing.T) {
+	api := authtest.Start(t)
+	dir := t.TempDir()
+	kubeconfig := filepath.Join(dir, "kubeconfig")
+	if err := api.WriteKubeconfig(kubeconfig); err != nil {
+		t.Fatal(err)
+	}
+	scraper := &user.DefaultInfo{Name: "system:serviceaccount:monitoring:prometheus", Groups: []string{"system:serviceaccounts", "system:authenticated"}}
+	api.SetPolicy(authtest.Rules(
+		authtest.Rule{Users: []string{scraper.Name}, Verbs: []string{"get"}, APIGroups: []string{""}, Resources: []string{"nodes"}, Subresources: []string{"metrics"}, Names: []string{"node-1"}},
+		authtest.Rule{Groups: []string{"cert-scrapers"}, Verbs: []string{"get"}, APIGroups: []string{""}, Resources: []string{"nodes"}, Subresources: []string{"metrics"}},
+	))
+	exp := time.Now().Add(time.Hour)
+	token := api.MintToken(scraper, []string{"metricsproxy"}, exp)
+	apiServerToken := api.MintToken(scraper, nil, exp)
+
+	up := &upstream{}
+	upSrv := httptest.NewServer(up)
+	t.Cleanup(upSrv.Close)
+	caFile, clientCert := clientCA(t, dir, "cert-scraper", "cert-scrapers")
+
+	base := startProxy(t, "--upstream", upSrv.URL, "--kubeconfig", kubeconfig, "--audience", "metricsproxy",
+		"--node-name", "node-1", "--client-ca-file", caFile, "--allow-path", "/healthz")
+
+	insecure := &tls.Config{InsecureSkipVerify: true} // the proxy's certificate is self-signed
+	tokenClient := &http.Client{Transport: &http.Transport{TLSClientConfig: insecure}}
+	certTLS := insecure.Clone()
+	certTLS.Certificates = []tls.Certificate{clientCert}
+	certClient := &http.Client{Transport: &http.Transport{TLSClientConfig: certTLS}}
+	t.Cleanup(tokenClient.CloseIdleConnections)
+	t.Cleanup(certClient.CloseIdleConnections)
+
+	tests := []struct {
+		name, path, token string
+		client            *http.Client
+		spoof             bool
+		wantCode          int
+		wantUpstream      string // path the upstream must have served
+	}{
+		{name: "scraper gets /metrics", path: "/metrics", token: token, wantCode: 200, wantUpstream: "/metrics"},
+		{name: "scraper gets /metrics/cadvisor", path: "/metrics/cadvisor", token: token, wantCode: 200, wantUpstream: "/metrics/cadvisor"},
+		{name: "scraper is refused /logs/", path: "/logs/", token: token, wantCode: 403},
+		{name: "scraper is refused /stats/summary", path: "/stats/summary", token: token, wantCode: 403},
+		{name: "dot-dot to /logs/ is refused", path: "/metrics/../logs/", token: token, wantCode: 403},
+		{name: "double slash to /logs is refused", path: "//logs/x", token: token, wantCode: 403},
+		{name: "encoded dot-dot is rejected", path: "/metrics/%2e%2e/logs/", token: token, wantCode: 400},
+		{name: "cleaned path is what is proxied", path: "//metrics/./cadvisor", token: token, wantCode: 200, wantUpstream: "/metrics/cadvisor"},
+		{name: "spoofed identity headers are stripped", path: "/metrics", token: token, spoof: true, wantCode: 200, wantUpstream: "/metrics"},
+		{name: "no token", path: "/metrics", wantCode: 401},
+		{name: "token for the API server's audience", path: "/metrics", token: apiServerToken, wantCode: 401},
+		{name: "garbage token", path: "/metrics", token: "not-a-token", wantCode: 401},
+		{name: "always-allowed path", path: "/healthz", wantCode: 200, wantUpstream: "/healthz"},
+		{name: "client certificate gets /metrics", path: "/metrics", client: certClient, wantCode: 200, wantUpstream: "/metrics"},
+		{name: "client certificate is refused /logs/", path: "/logs/", client: certClient, wantCode: 403},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			before, _ := up.seen()
+			req, err := http.NewRequest("GET", base+"/", nil)
+			if err != nil {
+				t.Fatal(err)
+			}
+			// Send the path exactly as written, without client-side cleaning.
+			req.URL.Opaque = "//" + req.URL.Host + tt.path
+			if tt.token != "" {
+				req.Header.Set("Authorization", "Bearer "+tt.token)
+			}
+			if tt.spoof {
+				req.Header.Set("X-Remote-User", "system:admin")
+				req.Header.Set("X-Remote-Group", "system:masters")
+				req.Header.Set("X-Remote-Extra-Scopes", "all")
+			}
+			client := tt.client
+			if client == nil {
+				client = tokenClient
+			}
+			resp, err := client.Do(req)
+			if err != nil {
+				t.Fatalf("GET %s: %v", tt.path, err)
+			}
+			body, _ := io.ReadAll(resp.Body)
+			resp.Body.Close()
+			if resp.StatusCode != tt.wantCode {
+				t.Fatalf("GET %s: code = %d; want %d (body %s)", tt.path, resp.StatusCode, tt.wantCode, body)
+			}
+			if tt.token != "" && strings.Contains(string(body), tt.token) {
+				t.Errorf("GET %s: response echoes the token", tt.path)
+			}
+			after, headers := up.seen()
+			if tt.wantUpstream == "" {
+				if len(after) != len(before) {
+					t.Errorf("GET %s: upstream was called (%v); want not called", tt.path, after[len(before):])
+				}
+				return
+			}
+			if len(after) != len(before)+1 || after[len(after)-1] != tt.wantUpstream {
+				t.Fatalf("GET %s: upstream saw %v; want one request for %q", tt.path, after[len(before):], tt.wantUpstream)
+			}
+			h := headers[len(headers)-1]
+			for k := range h {
+				lk := strings.ToLower(k)
+				if lk == "authorization" || strings.HasPrefix(lk, "x-remote-") {
+					t.Errorf("GET %s: upstream received header %s; want it stripped", tt.path, k)
+				}
+			}
+			if string(body) != "upstream "+tt.wantUpstream {
+				t.Errorf("GET %s: body = %q; want %q", tt.path, body, "upstream "+tt.wantUpstream)
+			}
+		})
+	}
+}
+
+func TestFlags(t *testing.T) {
+	t.Parallel()
+	base := []string{"--upstream", "http://127.0.0.1:1", "--node-name", "n", "--audience", "a", "--kubeconfig", "/nonexistent"}
+	tests := []struct {
+		name string
+		args []string
+		want string
+	}{
+		{"no upstream", []string{"--node-name", "n", "--audience", "a"}, "--upstream is required"},
+		{"no node name", []string{"--upstream", "http://x", "--audience", "a"}, "--node-name is required"},
+		{"no audience", []string{"--upstream", "http://x", "--node-name", "n"}, "--audience is required"},
+		{"cert without key", append(base, "--tls-cert-file", "c.pem"), "go together"},
+		{"bad upstream", []string{"--upstream", "unix:///x", "--node-name", "n", "--audience", "a"}, "not an http(s) URL"},
+		{"missing kubeconfig", base, "loading --kubeconfig"},
+		{"stray argument", append(base, "extra"), "unexpected arguments"},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			t.Parallel()
+			err := run(context.Background(), tt.args, io.Discard)
+			if err == nil || !strings.Contains(err.Error(), tt.want) {
+				t.Errorf("run(%q) = %v; want an error containing %q", tt.args, err, tt.want)
+			}
+		})
+	}
+}
