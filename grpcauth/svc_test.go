@@ -181,12 +181,20 @@ var svcDesc = grpc.ServiceDesc{
 // service and the health service on a bufconn listener, and returns a client
 // connection to it.
 func serve(t testing.TB, opts grpcauth.Options) *grpc.ClientConn {
+	return serveBench(t, &opts)
+}
+
+// serveBench is serve, with no interceptor at all when opts is nil.
+func serveBench(t testing.TB, opts *grpcauth.Options) *grpc.ClientConn {
 	t.Helper()
 	lis := bufconn.Listen(1 << 20)
-	srv := grpc.NewServer(
-		grpc.ChainUnaryInterceptor(grpcauth.UnaryServerInterceptor(opts)),
-		grpc.ChainStreamInterceptor(grpcauth.StreamServerInterceptor(opts)),
-	)
+	var sopts []grpc.ServerOption
+	if opts != nil {
+		sopts = append(sopts,
+			grpc.ChainUnaryInterceptor(grpcauth.UnaryServerInterceptor(*opts)),
+			grpc.ChainStreamInterceptor(grpcauth.StreamServerInterceptor(*opts)))
+	}
+	srv := grpc.NewServer(sopts...)
 	srv.RegisterService(&svcDesc, nil)
 	healthpb.RegisterHealthServer(srv, health.NewServer())
 	go func() { _ = srv.Serve(lis) }()

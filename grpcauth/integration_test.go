@@ -1,0 +1,201 @@
+package grpcauth_test
+
+import (
+	"context"
+	"strings"
+	"testing"
+	"time"
+
+	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/status"
+	"google.golang.org/protobuf/types/known/wrapperspb"
+	"k8s.io/apimachinery/pkg/util/wait"
+	"k8s.io/apiserver/pkg/authentication/user"
+	"k8s.io/client-go/kubernetes"
+
+	"github.com/reviewauth/reviewauth/authn"
+	"github.com/reviewauth/reviewauth/authtest"
+	"github.com/reviewauth/reviewauth/authz"
+	"github.com/reviewauth/reviewauth/grpcauth"
+)
+
+const audience = "things.example.com"
+
+var backupSA = &user.DefaultInfo{
+	Name:   "system:serviceaccount:default:backup",
+	UID:    "0b6e1f0a-1111-2222-3333-444455556666",
+	Groups: []string{"system:serviceaccounts", "system:serviceaccounts:default", "system:authenticated"},
+}
+
+// realOptions returns interceptor options backed by the reviewauth
+// authenticator and authorizer, talking to s, with retries off so that
+// faults surface at once.
+func realOptions(t testing.TB, s *authtest.Server, token grpcauth.TokenExtractor) grpcauth.Options {
+	t.Helper()
+	an, err := authn.NewForConfig(s.Config(), authn.Options{Audiences: []string{audience}, Backoff: wait.Backoff{Steps: -1}})
+	if err != nil {
+		t.Fatalf("authn.NewForConfig() = %v", err)
+	}
+	az, err := authz.NewForConfig(s.Config(), authz.Options{Backoff: wait.Backoff{Steps: 1}})
+	if err != nil {
+		t.Fatalf("authz.NewForConfig() = %v", err)
+	}
+	rule := grpcauth.Rule{Token: token, Attributes: getThing}
+	return grpcauth.Options{
+		Authenticator: an,
+		Authorizer:    az,
+		Rules:         map[string]grpcauth.Rule{methodGet: rule, methodList: rule},
+		Skip:          grpcauth.HealthAndReflection,
+	}
+}
+
+// allowBackup lets the backup service account get things in namespace
+// default.
+var allowBackup = authtest.Rules(authtest.Rule{
+	Users: []string{backupSA.Name}, Verbs: []string{"get"}, APIGroups: []string{"example.com"},
+	Resources: []string{"things"}, Namespaces: []string{"default"},
+})
+
+func TestIntegrationWithAPIServer(t *testing.T) {
+	t.Parallel()
+	s := authtest.Start(t)
+	s.SetPolicy(allowBackup)
+	good := s.MintToken(backupSA, []string{audience}, time.Now().Add(time.Hour))
+	otherAudience := s.MintToken(backupSA, []string{"other"}, time.Now().Add(time.Hour))
+	conn := serve(t, realOptions(t, s, grpcauth.FromField("security_token")))
+
+	tests := []struct {
+		name      string
+		token     string
+		namespace string
+		fault     authtest.Endpoint
+		want      codes.Code
+	}{
+		{name: "allowed", token: good, namespace: "default", want: codes.OK},
+		{name: "wrong audience", token: otherAudience, namespace: "default", want: codes.Unauthenticated},
+		{name: "unknown token", token: "not-a-token-the-server-knows", namespace: "default", want: codes.Unauthenticated},
+		{name: "no RBAC rule", token: good, namespace: "kube-system", want: codes.PermissionDenied},
+		{name: "SubjectAccessReview outage", token: good, namespace: "outage", fault: authtest.SubjectAccessReviews, want: codes.Unavailable},
+	}
+	for _, tt := range tests { // not parallel: faults are server-wide
+		t.Run(tt.name, func(t *testing.T) {
+			if tt.fault != "" {
+				s.InjectFault(tt.fault, authtest.Fault{Status: 503})
+				defer s.ClearFaults()
+			}
+			resp := new(wrapperspb.StringValue)
+			err := conn.Invoke(t.Context(), methodGet, newRequest(tt.token, tt.namespace, "a"), resp)
+			if status.Code(err) != tt.want {
+				t.Fatalf("Get() = %v; want code %v", err, tt.want)
+			}
+			if err != nil && strings.Contains(err.Error(), tt.token) {
+				t.Errorf("Get() = %v; the message contains the token", err)
+			}
+			if tt.want == codes.OK && !strings.HasPrefix(resp.GetValue(), backupSA.Name+" ") {
+				t.Errorf("Get() = %q; want the handler to see %s", resp.GetValue(), backupSA.Name)
+			}
+		})
+	}
+}
+
+func TestIntegrationTokenReviewOutage(t *testing.T) {
+	t.Parallel()
+	s := authtest.Start(t)
+	s.SetPolicy(allowBackup)
+	tok := s.MintToken(backupSA, []string{audience}, time.Now().Add(time.Hour))
+	conn := serve(t, realOptions(t, s, nil))
+	s.InjectFault(authtest.TokenReviews, authtest.Fault{Status: 503, Times: 1})
+	err := conn.Invoke(withBearer(t.Context(), tok), methodGet, newRequest("", "default", "a"), new(wrapperspb.StringValue))
+	if status.Code(err) != codes.Unavailable {
+		t.Fatalf("Get() during a TokenReview outage = %v; want code Unavailable", err)
+	}
+	// The outage was not cached: the next call succeeds.
+	if err := conn.Invoke(withBearer(t.Context(), tok), methodGet, newRequest("", "default", "a"), new(wrapperspb.StringValue)); err != nil {
+		t.Fatalf("Get() after the outage = %v; want nil", err)
+	}
+}
+
+func TestIntegrationCachesReviews(t *testing.T) {
+	t.Parallel()
+	s := authtest.Start(t)
+	s.SetPolicy(allowBackup)
+	tok := s.MintToken(backupSA, []string{audience}, time.Now().Add(time.Hour))
+	conn := serve(t, realOptions(t, s, nil))
+	for i := 0; i < 5; i++ {
+		if err := conn.Invoke(withBearer(t.Context(), tok), methodGet, newRequest("", "default", "a"), new(wrapperspb.StringValue)); err != nil {
+			t.Fatalf("Get() #%d = %v", i, err)
+		}
+	}
+	if n := s.Count(authtest.TokenReviews); n != 1 {
+		t.Errorf("TokenReviews after 5 calls = %d; want 1", n)
+	}
+	if n := s.Count(authtest.SubjectAccessReviews); n != 1 {
+		t.Errorf("SubjectAccessReviews after 5 calls = %d; want 1", n)
+	}
+}
+
+func TestIntegrationTokenRequestSource(t *testing.T) {
+	t.Parallel()
+	s := authtest.Start(t)
+	s.SetPolicy(allowBackup)
+	s.AddServiceAccount("default", "backup")
+	cs, err := kubernetes.NewForConfig(s.Config())
+	if err != nil {
+		t.Fatal(err)
+	}
+	src, err := grpcauth.NewTokenRequestSource(cs.CoreV1().ServiceAccounts("default"), grpcauth.TokenRequestOptions{
+		ServiceAccount: "backup",
+		Audiences:      []string{audience},
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	conn := serve(t, realOptions(t, s, nil))
+	for i := 0; i < 3; i++ {
+		tok, err := src.Token(t.Context())
+		if err != nil {
+			t.Fatalf("Token() = %v", err)
+		}
+		resp := new(wrapperspb.StringValue)
+		if err := conn.Invoke(withBearer(t.Context(), tok), methodGet, newRequest("", "default", "a"), resp); err != nil {
+			t.Fatalf("Get() with a TokenRequest token = %v", err)
+		}
+		if !strings.HasPrefix(resp.GetValue(), backupSA.Name+" ") {
+			t.Errorf("Get() = %q; want the handler to see %s", resp.GetValue(), backupSA.Name)
+		}
+	}
+	if n := s.Count(authtest.TokenRequests); n != 1 {
+		t.Errorf("TokenRequests for 3 calls = %d; want 1 (cached)", n)
+	}
+}
+
+// A DRA-style node-local server: the pod-bound token must name this node
+// (authz.NodeLocal) and the caller must pass a SubjectAccessReview.
+func TestIntegrationNodeLocal(t *testing.T) {
+	t.Parallel()
+	s := authtest.Start(t)
+	s.SetPolicy(allowBackup)
+	onNode := func(node string) *user.DefaultInfo {
+		u := *backupSA
+		u.Extra = map[string][]string{"authentication.kubernetes.io/node-name": {node}}
+		return &u
+	}
+	here := s.MintToken(onNode("node-a"), []string{audience}, time.Now().Add(time.Hour))
+	there := s.MintToken(onNode("node-b"), []string{audience}, time.Now().Add(time.Hour))
+	opts := realOptions(t, s, nil)
+	opts.Authorizer = authz.All(authz.NodeLocal(authz.NodeLocalOptions{NodeName: "node-a"}), opts.Authorizer)
+	conn := serve(t, opts)
+	for _, tt := range []struct {
+		name  string
+		token string
+		want  codes.Code
+	}{
+		{name: "this node", token: here, want: codes.OK},
+		{name: "other node", token: there, want: codes.PermissionDenied},
+	} {
+		err := conn.Invoke(withBearer(context.Background(), tt.token), methodGet, newRequest("", "default", "a"), new(wrapperspb.StringValue))
+		if status.Code(err) != tt.want {
+			t.Errorf("%s: Get() = %v; want code %v", tt.name, err, tt.want)
+		}
+	}
+}
