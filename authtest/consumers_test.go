@@ -6,9 +6,13 @@ import (
 	"testing"
 	"time"
 
+	authorizationv1 "k8s.io/api/authorization/v1"
 	"k8s.io/apimachinery/pkg/util/wait"
 	"k8s.io/apiserver/pkg/authentication/authenticator"
+	"k8s.io/apiserver/pkg/authorization/authorizer"
 	"k8s.io/apiserver/plugin/pkg/authenticator/token/webhook"
+	sarwebhook "k8s.io/apiserver/plugin/pkg/authorizer/webhook"
+	sarmetrics "k8s.io/apiserver/plugin/pkg/authorizer/webhook/metrics"
 
 	"github.com/reviewauth/reviewauth/authtest"
 )
@@ -81,6 +85,65 @@ func TestApiserverTokenWebhook(t *testing.T) {
 			}
 			if got := s.Count(authtest.TokenReviews); got != tt.wantReview {
 				t.Errorf("Count(TokenReviews) = %d; want %d", got, tt.wantReview)
+			}
+		})
+	}
+}
+
+// TestApiserverSARWebhook drives k8s.io/apiserver's webhook authorizer
+// against the server's policies and faults.
+func TestApiserverSARWebhook(t *testing.T) {
+	t.Parallel()
+	backupRule := authtest.Rule{
+		Users: []string{backup.Name}, Verbs: []string{"get"},
+		APIGroups: []string{"snapshot.storage.k8s.io"}, Resources: []string{"volumesnapshots"}, Namespaces: []string{"default"},
+	}
+	denyAll := func(authorizationv1.SubjectAccessReviewSpec) (bool, bool, string, string) {
+		return false, true, "denied by test", ""
+	}
+	tests := []struct {
+		name      string
+		policy    authtest.Policy
+		fault     *authtest.Fault
+		namespace string
+		want      authorizer.Decision
+		wantErr   bool
+	}{
+		{name: "allowed by rule", policy: authtest.Rules(backupRule), namespace: "default", want: authorizer.DecisionAllow},
+		{name: "no rule matches", policy: authtest.Rules(backupRule), namespace: "other", want: authorizer.DecisionNoOpinion},
+		{name: "default policy", namespace: "default", want: authorizer.DecisionNoOpinion},
+		{name: "denied", policy: denyAll, namespace: "default", want: authorizer.DecisionDeny},
+		{name: "allowed and denied", policy: authtest.Rules(backupRule), fault: &authtest.Fault{BothAllowedAndDenied: true}, namespace: "default", want: authorizer.DecisionDeny, wantErr: true},
+		{name: "503 with deny on error", policy: authtest.Rules(backupRule), fault: &authtest.Fault{Status: 503}, namespace: "default", want: authorizer.DecisionDeny, wantErr: true},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			t.Parallel()
+			s := authtest.Start(t)
+			s.SetPolicy(tt.policy)
+			if tt.fault != nil {
+				s.InjectFault(authtest.SubjectAccessReviews, *tt.fault)
+			}
+			cs := clientset(t, s)
+			backoff := wait.Backoff{Duration: time.Millisecond, Factor: 1, Steps: 1}
+			a, err := sarwebhook.NewFromInterface(cs.AuthorizationV1(), time.Minute, time.Minute, backoff, authorizer.DecisionDeny, sarmetrics.NoopAuthorizerMetrics{}, nil)
+			if err != nil {
+				t.Fatal(err)
+			}
+			attrs := authorizer.AttributesRecord{
+				User: backup, Verb: "get", APIGroup: "snapshot.storage.k8s.io", Resource: "volumesnapshots",
+				Namespace: tt.namespace, Name: "snap-1", ResourceRequest: true,
+			}
+			got, reason, err := a.Authorize(context.Background(), attrs)
+			if got != tt.want || (err != nil) != tt.wantErr {
+				t.Errorf("Authorize() = %v, %q, %v; want %v, error %v", got, reason, err, tt.want, tt.wantErr)
+			}
+			sars := s.SubjectAccessReviews()
+			if len(sars) != 1 {
+				t.Fatalf("len(SubjectAccessReviews()) = %d; want 1", len(sars))
+			}
+			if u := sars[0].Spec; u.User != backup.Name || u.UID != backup.UID || u.ResourceAttributes == nil || u.ResourceAttributes.Namespace != tt.namespace {
+				t.Errorf("recorded SAR spec = %+v; want user %q uid %q namespace %q", u, backup.Name, backup.UID, tt.namespace)
 			}
 		})
 	}
