@@ -448,9 +448,9 @@ func TestConditionsAndDropIn(t *testing.T) {
 
 type discard struct{}
 
-func (discard) Header() http.Header       { return http.Header{} }
+func (discard) Header() http.Header         { return http.Header{} }
 func (discard) Write(b []byte) (int, error) { return len(b), nil }
-func (discard) WriteHeader(int)            {}
+func (discard) WriteHeader(int)             {}
 
 func TestNewWithTypedClient(t *testing.T) {
 	t.Parallel()

@@ -1,0 +1,145 @@
+package authz_test
+
+import (
+	"context"
+	"path"
+	"reflect"
+	"slices"
+	"strings"
+	"testing"
+
+	authorizationv1 "k8s.io/api/authorization/v1"
+	"k8s.io/apimachinery/pkg/fields"
+	"k8s.io/apimachinery/pkg/labels"
+	"k8s.io/apiserver/pkg/authentication/user"
+	"k8s.io/apiserver/pkg/authorization/authorizer"
+
+	"github.com/reviewauth/reviewauth/authz"
+	"github.com/reviewauth/reviewauth/cache"
+)
+
+// attrsFrom parses a fuzz description
+// "name|uid|g1,g2|k=v1,v2;k2=v|verb|ns|res|sub|obj|fieldsel|labelsel|path|R"
+// into attributes. A last field "R" makes it a resource request.
+func attrsFrom(s string) authorizer.AttributesRecord {
+	f := strings.Split(s, "|")
+	for len(f) < 13 {
+		f = append(f, "")
+	}
+	u := &user.DefaultInfo{Name: f[0], UID: f[1]}
+	if f[2] != "" {
+		u.Groups = strings.Split(f[2], ",")
+	}
+	if f[3] != "" {
+		u.Extra = map[string][]string{}
+		for _, kv := range strings.Split(f[3], ";") {
+			k, v, _ := strings.Cut(kv, "=")
+			if v == "" {
+				u.Extra[k] = nil
+			} else {
+				u.Extra[k] = strings.Split(v, ",")
+			}
+		}
+	}
+	a := authorizer.AttributesRecord{
+		User: u, Verb: f[4], Namespace: f[5], Resource: f[6], Subresource: f[7], Name: f[8], Path: f[11],
+		ResourceRequest: f[12] == "R",
+	}
+	if sel, err := fields.ParseSelector(f[9]); err == nil {
+		a.FieldSelectorRequirements = sel.Requirements()
+	}
+	if sel, err := labels.Parse(f[10]); err == nil {
+		a.LabelSelectorRequirements, _ = sel.Requirements()
+	}
+	return a
+}
+
+// canonicalSpec is the SubjectAccessReview spec for a, in a form where two
+// specs the API server cannot tell apart are deeply equal: groups sorted (a
+// set), and empty lists and maps as nil.
+func canonicalSpec(a authorizer.Attributes) authorizationv1.SubjectAccessReviewSpec {
+	spec := authz.SARSpec(a)
+	slices.Sort(spec.Groups)
+	for k, v := range spec.Extra {
+		if len(v) == 0 {
+			spec.Extra[k] = nil
+		}
+	}
+	if len(spec.Groups) == 0 {
+		spec.Groups = nil
+	}
+	if len(spec.Extra) == 0 {
+		spec.Extra = nil
+	}
+	return spec
+}
+
+// FuzzCacheKey checks that two attribute sets share a cache key exactly when
+// the SubjectAccessReviews they send are the same.
+func FuzzCacheKey(f *testing.F) {
+	base := "system:serviceaccount:default:backup|uid-1|system:serviceaccounts,system:authenticated|authentication.kubernetes.io/node-name=node-a|get|default|pods||p|spec.nodeName=a|app=x||R"
+	seeds := [][2]string{
+		{base, base},
+		{base, strings.Replace(base, "system:authenticated", "system:authenticated,system:masters", 1)},
+		{base, strings.Replace(base, "node-a", "node-b", 1)},
+		{base, strings.Replace(base, "node-a", "node-a,node-b", 1)},
+		{base, strings.Replace(base, "system:serviceaccounts,system:authenticated", "system:authenticated,system:serviceaccounts", 1)},
+		{"a|b|c,d|||||||||/x|", "a|b|cd|||||||||/x|"},
+		{"a|b|c|k=v||||||||/x|", "a|b|c|kv||||||||/x|"},
+		{"a||||get||||||||/healthz|", "a||||get||||||||/healthz/|"},
+		{"a||||get|ns|pods|||||/x|R", "a||||get|ns|pods|||||/y|R"},
+		{"a||||get|ns|pods|||a!=b,c=d|x in (a,b)||R", "a||||get|ns|pods|||c=d,a!=b|x in (b,a)||R"},
+		{"a||g|k=;k2=v|get|||||||/x|", "a||g|k2=v;k=|get|||||||/x|"},
+	}
+	for _, s := range seeds {
+		f.Add(s[0], s[1])
+	}
+	k := cache.NewKeyer()
+	f.Fuzz(func(t *testing.T, s1, s2 string) {
+		a1, a2 := attrsFrom(s1), attrsFrom(s2)
+		sameKey := authz.CacheKey(k, a1) == authz.CacheKey(k, a2)
+		spec1, spec2 := canonicalSpec(a1), canonicalSpec(a2)
+		if sameSpec := reflect.DeepEqual(spec1, spec2); sameKey != sameSpec {
+			t.Errorf("CacheKey(%q) == CacheKey(%q) is %v; want %v (specs:\n%+v\n%+v)", s1, s2, sameKey, sameSpec, spec1, spec2)
+		}
+	})
+}
+
+// FuzzAlwaysAllowPaths checks that AlwaysAllowPaths never allows a path
+// that, once cleaned, neither equals a pattern nor starts with a prefix
+// pattern, and that invalid patterns are refused.
+func FuzzAlwaysAllowPaths(f *testing.F) {
+	for _, s := range [][2]string{
+		{"/healthz", "/healthz"}, {"/healthz", "/healthz/../secret"}, {"/logs/*", "/logs/../etc"},
+		{"/metrics*", "/metricsx"}, {"/a/*", "/a"}, {"/*", "anything"}, {"/a*b", "/ab"}, {"", ""}, {"/x/", "/x/"},
+	} {
+		f.Add(s[0], s[1])
+	}
+	f.Fuzz(func(t *testing.T, pattern, reqPath string) {
+		az, err := authz.AlwaysAllowPaths(pattern)
+		if err != nil {
+			return
+		}
+		if !strings.HasPrefix(pattern, "/") || strings.Contains(strings.TrimSuffix(pattern, "*"), "*") {
+			t.Fatalf("AlwaysAllowPaths(%q) = nil error; want an error", pattern)
+		}
+		d, _, err := az.Authorize(context.Background(), authorizer.AttributesRecord{Verb: "get", Path: reqPath})
+		if err != nil {
+			t.Fatalf("Authorize() error = %v", err)
+		}
+		if d == authorizer.DecisionDeny {
+			t.Fatalf("AlwaysAllowPaths never denies; got Deny for %q", reqPath)
+		}
+		if d != authorizer.DecisionAllow {
+			return
+		}
+		cleaned := path.Clean("/" + reqPath)
+		body, prefix := strings.CutSuffix(pattern, "*")
+		if prefix && !strings.HasPrefix(cleaned, body) || !prefix && cleaned != body {
+			t.Errorf("AlwaysAllowPaths(%q) allowed %q (cleaned %q)", pattern, reqPath, cleaned)
+		}
+		if strings.Contains(cleaned, "..") && strings.Contains(cleaned, "/../") {
+			t.Errorf("allowed a path that still has a /../ segment: %q", cleaned)
+		}
+	})
+}
