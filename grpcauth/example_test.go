@@ -1,0 +1,132 @@
+package grpcauth_test
+
+import (
+	"context"
+	"fmt"
+	"io"
+	"net"
+	"net/http"
+	"net/http/httptest"
+	"os"
+	"path/filepath"
+
+	"google.golang.org/grpc"
+	"google.golang.org/grpc/credentials/insecure"
+	"google.golang.org/grpc/metadata"
+	"google.golang.org/grpc/status"
+	"google.golang.org/grpc/test/bufconn"
+	"google.golang.org/protobuf/types/known/wrapperspb"
+	"k8s.io/apiserver/pkg/authentication/authenticator"
+	"k8s.io/apiserver/pkg/authentication/user"
+	"k8s.io/apiserver/pkg/authorization/authorizer"
+
+	"github.com/reviewauth/reviewauth"
+	"github.com/reviewauth/reviewauth/grpcauth"
+)
+
+// A server whose Get method needs "get things/<name>" in the request's
+// namespace. In production the authenticator is an *authn.Authenticator
+// with the server's audience and the authorizer an *authz.Authorizer; here
+// they are small functions.
+func ExampleUnaryServerInterceptor() {
+	opts := grpcauth.Options{
+		Authenticator: authenticator.TokenFunc(func(_ context.Context, token string) (*authenticator.Response, bool, error) {
+			if token != "alice-token" {
+				return nil, false, &reviewauth.RejectedError{Reason: "invalid bearer token"}
+			}
+			return &authenticator.Response{User: &user.DefaultInfo{Name: "alice"}}, true, nil
+		}),
+		Authorizer: authorizer.AuthorizerFunc(func(_ context.Context, a authorizer.Attributes) (authorizer.Decision, string, error) {
+			if a.GetUser().GetName() == "alice" && a.GetNamespace() == "team-a" {
+				return authorizer.DecisionAllow, "", nil
+			}
+			return authorizer.DecisionDeny, "alice may only read team-a", nil
+		}),
+		Rules: map[string]grpcauth.Rule{
+			methodGet: {
+				Token: grpcauth.FromMetadata(),
+				Attributes: grpcauth.Resource{
+					Verb: "get", APIGroup: "example.com", Resource: "things",
+					NamespaceField: "namespace", NameField: "name",
+				}.Attributes,
+			},
+		},
+		Skip: grpcauth.HealthAndReflection,
+	}
+
+	lis := bufconn.Listen(1 << 16)
+	srv := grpc.NewServer(
+		grpc.ChainUnaryInterceptor(grpcauth.UnaryServerInterceptor(opts)),
+		grpc.ChainStreamInterceptor(grpcauth.StreamServerInterceptor(opts)),
+	)
+	srv.RegisterService(&svcDesc, nil) // Get answers with the caller's name
+	go func() { _ = srv.Serve(lis) }()
+	defer srv.Stop()
+	conn, _ := grpc.NewClient("passthrough:///example",
+		grpc.WithContextDialer(func(ctx context.Context, _ string) (net.Conn, error) { return lis.DialContext(ctx) }),
+		grpc.WithTransportCredentials(insecure.NewCredentials()))
+	defer conn.Close()
+
+	call := func(token, namespace string) {
+		ctx := metadata.AppendToOutgoingContext(context.Background(), "authorization", "Bearer "+token)
+		resp := new(wrapperspb.StringValue)
+		err := conn.Invoke(ctx, methodGet, newRequest("", namespace, "thing-1"), resp)
+		fmt.Printf("%s in %s: %v %q\n", token, namespace, status.Code(err), resp.GetValue())
+	}
+	call("alice-token", "team-a")
+	call("alice-token", "team-b")
+	call("mallory-token", "team-a")
+	// Output:
+	// alice-token in team-a: OK "alice md="
+	// alice-token in team-b: PermissionDenied ""
+	// mallory-token in team-a: Unauthenticated ""
+}
+
+// FromField reads the token from a string field of the request message,
+// as the Kubernetes SnapshotMetadata API's security_token.
+func ExampleFromField() {
+	extract := grpcauth.FromField("value")
+	tok, ok := extract(context.Background(), wrapperspb.String("a-token"))
+	fmt.Println(tok, ok)
+	_, ok = extract(context.Background(), wrapperspb.Int64(7)) // not a string field
+	fmt.Println(ok)
+	// Output:
+	// a-token true
+	// false
+}
+
+// A client reading the projected token the kubelet mounts into its pod.
+// The file is read once and then only checked for rotation now and then.
+func ExampleNewFileTokenSource() {
+	dir, _ := os.MkdirTemp("", "token")
+	defer os.RemoveAll(dir)
+	path := filepath.Join(dir, "token")
+	_ = os.WriteFile(path, []byte("projected-token\n"), 0o600)
+
+	// For gRPC: grpc.WithPerRPCCredentials(grpcauth.PerRPCCredentials(src)).
+	src := grpcauth.NewFileTokenSource(path, grpcauth.FileOptions{})
+	tok, err := src.Token(context.Background())
+	fmt.Println(tok, err)
+	// Output:
+	// projected-token <nil>
+}
+
+// RoundTripper puts the token on HTTP requests.
+func ExampleRoundTripper() {
+	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		_, _ = io.WriteString(w, "got "+r.Header.Get("Authorization"))
+	}))
+	defer srv.Close()
+	src := grpcauth.TokenSourceFunc(func(context.Context) (string, error) { return "t0k3n", nil })
+	client := &http.Client{Transport: grpcauth.RoundTripper(src, nil)}
+	resp, err := client.Get(srv.URL)
+	if err != nil {
+		fmt.Println(err)
+		return
+	}
+	defer resp.Body.Close()
+	b, _ := io.ReadAll(resp.Body)
+	fmt.Println(string(b))
+	// Output:
+	// got Bearer t0k3n
+}
