@@ -8,7 +8,10 @@
 //   - SubjectAccessReview: POST /apis/authorization.k8s.io/v1/subjectaccessreviews
 //   - TokenRequest: POST /api/v1/namespaces/{namespace}/serviceaccounts/{name}/token
 //
-// Reviews answer HTTP 201 with a JSON object. A rejected token is an answer,
+// Requests and answers are JSON, or protobuf when the client sends and
+// prefers it (client-go's generated clientsets do, for built-in types);
+// error answers are metav1.Status objects in JSON, which every client reads.
+// Reviews answer HTTP 201 with the review object. A rejected token is an answer,
 // not a failure: the status has no authenticated field and an error string
 // worded like the real server's, for example
 //

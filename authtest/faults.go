@@ -49,9 +49,14 @@ type Fault struct {
 	Delay time.Duration
 	// DropConnection closes the connection without answering (a TCP reset).
 	DropConnection bool
-	// MalformedBody answers 201 with a body that is not valid JSON.
+	// MalformedBody answers 201 with a body that cannot be decoded: broken
+	// JSON, or broken protobuf when the client prefers protobuf.
 	MalformedBody bool
-	// WrongKind answers 201 with a well-formed object of another kind.
+	// WrongKind answers 201 with a well-formed object of another kind: a
+	// SubjectAccessReview with allowed=true for a TokenReview, and a
+	// TokenReview with authenticated=true otherwise. Note that client-go's
+	// typed clients do not check the kind of an answer: they return an
+	// empty object of the kind they expected, and no error.
 	WrongKind bool
 	// EmptyStatus answers 201 with the right kind and an empty status.
 	EmptyStatus bool
