@@ -9,6 +9,9 @@ import (
 	"strings"
 	"time"
 
+	"go.opentelemetry.io/otel/attribute"
+	"go.opentelemetry.io/otel/codes"
+	"go.opentelemetry.io/otel/trace"
 	authenticationv1 "k8s.io/api/authentication/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/util/wait"
@@ -23,6 +26,7 @@ import (
 	"github.com/reviewauth/reviewauth"
 	"github.com/reviewauth/reviewauth/cache"
 	"github.com/reviewauth/reviewauth/internal/review"
+	"github.com/reviewauth/reviewauth/metrics"
 )
 
 // Defaults for [Options]. Each is used when the corresponding field is zero.
@@ -122,6 +126,16 @@ type Options struct {
 	// Clock tells the time for caching and retries. Nil means the real
 	// clock.
 	Clock clock.Clock
+
+	// Metrics, if not nil, records reviews, retries, reviews in flight and
+	// the caches (as cache="token" and cache="token_rejected"). Register it
+	// on your own registry.
+	Metrics *metrics.Metrics
+
+	// TracerProvider, if not nil, is used for OpenTelemetry spans: one per
+	// AuthenticateToken call (attributes: audiences, cache hit, decision)
+	// and one per TokenReview sent. Nil means no spans, at no cost.
+	TracerProvider trace.TracerProvider
 }
 
 // Authenticator authenticates bearer tokens with TokenReviews. It implements
@@ -138,6 +152,8 @@ type Authenticator struct {
 	group     cache.Group[result]
 	retrier   *review.Retrier
 	bearer    authenticator.Request
+	tracer    trace.Tracer
+	audAttr   attribute.KeyValue
 }
 
 var (
@@ -208,8 +224,14 @@ func New(reviewer TokenReviewer, opts Options) (*Authenticator, error) {
 		ok:        cache.New[*authenticator.Response](cache.Options{MaxEntries: opts.MaxEntries, Clock: clk}),
 		rejected:  cache.New[*reviewauth.RejectedError](cache.Options{MaxEntries: opts.MaxEntries, Clock: clk}),
 		group:     cache.Group[result]{Timeout: opts.Timeout},
-		retrier:   review.New("TokenReview", opts.Backoff, clk, opts.MaxInFlight, review.Observer{}),
+		retrier:   review.New("TokenReview", opts.Backoff, clk, opts.MaxInFlight, observer(opts.Metrics)),
+		audAttr:   attribute.StringSlice("reviewauth.audiences", auds),
 	}
+	if opts.TracerProvider != nil {
+		a.tracer = opts.TracerProvider.Tracer(TracerName)
+	}
+	opts.Metrics.AddCache("token", a.ok.Stats, a.group.Joined)
+	opts.Metrics.AddCache("token_rejected", a.rejected.Stats, nil)
 	a.bearer = Bearer(a)
 	return a, nil
 }
@@ -244,6 +266,17 @@ func ReviewConfig(cfg *rest.Config) *rest.Config {
 	return cfg
 }
 
+// TracerName is the instrumentation name of the spans authn creates.
+const TracerName = "github.com/reviewauth/reviewauth/authn"
+
+// observer feeds the retry loop's events to m.
+func observer(m *metrics.Metrics) review.Observer {
+	if m == nil {
+		return review.Observer{}
+	}
+	return review.Observer{Attempt: m.ReviewAttempt, Retry: m.ReviewRetry, InFlight: m.ReviewInFlight}
+}
+
 type restReviewer struct{ c rest.Interface }
 
 func (r restReviewer) Create(ctx context.Context, tr *authenticationv1.TokenReview, opts metav1.CreateOptions) (*authenticationv1.TokenReview, error) {
@@ -275,39 +308,71 @@ func (a *Authenticator) AuthenticateRequest(r *http.Request) (*authenticator.Res
 //
 // The Response is shared between callers and must not be modified.
 func (a *Authenticator) AuthenticateToken(ctx context.Context, token string) (*authenticator.Response, bool, error) {
+	if a.tracer != nil {
+		return a.authenticateTraced(ctx, token)
+	}
+	resp, ok, err, _ := a.authenticate(ctx, token)
+	return resp, ok, err
+}
+
+func (a *Authenticator) authenticateTraced(ctx context.Context, token string) (*authenticator.Response, bool, error) {
+	ctx, span := a.tracer.Start(ctx, "reviewauth.authn.AuthenticateToken", trace.WithAttributes(a.audAttr))
+	defer span.End()
+	resp, ok, err, hit := a.authenticate(ctx, token)
+	span.SetAttributes(attribute.Bool("reviewauth.cache_hit", hit), attribute.String("reviewauth.decision", decision(ok, err)))
+	if err != nil && !errors.Is(err, reviewauth.ErrUnauthenticated) {
+		span.SetStatus(codes.Error, "review unavailable")
+	}
+	return resp, ok, err
+}
+
+// decision names an outcome for spans and logs.
+func decision(ok bool, err error) string {
+	switch {
+	case ok && err == nil:
+		return "authenticated"
+	case err == nil, errors.Is(err, reviewauth.ErrUnauthenticated):
+		return "unauthenticated"
+	default:
+		return "unavailable"
+	}
+}
+
+// authenticate is AuthenticateToken; hit reports whether a cache answered.
+func (a *Authenticator) authenticate(ctx context.Context, token string) (_ *authenticator.Response, _ bool, _ error, hit bool) {
 	if token == "" {
-		return nil, false, nil
+		return nil, false, nil, false
 	}
 	if len(token) > a.opts.MaxTokenSize {
 		// Checked before hashing, so that junk costs nothing.
-		return nil, false, &reviewauth.RejectedError{Reason: fmt.Sprintf("token is larger than %d bytes", a.opts.MaxTokenSize)}
+		return nil, false, &reviewauth.RejectedError{Reason: fmt.Sprintf("token is larger than %d bytes", a.opts.MaxTokenSize)}, false
 	}
 	key := a.keyer.TokenKey(token, a.audiences)
 	if resp, ok := a.ok.Get(key); ok {
 		// Only a token that passed validate can have been cached: the
 		// byte scan is left off the hit path.
-		return resp, true, nil
+		return resp, true, nil, true
 	}
 	if rej := validate(token); rej != nil {
-		return nil, false, rej
+		return nil, false, rej, false
 	}
 	if rej, ok := a.rejected.Get(key); ok {
-		return nil, false, rej
+		return nil, false, rej, true
 	}
 	res, _, err := a.group.Do(ctx, key, func(ctx context.Context) (result, error) {
 		return a.review(ctx, key, token)
 	})
 	if err != nil {
 		if errors.Is(err, reviewauth.ErrUnavailable) {
-			return nil, false, err
+			return nil, false, err, false
 		}
 		// The caller's context ended, or the load panicked.
-		return nil, false, &reviewauth.ReviewError{Review: "TokenReview", Err: review.Redacted(err, review.RedactToken(token))}
+		return nil, false, &reviewauth.ReviewError{Review: "TokenReview", Err: review.Redacted(err, review.RedactToken(token))}, false
 	}
 	if res.rejected != nil {
-		return nil, false, res.rejected
+		return nil, false, res.rejected, false
 	}
-	return res.resp, true, nil
+	return res.resp, true, nil, false
 }
 
 // validate refuses, without a review, tokens that no API server would
@@ -334,6 +399,11 @@ func (a *Authenticator) review(ctx context.Context, key cache.Key, token string)
 		return result{rejected: rej}, nil
 	}
 	logger := klog.FromContext(ctx)
+	var span trace.Span
+	if a.tracer != nil {
+		ctx, span = a.tracer.Start(ctx, "reviewauth.TokenReview", trace.WithAttributes(a.audAttr))
+		defer span.End()
+	}
 	tr := &authenticationv1.TokenReview{Spec: authenticationv1.TokenReviewSpec{Token: token, Audiences: a.audiences}}
 	var got *authenticationv1.TokenReview
 	err := a.retrier.Do(ctx, review.RedactToken(token), func(ctx context.Context) error {
@@ -343,12 +413,19 @@ func (a *Authenticator) review(ctx context.Context, key cache.Key, token string)
 	})
 	if err != nil {
 		logger.V(2).Info("TokenReview failed", "err", err)
+		if span != nil {
+			span.SetAttributes(attribute.String("reviewauth.decision", "unavailable"))
+			span.SetStatus(codes.Error, "review unavailable")
+		}
 		return result{}, err
 	}
 	if got == nil {
 		return result{}, &reviewauth.ReviewError{Review: "TokenReview", Attempts: 1, Err: errors.New("empty answer")}
 	}
 	resp, rej := a.judge(&got.Status, token)
+	if span != nil {
+		span.SetAttributes(attribute.String("reviewauth.decision", decision(rej == nil, nil)))
+	}
 	if rej != nil {
 		logger.V(4).Info("TokenReview rejected the token", "reason", rej.Reason)
 		a.rejected.Set(key, rej, a.opts.FailureTTL)

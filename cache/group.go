@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"runtime/debug"
 	"sync"
+	"sync/atomic"
 	"time"
 )
 
@@ -39,8 +40,9 @@ type Group[V any] struct {
 	// Timeout bounds each shared load. Zero means [DefaultLoadTimeout].
 	Timeout time.Duration
 
-	mu    sync.Mutex
-	calls map[Key]*call[V]
+	mu     sync.Mutex
+	calls  map[Key]*call[V]
+	joined atomic.Uint64
 }
 
 type call[V any] struct {
@@ -78,6 +80,7 @@ func (g *Group[V]) Do(ctx context.Context, k Key, fn func(context.Context) (V, e
 	if c, ok := g.calls[k]; ok {
 		c.waiters++
 		g.mu.Unlock()
+		g.joined.Add(1)
 		return g.wait(ctx, k, c, true)
 	}
 	timeout := g.Timeout
@@ -134,6 +137,10 @@ func (g *Group[V]) wait(ctx context.Context, k Key, c *call[V], shared bool) (V,
 	var zero V
 	return zero, shared, ctx.Err()
 }
+
+// Joined returns how many calls to Do have joined a load that another
+// caller had started, since the Group was created.
+func (g *Group[V]) Joined() uint64 { return g.joined.Load() }
 
 // InFlight returns the number of shared loads running now.
 func (g *Group[V]) InFlight() int {

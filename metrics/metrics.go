@@ -1,0 +1,215 @@
+// Package metrics exposes what reviewauth does as Prometheus metrics, on a
+// registry of the caller's choosing. Nothing is registered globally:
+// k8s.io/apiserver registers its authentication metrics in a legacy global
+// registry that controller-runtime never serves and kube-rbac-proxy never
+// exposes, so they are invisible in exactly the programs that need them.
+//
+// Build one [Metrics], pass it to the Options of authn, authz, httpauth and
+// grpcauth, and register it once:
+//
+//	m := metrics.New()
+//	reg.MustRegister(m)
+//
+// A nil *Metrics is valid and records nothing, at no cost. Cache hit and miss
+// counts are read from the caches' own counters when the registry is
+// scraped, so a cache hit pays nothing for metrics.
+package metrics
+
+import (
+	"strconv"
+	"sync"
+	"time"
+
+	"github.com/prometheus/client_golang/prometheus"
+
+	"github.com/reviewauth/reviewauth/cache"
+)
+
+// Outcomes of a request decided by a transport adapter, the values of the
+// outcome label of reviewauth_decisions_total.
+const (
+	OutcomeAllowed         = "allowed"
+	OutcomeDenied          = "denied"
+	OutcomeUnauthenticated = "unauthenticated"
+	OutcomeUnavailable     = "unavailable"
+)
+
+// Buckets are the review latency buckets, in seconds: from 1ms, where a
+// review on loopback lands, to 10s, the default review budget.
+var Buckets = []float64{0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10}
+
+// Metrics is a prometheus.Collector of every reviewauth metric. It is safe
+// for concurrent use; its methods do nothing on a nil receiver.
+type Metrics struct {
+	reviews     *prometheus.CounterVec
+	latency     *prometheus.HistogramVec
+	retries     *prometheus.CounterVec
+	inFlight    *prometheus.GaugeVec
+	decisions   *prometheus.CounterVec
+	staleServes *prometheus.CounterVec
+
+	mu     sync.Mutex
+	caches []namedCache
+
+	cacheHits, cacheMisses, cacheEvictions, cacheExpired, cacheEntries, coalesced *prometheus.Desc
+}
+
+type namedCache struct {
+	name      string
+	stats     func() cache.Stats
+	coalesced func() uint64
+}
+
+// New returns a Metrics with all its collectors.
+func New() *Metrics {
+	m := &Metrics{
+		reviews: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Name: "reviewauth_reviews_total",
+			Help: "Requests sent to the API server, by review (TokenReview, SubjectAccessReview) and HTTP code (0: no answer).",
+		}, []string{"review", "code"}),
+		latency: prometheus.NewHistogramVec(prometheus.HistogramOpts{
+			Name:    "reviewauth_review_duration_seconds",
+			Help:    "Latency of each request sent to the API server, by review.",
+			Buckets: Buckets,
+		}, []string{"review"}),
+		retries: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Name: "reviewauth_review_retries_total",
+			Help: "Retries of failed reviews, by review.",
+		}, []string{"review"}),
+		inFlight: prometheus.NewGaugeVec(prometheus.GaugeOpts{
+			Name: "reviewauth_reviews_in_flight",
+			Help: "Requests to the API server in flight now, by review.",
+		}, []string{"review"}),
+		decisions: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Name: "reviewauth_decisions_total",
+			Help: "Requests decided by a transport adapter, by transport (http, grpc) and outcome (allowed, denied, unauthenticated, unavailable).",
+		}, []string{"transport", "outcome"}),
+		staleServes: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Name: "reviewauth_stale_serves_total",
+			Help: "Allowed results served past their TTL because the API server was unavailable (stale-if-error), by cache.",
+		}, []string{"cache"}),
+		cacheHits: prometheus.NewDesc("reviewauth_cache_hits_total",
+			"Lookups that found a live entry, by cache.", []string{"cache"}, nil),
+		cacheMisses: prometheus.NewDesc("reviewauth_cache_misses_total",
+			"Lookups that found no live entry, by cache.", []string{"cache"}, nil),
+		cacheEvictions: prometheus.NewDesc("reviewauth_cache_evictions_total",
+			"Live entries dropped to make room, by cache.", []string{"cache"}, nil),
+		cacheExpired: prometheus.NewDesc("reviewauth_cache_expired_total",
+			"Expired entries dropped, by cache.", []string{"cache"}, nil),
+		cacheEntries: prometheus.NewDesc("reviewauth_cache_entries",
+			"Entries held now, by cache.", []string{"cache"}, nil),
+		coalesced: prometheus.NewDesc("reviewauth_cache_coalesced_total",
+			"Lookups that waited for a review another caller had started instead of sending their own, by cache.", []string{"cache"}, nil),
+	}
+	return m
+}
+
+// Describe implements prometheus.Collector.
+func (m *Metrics) Describe(ch chan<- *prometheus.Desc) {
+	m.reviews.Describe(ch)
+	m.latency.Describe(ch)
+	m.retries.Describe(ch)
+	m.inFlight.Describe(ch)
+	m.decisions.Describe(ch)
+	m.staleServes.Describe(ch)
+	for _, d := range []*prometheus.Desc{m.cacheHits, m.cacheMisses, m.cacheEvictions, m.cacheExpired, m.cacheEntries, m.coalesced} {
+		ch <- d
+	}
+}
+
+// Collect implements prometheus.Collector.
+func (m *Metrics) Collect(ch chan<- prometheus.Metric) {
+	m.reviews.Collect(ch)
+	m.latency.Collect(ch)
+	m.retries.Collect(ch)
+	m.inFlight.Collect(ch)
+	m.decisions.Collect(ch)
+	m.staleServes.Collect(ch)
+	m.mu.Lock()
+	caches := append([]namedCache(nil), m.caches...)
+	m.mu.Unlock()
+	// Several caches may share a name (two authenticators); sum them.
+	type sums struct{ hits, misses, evictions, expired, entries, coalesced float64 }
+	by := map[string]*sums{}
+	var order []string
+	for _, c := range caches {
+		s, ok := by[c.name]
+		if !ok {
+			s = &sums{}
+			by[c.name] = s
+			order = append(order, c.name)
+		}
+		st := c.stats()
+		s.hits += float64(st.Hits)
+		s.misses += float64(st.Misses)
+		s.evictions += float64(st.Evictions)
+		s.expired += float64(st.Expired)
+		s.entries += float64(st.Entries)
+		if c.coalesced != nil {
+			s.coalesced += float64(c.coalesced())
+		}
+	}
+	for _, name := range order {
+		s := by[name]
+		ch <- prometheus.MustNewConstMetric(m.cacheHits, prometheus.CounterValue, s.hits, name)
+		ch <- prometheus.MustNewConstMetric(m.cacheMisses, prometheus.CounterValue, s.misses, name)
+		ch <- prometheus.MustNewConstMetric(m.cacheEvictions, prometheus.CounterValue, s.evictions, name)
+		ch <- prometheus.MustNewConstMetric(m.cacheExpired, prometheus.CounterValue, s.expired, name)
+		ch <- prometheus.MustNewConstMetric(m.cacheEntries, prometheus.GaugeValue, s.entries, name)
+		ch <- prometheus.MustNewConstMetric(m.coalesced, prometheus.CounterValue, s.coalesced, name)
+	}
+}
+
+// AddCache makes a cache's counters visible under the cache label name.
+// stats is called at scrape time; coalesced, if not nil, counts callers that
+// joined another caller's review.
+func (m *Metrics) AddCache(name string, stats func() cache.Stats, coalesced func() uint64) {
+	if m == nil {
+		return
+	}
+	m.mu.Lock()
+	m.caches = append(m.caches, namedCache{name: name, stats: stats, coalesced: coalesced})
+	m.mu.Unlock()
+}
+
+// ReviewAttempt records one request to the API server: its HTTP code (0 for
+// no answer) and its latency.
+func (m *Metrics) ReviewAttempt(review string, code int, d time.Duration) {
+	if m == nil {
+		return
+	}
+	m.reviews.WithLabelValues(review, strconv.Itoa(code)).Inc()
+	m.latency.WithLabelValues(review).Observe(d.Seconds())
+}
+
+// ReviewRetry records a retry.
+func (m *Metrics) ReviewRetry(review string) {
+	if m == nil {
+		return
+	}
+	m.retries.WithLabelValues(review).Inc()
+}
+
+// ReviewInFlight adds delta to the number of requests in flight.
+func (m *Metrics) ReviewInFlight(review string, delta int) {
+	if m == nil {
+		return
+	}
+	m.inFlight.WithLabelValues(review).Add(float64(delta))
+}
+
+// Decision records one request decided by a transport adapter.
+func (m *Metrics) Decision(transport, outcome string) {
+	if m == nil {
+		return
+	}
+	m.decisions.WithLabelValues(transport, outcome).Inc()
+}
+
+// StaleServe records an allowed result served past its TTL during an outage.
+func (m *Metrics) StaleServe(cacheName string) {
+	if m == nil {
+		return
+	}
+	m.staleServes.WithLabelValues(cacheName).Inc()
+}
