@@ -64,8 +64,8 @@ type Fault struct {
 	// status that has both allowed and denied set. Other endpoints ignore
 	// it.
 	BothAllowedAndDenied bool
-	// Times is how many requests the fault applies to; 0 means every
-	// request until [Server.ClearFaults].
+	// Times is how many requests the fault applies to; 0 (or less) means
+	// every request until [Server.ClearFaults].
 	Times int
 }
 

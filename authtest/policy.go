@@ -109,7 +109,6 @@ func (s *Server) serveSubjectAccessReview(w http.ResponseWriter, r *http.Request
 	}
 	s.mu.Lock()
 	s.sars = append(s.sars, *sar.DeepCopy())
-	policy := s.policy
 	s.mu.Unlock()
 	if errs := validateSAR(sar.Spec); len(errs) > 0 {
 		writeStatus(w, statusOf(apierrors.NewInvalid(gvk.GroupKind(), "", errs)))
@@ -131,6 +130,9 @@ func (s *Server) serveSubjectAccessReview(w http.ResponseWriter, r *http.Request
 		sar.Status = authorizationv1.SubjectAccessReviewStatus{Allowed: true, Denied: true, Reason: "authtest: injected fault"}
 		respond(w, r, http.StatusCreated, &sar)
 	default:
+		s.mu.Lock()
+		policy := s.policy
+		s.mu.Unlock()
 		if policy != nil {
 			st := &sar.Status
 			st.Allowed, st.Denied, st.Reason, st.EvaluationError = policy(*sar.Spec.DeepCopy())
