@@ -41,7 +41,9 @@ type Fault struct {
 	Status int
 	// RetryAfter, when positive and Status is set, adds a Retry-After header
 	// with the duration rounded up to whole seconds, and the same value in
-	// the Status details.
+	// the Status details. client-go's REST client itself retries 429 and
+	// 5xx answers that carry Retry-After (up to 10 times, sleeping as told,
+	// for POST too), so through a clientset bound it with Times.
 	RetryAfter time.Duration
 	// Delay waits this long (real time) before answering. The wait ends
 	// early, without an answer, when the client goes away or the server is
