@@ -1,0 +1,125 @@
+package authn
+
+import (
+	"errors"
+	"fmt"
+
+	"github.com/spf13/pflag"
+	"k8s.io/client-go/rest"
+	"k8s.io/client-go/tools/clientcmd"
+)
+
+// ClientOptions says how to reach the API server that reviews tokens. It is
+// configured from flags users know from k8s.io/apiserver's delegated
+// authentication options.
+type ClientOptions struct {
+	// Kubeconfig is the path of a kubeconfig file for the API server that
+	// answers TokenReviews. Empty means the in-cluster configuration.
+	Kubeconfig string
+	// QPS and Burst limit the review client. Zero means [DefaultQPS] and
+	// [DefaultBurst].
+	QPS   float32
+	Burst int
+}
+
+// RESTConfig loads the configuration o describes.
+func (o ClientOptions) RESTConfig() (*rest.Config, error) {
+	var cfg *rest.Config
+	var err error
+	if o.Kubeconfig == "" {
+		cfg, err = rest.InClusterConfig()
+	} else {
+		cfg, err = clientcmd.BuildConfigFromFlags("", o.Kubeconfig)
+	}
+	if err != nil {
+		return nil, err
+	}
+	cfg.QPS, cfg.Burst = o.QPS, o.Burst
+	return cfg, nil
+}
+
+// Flags is Options plus the client to review with, as set from the command
+// line. The zero value has every default; AddFlags registers its flags,
+// Validate checks them, and New builds the Authenticator.
+type Flags struct {
+	Options
+	Client ClientOptions
+}
+
+// AddFlags registers fs flags for f:
+//
+//	--authentication-kubeconfig                    kubeconfig of the API server (default: in-cluster)
+//	--authentication-audiences                     audiences this service accepts (required)
+//	--authentication-token-webhook-cache-ttl       how long an identity is cached (default 1m)
+//	--authentication-token-webhook-cache-failure-ttl how long a rejection is cached (default 10s)
+//	--authentication-max-in-flight                 TokenReviews in flight at most (default 16)
+//	--authentication-qps, --authentication-burst   review client limits (default 200, 400)
+//	--authentication-allow-api-server-audience     DANGEROUS: accept API server tokens
+func (f *Flags) AddFlags(fs *pflag.FlagSet) {
+	fs.StringVar(&f.Client.Kubeconfig, "authentication-kubeconfig", f.Client.Kubeconfig,
+		"kubeconfig file pointing at the 'core' kubernetes server with enough rights to create tokenreviews.authentication.k8s.io. Empty means the in-cluster configuration.")
+	fs.StringSliceVar(&f.Audiences, "authentication-audiences", f.Audiences,
+		"Audiences this service accepts tokens for (repeatable or comma-separated). Required: callers must request tokens for one of them.")
+	fs.DurationVar(&f.SuccessTTL, "authentication-token-webhook-cache-ttl", or(f.SuccessTTL, DefaultSuccessTTL),
+		"How long an authenticated identity is cached; never past the token's exp. Also the time a revoked token keeps working.")
+	fs.DurationVar(&f.FailureTTL, "authentication-token-webhook-cache-failure-ttl", or(f.FailureTTL, DefaultFailureTTL),
+		"How long a rejected token is remembered.")
+	fs.IntVar(&f.MaxInFlight, "authentication-max-in-flight", or(f.MaxInFlight, DefaultMaxInFlight),
+		"How many TokenReviews may be in flight at once; more callers wait.")
+	fs.Float32Var(&f.Client.QPS, "authentication-qps", or(f.Client.QPS, float32(DefaultQPS)), "QPS limit of the TokenReview client.")
+	fs.IntVar(&f.Client.Burst, "authentication-burst", or(f.Client.Burst, DefaultBurst), "Burst limit of the TokenReview client.")
+	fs.BoolVar(&f.AllowAPIServerAudience, "authentication-allow-api-server-audience", f.AllowAPIServerAudience,
+		"DANGEROUS: with no --authentication-audiences, accept tokens for the API server's own audience, which this service could replay against the API server.")
+}
+
+// Validate reports every problem with f, naming the flag.
+func (f *Flags) Validate() error {
+	var errs []error
+	switch {
+	case len(f.Audiences) == 0 && !f.AllowAPIServerAudience:
+		errs = append(errs, errors.New("--authentication-audiences: required: name the audience callers request tokens for"))
+	case len(f.Audiences) > 0 && f.AllowAPIServerAudience:
+		errs = append(errs, errors.New("--authentication-allow-api-server-audience: cannot be combined with --authentication-audiences"))
+	}
+	for _, a := range f.Audiences {
+		if a == "" {
+			errs = append(errs, errors.New("--authentication-audiences: empty audience"))
+		}
+	}
+	if f.SuccessTTL < 0 {
+		errs = append(errs, fmt.Errorf("--authentication-token-webhook-cache-ttl: must not be negative, got %v", f.SuccessTTL))
+	}
+	if f.FailureTTL < 0 {
+		errs = append(errs, fmt.Errorf("--authentication-token-webhook-cache-failure-ttl: must not be negative, got %v", f.FailureTTL))
+	}
+	if f.MaxInFlight < 0 {
+		errs = append(errs, fmt.Errorf("--authentication-max-in-flight: must be positive, got %d", f.MaxInFlight))
+	}
+	if f.Client.QPS < 0 {
+		errs = append(errs, fmt.Errorf("--authentication-qps: must not be negative, got %v", f.Client.QPS))
+	}
+	if f.Client.Burst < 0 {
+		errs = append(errs, fmt.Errorf("--authentication-burst: must not be negative, got %d", f.Client.Burst))
+	}
+	return errors.Join(errs...)
+}
+
+// New validates f and builds the Authenticator it describes.
+func (f *Flags) New() (*Authenticator, error) {
+	if err := f.Validate(); err != nil {
+		return nil, err
+	}
+	cfg, err := f.Client.RESTConfig()
+	if err != nil {
+		return nil, fmt.Errorf("authn: --authentication-kubeconfig: %w", err)
+	}
+	return NewForConfig(cfg, f.Options)
+}
+
+func or[T comparable](v, def T) T {
+	var zero T
+	if v == zero {
+		return def
+	}
+	return v
+}

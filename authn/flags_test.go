@@ -1,0 +1,98 @@
+package authn_test
+
+import (
+	"path/filepath"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/spf13/pflag"
+
+	"github.com/reviewauth/reviewauth/authn"
+	"github.com/reviewauth/reviewauth/authtest"
+)
+
+func TestFlags(t *testing.T) {
+	t.Parallel()
+	tests := []struct {
+		name    string
+		args    []string
+		wantErr string // substring; "" means valid
+		check   func(t *testing.T, f *authn.Flags)
+	}{
+		{name: "defaults need an audience", args: nil, wantErr: "--authentication-audiences: required"},
+		{name: "audiences repeatable and comma-separated", args: []string{"--authentication-audiences=a,b", "--authentication-audiences=c"},
+			check: func(t *testing.T, f *authn.Flags) {
+				if strings.Join(f.Audiences, ",") != "a,b,c" {
+					t.Errorf("Audiences = %v; want [a b c]", f.Audiences)
+				}
+				if f.SuccessTTL != authn.DefaultSuccessTTL || f.FailureTTL != authn.DefaultFailureTTL {
+					t.Errorf("TTLs = %v/%v; want defaults", f.SuccessTTL, f.FailureTTL)
+				}
+				if f.Client.QPS != authn.DefaultQPS || f.Client.Burst != authn.DefaultBurst || f.MaxInFlight != authn.DefaultMaxInFlight {
+					t.Errorf("client = %+v, in flight %d; want defaults", f.Client, f.MaxInFlight)
+				}
+			}},
+		{name: "ttl flags", args: []string{"--authentication-audiences=a", "--authentication-token-webhook-cache-ttl=2m", "--authentication-token-webhook-cache-failure-ttl=5s"},
+			check: func(t *testing.T, f *authn.Flags) {
+				if f.SuccessTTL != 2*time.Minute || f.FailureTTL != 5*time.Second {
+					t.Errorf("TTLs = %v/%v; want 2m/5s", f.SuccessTTL, f.FailureTTL)
+				}
+			}},
+		{name: "negative ttl", args: []string{"--authentication-audiences=a", "--authentication-token-webhook-cache-ttl=-1s"}, wantErr: "--authentication-token-webhook-cache-ttl"},
+		{name: "negative failure ttl", args: []string{"--authentication-audiences=a", "--authentication-token-webhook-cache-failure-ttl=-1s"}, wantErr: "--authentication-token-webhook-cache-failure-ttl"},
+		{name: "negative qps", args: []string{"--authentication-audiences=a", "--authentication-qps=-1"}, wantErr: "--authentication-qps"},
+		{name: "negative burst", args: []string{"--authentication-audiences=a", "--authentication-burst=-1"}, wantErr: "--authentication-burst"},
+		{name: "negative in flight", args: []string{"--authentication-audiences=a", "--authentication-max-in-flight=-1"}, wantErr: "--authentication-max-in-flight"},
+		{name: "api server audience opt-in", args: []string{"--authentication-allow-api-server-audience"}},
+		{name: "opt-in with audiences", args: []string{"--authentication-allow-api-server-audience", "--authentication-audiences=a"}, wantErr: "--authentication-allow-api-server-audience"},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			t.Parallel()
+			var f authn.Flags
+			fs := pflag.NewFlagSet("test", pflag.ContinueOnError)
+			f.AddFlags(fs)
+			if err := fs.Parse(tt.args); err != nil {
+				t.Fatalf("Parse(%v) = %v", tt.args, err)
+			}
+			err := f.Validate()
+			if tt.wantErr == "" && err != nil {
+				t.Fatalf("Validate() = %v; want nil", err)
+			}
+			if tt.wantErr != "" && (err == nil || !strings.Contains(err.Error(), tt.wantErr)) {
+				t.Fatalf("Validate() = %v; want an error naming %q", err, tt.wantErr)
+			}
+			if tt.check != nil {
+				tt.check(t, &f)
+			}
+		})
+	}
+}
+
+func TestFlagsNew(t *testing.T) {
+	t.Parallel()
+	srv := authtest.Start(t)
+	kc := filepath.Join(t.TempDir(), "kubeconfig")
+	if err := srv.WriteKubeconfig(kc); err != nil {
+		t.Fatal(err)
+	}
+	var f authn.Flags
+	fs := pflag.NewFlagSet("test", pflag.ContinueOnError)
+	f.AddFlags(fs)
+	if err := fs.Parse([]string{"--authentication-kubeconfig=" + kc, "--authentication-audiences=" + aud}); err != nil {
+		t.Fatal(err)
+	}
+	a, err := f.New()
+	if err != nil {
+		t.Fatalf("New() = %v", err)
+	}
+	tok := srv.MintToken(backup, []string{aud}, time.Time{})
+	if _, ok, err := a.AuthenticateToken(t.Context(), tok); !ok || err != nil {
+		t.Fatalf("AuthenticateToken() = (%v, %v); want success", ok, err)
+	}
+	f.Client.Kubeconfig = filepath.Join(t.TempDir(), "missing")
+	if _, err := f.New(); err == nil || !strings.Contains(err.Error(), "--authentication-kubeconfig") {
+		t.Fatalf("New() with a missing kubeconfig = %v; want an error naming the flag", err)
+	}
+}
