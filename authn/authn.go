@@ -422,6 +422,17 @@ func (a *Authenticator) review(ctx context.Context, key cache.Key, token string)
 	if got == nil {
 		return result{}, &reviewauth.ReviewError{Review: "TokenReview", Attempts: 1, Err: errors.New("empty answer")}
 	}
+	if !got.Status.Authenticated && got.Status.Error == "" {
+		// A real API server always explains a rejection in status.error.
+		// An empty status is a malformed answer (client-go does not check
+		// the kind it decodes): could not check, and not cached.
+		err := &reviewauth.ReviewError{Review: "TokenReview", Code: 201, Attempts: 1, Err: errors.New("the answer has an empty status")}
+		if span != nil {
+			span.SetAttributes(attribute.String("reviewauth.decision", "unavailable"))
+			span.SetStatus(codes.Error, "malformed answer")
+		}
+		return result{}, err
+	}
 	resp, rej := a.judge(&got.Status, token)
 	if span != nil {
 		span.SetAttributes(attribute.String("reviewauth.decision", decision(rej == nil, nil)))

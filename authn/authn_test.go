@@ -179,7 +179,7 @@ func TestAnswerValidation(t *testing.T) {
 		{"foreign audience only", authenticationv1.TokenReviewStatus{Authenticated: true, User: okUser, Audiences: []string{"x"}}, false},
 		{"authenticated but error set", authenticationv1.TokenReviewStatus{Authenticated: true, User: okUser, Audiences: []string{aud}, Error: "boom"}, false},
 		{"authenticated without username", authenticationv1.TokenReviewStatus{Authenticated: true, Audiences: []string{aud}}, false},
-		{"empty status", authenticationv1.TokenReviewStatus{}, false},
+
 		{"not authenticated with error", authenticationv1.TokenReviewStatus{Error: "invalid bearer token"}, false},
 	}
 	for _, tt := range tests {
@@ -197,6 +197,23 @@ func TestAnswerValidation(t *testing.T) {
 				t.Fatalf("AuthenticateToken() error = %v; want ErrUnauthenticated", err)
 			}
 		})
+	}
+}
+
+func TestEmptyStatusIsUnavailableAndNotCached(t *testing.T) {
+	t.Parallel()
+	for _, fault := range []authtest.Fault{{EmptyStatus: true, Times: 1}, {WrongKind: true, Times: 1}, {MalformedBody: true, Times: 1}} {
+		srv := authtest.Start(t)
+		a := newAuth(t, srv, authn.Options{Audiences: []string{aud}, Backoff: noRetries})
+		tok := srv.MintToken(backup, []string{aud}, time.Time{})
+		srv.InjectFault(authtest.TokenReviews, fault)
+		_, ok, err := a.AuthenticateToken(context.Background(), tok)
+		if ok || !errors.Is(err, reviewauth.ErrUnavailable) {
+			t.Errorf("fault %+v: AuthenticateToken() = (%v, %v); want ErrUnavailable", fault, ok, err)
+		}
+		if _, ok, err := a.AuthenticateToken(context.Background(), tok); !ok || err != nil {
+			t.Errorf("fault %+v cleared: AuthenticateToken() = (%v, %v); want success (nothing cached)", fault, ok, err)
+		}
 	}
 }
 
