@@ -1,11 +1,14 @@
 package suite_test
 
 import (
+	"context"
 	"slices"
 	"strings"
 	"testing"
+	"time"
 
 	authenticationv1 "k8s.io/api/authentication/v1"
+	"k8s.io/apimachinery/pkg/util/wait"
 
 	"github.com/reviewauth/reviewauth/test/e2e/cluster"
 )
@@ -102,11 +105,23 @@ func TestSmoke(t *testing.T) {
 			}
 		}
 
+		// kube-apiserver caches successful token authentications for 10s
+		// (TokenSuccessCacheTTL, not a flag), TokenReviews included: a deleted
+		// pod's token keeps authenticating until that entry expires.
 		c.DeletePod(t, "apps", pod.Name)
-		st = c.ReviewToken(t, ptok, "snap.example")
-		t.Logf("observed: TokenReview(token of deleted pod).status.error = %q", st.Error)
-		if st.Authenticated || st.Error == "" {
-			t.Errorf("TokenReview(token of deleted pod) = authenticated %v, error %q; want rejected", st.Authenticated, st.Error)
+		deleted := time.Now()
+		var last authenticationv1.TokenReviewStatus
+		err := wait.PollUntilContextTimeout(t.Context(), 250*time.Millisecond, 20*time.Second, true, func(ctx context.Context) (bool, error) {
+			st, err := c.TokenReview(ctx, ptok, "snap.example")
+			last = st
+			return !st.Authenticated, err
+		})
+		if err != nil {
+			t.Fatalf("TokenReview(token of deleted pod) = authenticated %v, error %q 20s after deletion; want rejected (%v)", last.Authenticated, last.Error, err)
+		}
+		t.Logf("observed: token of deleted pod rejected %v after deletion; status.error = %q", time.Since(deleted).Round(100*time.Millisecond), last.Error)
+		if last.Error == "" {
+			t.Errorf("TokenReview(token of deleted pod).error = empty; want the reason")
 		}
 	})
 }
