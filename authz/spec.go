@@ -1,7 +1,11 @@
 package authz
 
 import (
+	"encoding/binary"
 	"slices"
+	"strings"
+	"sync"
+	"unsafe"
 
 	authorizationv1 "k8s.io/api/authorization/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
@@ -12,10 +16,7 @@ import (
 	"github.com/reviewauth/reviewauth/cache"
 )
 
-// Tags of the canonical encoding hashed into cache keys. Every variable-length
-// field is length-prefixed by [cache.Hash], and every list is count-prefixed,
-// so the encoding is injective: two different SubjectAccessReview specs never
-// encode to the same bytes.
+// Tags of the canonical encoding hashed into cache keys (see cacheKey).
 const (
 	tagVersion     = 1 // bump when the encoding changes
 	tagNoUser      = 0
@@ -149,24 +150,49 @@ func labelRequirementBytes(r *labels.Requirement) int {
 // lists cost one allocation.
 const sortBuf = 32
 
+// maxPooledKeyBuf bounds the encoding buffers kept for reuse, so that one
+// huge request does not pin a huge buffer.
+const maxPooledKeyBuf = 64 << 10
+
+var keyBufPool = sync.Pool{New: func() any { b := make([]byte, 0, 1024); return &b }}
+
 // cacheKey returns the keyed hash of the canonical encoding of the
 // SubjectAccessReview spec that [sarSpec] builds for a: user name, UID, groups
 // (sorted: the API server treats them as a set), extra (keys sorted, each
 // key's values in order) and every attribute the spec carries, selectors
-// included. Two specs that differ in anything but the order of groups or of
-// extra keys get different keys.
+// included. Every string is prefixed with its length and every list with its
+// count (uvarints), in a fixed field order, so the encoding is injective: two
+// specs that differ in anything but the order of groups or of extra keys
+// get different keys.
 //
-// cacheKey does not allocate unless the user has more than sortBuf groups or
-// extra keys, or a label selector is present.
+// The encoding is built in a pooled buffer and hashed with one write, which
+// is what makes a cache hit cheap. cacheKey does not allocate unless the user
+// has more than sortBuf groups or sortBuf/2 extra keys, or the encoding
+// outgrows the pooled buffer.
 func cacheKey(k *cache.Keyer, a authorizer.Attributes) cache.Key {
+	bp := keyBufPool.Get().(*[]byte)
+	b := appendKey((*bp)[:0], a)
 	h := k.NewHash()
-	_ = h.WriteByte(tagVersion)
+	if len(b) > 0 {
+		// The MAC reads b and retains nothing; b is reused only after Sum.
+		h.WriteString(unsafe.String(unsafe.SliceData(b), len(b)))
+	}
+	key := h.Sum()
+	if cap(b) <= maxPooledKeyBuf {
+		*bp = b[:0]
+		keyBufPool.Put(bp)
+	}
+	return key
+}
+
+func appendKey(b []byte, a authorizer.Attributes) []byte {
+	b = append(b, tagVersion)
 	if u := a.GetUser(); u == nil {
-		_ = h.WriteByte(tagNoUser)
+		b = append(b, tagNoUser)
 	} else {
-		_ = h.WriteByte(tagUser)
-		h.WriteString(u.GetName())
-		h.WriteString(u.GetUID())
+		b = append(b, tagUser)
+		b = appendString(b, u.GetName())
+		b = appendString(b, u.GetUID())
 
 		var buf [sortBuf]string
 		groups := u.GetGroups()
@@ -174,34 +200,38 @@ func cacheKey(k *cache.Keyer, a authorizer.Attributes) cache.Key {
 			groups = append(buf[:0], groups...)
 			slices.Sort(groups)
 		}
-		writeStrings(h, groups)
+		b = appendStrings(b, groups)
 
 		extra := u.GetExtra()
-		keys := buf[:0]
-		for key := range extra {
-			keys = append(keys, key)
-		}
-		slices.Sort(keys)
-		h.WriteUint64(uint64(len(keys)))
-		for _, key := range keys {
-			h.WriteString(key)
-			writeStrings(h, extra[key])
+		b = binary.AppendUvarint(b, uint64(len(extra)))
+		if len(extra) > 0 {
+			var kvBuf [sortBuf / 2]extraKV
+			kvs := kvBuf[:0]
+			for k, v := range extra {
+				kvs = append(kvs, extraKV{k, v})
+			}
+			if len(kvs) > 1 {
+				slices.SortFunc(kvs, func(x, y extraKV) int { return strings.Compare(x.key, y.key) })
+			}
+			for _, kv := range kvs {
+				b = appendString(b, kv.key)
+				b = appendStrings(b, kv.values)
+			}
 		}
 	}
 	if !a.IsResourceRequest() {
-		_ = h.WriteByte(tagNonResource)
-		h.WriteString(a.GetPath())
-		h.WriteString(a.GetVerb())
-		return h.Sum()
+		b = append(b, tagNonResource)
+		b = appendString(b, a.GetPath())
+		return appendString(b, a.GetVerb())
 	}
-	_ = h.WriteByte(tagResource)
-	h.WriteString(a.GetNamespace())
-	h.WriteString(a.GetVerb())
-	h.WriteString(a.GetAPIGroup())
-	h.WriteString(a.GetAPIVersion())
-	h.WriteString(a.GetResource())
-	h.WriteString(a.GetSubresource())
-	h.WriteString(a.GetName())
+	b = append(b, tagResource)
+	b = appendString(b, a.GetNamespace())
+	b = appendString(b, a.GetVerb())
+	b = appendString(b, a.GetAPIGroup())
+	b = appendString(b, a.GetAPIVersion())
+	b = appendString(b, a.GetResource())
+	b = appendString(b, a.GetSubresource())
+	b = appendString(b, a.GetName())
 
 	// Selectors exactly as sarSpec sends them: the count of kept
 	// requirements, then each one.
@@ -212,16 +242,16 @@ func cacheKey(k *cache.Keyer, a authorizer.Attributes) cache.Key {
 			n++
 		}
 	}
-	h.WriteUint64(uint64(n))
+	b = binary.AppendUvarint(b, uint64(n))
 	for _, r := range fieldReqs {
 		op, ok := fieldOp(r.Operator)
 		if !ok {
 			continue
 		}
-		h.WriteString(r.Field)
-		h.WriteString(string(op))
-		h.WriteUint64(1)
-		h.WriteString(r.Value)
+		b = appendString(b, r.Field)
+		b = appendString(b, string(op))
+		b = binary.AppendUvarint(b, 1)
+		b = appendString(b, r.Value)
 	}
 	labelReqs, _ := a.GetLabelSelector()
 	n = 0
@@ -230,22 +260,33 @@ func cacheKey(k *cache.Keyer, a authorizer.Attributes) cache.Key {
 			n++
 		}
 	}
-	h.WriteUint64(uint64(n))
+	b = binary.AppendUvarint(b, uint64(n))
 	for i := range labelReqs {
 		op, ok := labelOp(labelReqs[i].Operator())
 		if !ok {
 			continue
 		}
-		h.WriteString(labelReqs[i].Key())
-		h.WriteString(string(op))
-		writeStrings(h, labelReqs[i].ValuesUnsorted())
+		b = appendString(b, labelReqs[i].Key())
+		b = appendString(b, string(op))
+		b = appendStrings(b, labelReqs[i].ValuesUnsorted())
 	}
-	return h.Sum()
+	return b
 }
 
-func writeStrings(h *cache.Hash, ss []string) {
-	h.WriteUint64(uint64(len(ss)))
+type extraKV struct {
+	key    string
+	values []string
+}
+
+func appendString(b []byte, s string) []byte {
+	b = binary.AppendUvarint(b, uint64(len(s)))
+	return append(b, s...)
+}
+
+func appendStrings(b []byte, ss []string) []byte {
+	b = binary.AppendUvarint(b, uint64(len(ss)))
 	for _, s := range ss {
-		h.WriteString(s)
+		b = appendString(b, s)
 	}
+	return b
 }
