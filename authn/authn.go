@@ -127,6 +127,11 @@ type Options struct {
 	// clock.
 	Clock clock.Clock
 
+	// PreVerifier, if not nil, checks each token before it is reviewed, and
+	// tokens it finds forged are refused without a review. See
+	// [JWKSVerifier]. A token it accepts is still reviewed.
+	PreVerifier PreVerifier
+
 	// Metrics, if not nil, records reviews, retries, reviews in flight and
 	// the caches (as cache="token" and cache="token_rejected"). Register it
 	// on your own registry.
@@ -358,6 +363,15 @@ func (a *Authenticator) authenticate(ctx context.Context, token string) (_ *auth
 	}
 	if rej, ok := a.rejected.Get(key); ok {
 		return nil, false, rej, true
+	}
+	if a.opts.PreVerifier != nil {
+		// Forged tokens stop here. Any other error means the verifier
+		// cannot tell, and the TokenReview decides.
+		var rej *reviewauth.RejectedError
+		if err := a.opts.PreVerifier.Verify(ctx, token); errors.As(err, &rej) {
+			a.rejected.Set(key, rej, a.opts.FailureTTL)
+			return nil, false, rej, false
+		}
 	}
 	res, _, err := a.group.Do(ctx, key, func(ctx context.Context) (result, error) {
 		return a.review(ctx, key, token)

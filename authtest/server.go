@@ -73,6 +73,7 @@ type Server struct {
 	faults          map[Endpoint][]*faultEntry
 	blocks          map[Endpoint]chan struct{}
 	stats           map[Endpoint]*endpointStats
+	keys            []signingKey // keys[0] signs
 	tokenReviews    []authenticationv1.TokenReview
 	sars            []authorizationv1.SubjectAccessReview
 }
@@ -93,6 +94,7 @@ func NewServer(opts ...Option) *Server {
 		faults:          make(map[Endpoint][]*faultEntry),
 		blocks:          make(map[Endpoint]chan struct{}),
 		stats:           make(map[Endpoint]*endpointStats),
+		keys:            []signingKey{newSigningKey()},
 	}
 	for _, opt := range opts {
 		if opt != nil {
@@ -179,6 +181,25 @@ func randomString(n int) string {
 func (s *Server) serveHTTP(w http.ResponseWriter, r *http.Request) {
 	if !s.isAdmin(r) {
 		writeStatus(w, unauthorizedStatus())
+		return
+	}
+	if strings.TrimSuffix(r.URL.Path, "/") == "/openid/v1/jwks" {
+		if r.Method != http.MethodGet {
+			writeStatus(w, methodNotAllowedStatus(r.Method, r.URL.Path))
+			return
+		}
+		done := s.begin(JWKS)
+		defer done()
+		f, handled := s.intercept(w, r, JWKS)
+		if handled {
+			return
+		}
+		if f.MalformedBody {
+			w.Header().Set("Content-Type", "application/json")
+			w.Write([]byte(`{"keys": [`))
+			return
+		}
+		s.serveJWKS(w, r)
 		return
 	}
 	e, ns, name, ok := route(r.URL.Path)

@@ -78,7 +78,8 @@ func (s *Server) RevokeToken(token string) {
 // (audiences, or the API audiences when empty), iat, nbf, exp (unless exp
 // is zero), jti and, for a service account user name, the kubernetes.io
 // claim with the namespace, service account and the pod and node named by
-// u's extras. The signature is random: only this server accepts the token.
+// u's extras. It is signed with ES256 under the server's signing key, whose
+// public half the server serves at /openid/v1/jwks ([JWKS]).
 func (s *Server) MintToken(u user.Info, audiences []string, exp time.Time) string {
 	if u == nil {
 		panic("authtest: MintToken with a nil user.Info")
@@ -87,7 +88,7 @@ func (s *Server) MintToken(u user.Info, audiences []string, exp time.Time) strin
 	if len(auds) == 0 {
 		auds = s.apiAudiences
 	}
-	token := MintJWT(s.claims(u, auds, exp, string(uuid.NewUUID())))
+	token := s.signer().sign(s.claims(u, auds, exp, string(uuid.NewUUID())))
 	s.AddToken(token, u, audiences, exp)
 	return token
 }
@@ -316,7 +317,7 @@ func (s *Server) serveTokenRequest(w http.ResponseWriter, r *http.Request, names
 	u.Extra[extraCredentialID] = []string{"JTI=" + jti}
 	now := s.now()
 	exp := now.Add(time.Duration(*spec.ExpirationSeconds) * time.Second)
-	token := MintJWT(s.claims(u, spec.Audiences, exp, jti))
+	token := s.signer().sign(s.claims(u, spec.Audiences, exp, jti))
 	s.AddToken(token, u, spec.Audiences, exp)
 
 	treq.TypeMeta = metav1.TypeMeta{Kind: "TokenRequest", APIVersion: authenticationv1.SchemeGroupVersion.String()}
