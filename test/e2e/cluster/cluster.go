@@ -14,6 +14,7 @@ import (
 	"strconv"
 	"strings"
 	"sync"
+	"syscall"
 	"time"
 
 	utilnet "k8s.io/apimachinery/pkg/util/net"
@@ -110,11 +111,16 @@ func Start(ctx context.Context, opts Options) (_ *Cluster, err error) {
 		}
 	}
 
-	dir, err := os.MkdirTemp("", "reviewauth-e2e-")
+	sweepStaleDirs()
+	dir, err := os.MkdirTemp("", tempPrefix)
 	if err != nil {
 		return nil, fmt.Errorf("cluster: %w", err)
 	}
 	c := &Cluster{opts: opts, dir: dir}
+	if err := os.WriteFile(c.path(ownerFile), []byte(strconv.Itoa(os.Getpid())), 0o600); err != nil {
+		_ = os.RemoveAll(dir)
+		return nil, fmt.Errorf("cluster: %w", err)
+	}
 	defer func() {
 		if err != nil {
 			tail := c.LogTail(40)
@@ -449,4 +455,27 @@ func randomHex(n int) string {
 	b := make([]byte, n)
 	_, _ = rand.Read(b)
 	return hex.EncodeToString(b)
+}
+
+const (
+	tempPrefix = "reviewauth-e2e-"
+	ownerFile  = "owner.pid"
+)
+
+// sweepStaleDirs removes temporary directories left by test binaries that
+// died without Close (SIGKILL, go test -timeout). Their etcd and API server
+// died with them (Pdeathsig).
+func sweepStaleDirs() {
+	dirs, _ := filepath.Glob(filepath.Join(os.TempDir(), tempPrefix+"*"))
+	for _, d := range dirs {
+		b, err := os.ReadFile(filepath.Join(d, ownerFile))
+		if err != nil {
+			continue // not ours, or still being created
+		}
+		pid, err := strconv.Atoi(strings.TrimSpace(string(b)))
+		if err != nil || pid <= 0 || syscall.Kill(pid, 0) == nil {
+			continue // owner alive (or unknown): leave it
+		}
+		_ = os.RemoveAll(d)
+	}
 }

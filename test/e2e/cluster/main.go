@@ -16,6 +16,10 @@ import (
 // or a cluster that cannot start fails the run.
 const DisableEnv = "REVIEWAUTH_E2E"
 
+// KeepEnv is the environment variable that, set to "1", makes [Main] keep
+// the cluster's temporary directory (logs, etcd data, keys) for debugging.
+const KeepEnv = "REVIEWAUTH_E2E_KEEP"
+
 var (
 	sharedMu   sync.Mutex
 	shared     *Cluster
@@ -39,15 +43,33 @@ func Main(m *testing.M, opts Options) int {
 		fmt.Fprintln(os.Stderr, "e2e: SKIP:", skipReason)
 		return m.Run()
 	}
+	if os.Getenv(KeepEnv) == "1" {
+		opts.KeepDir = true
+	}
 	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Minute)
 	defer cancel()
+	if opts.KubeAPIServer == "" || opts.Etcd == "" {
+		start := time.Now()
+		kube, etcd, err := Binaries(ctx)
+		if err != nil {
+			fmt.Fprintf(os.Stderr, "e2e: FAIL: cannot build or find kube-apiserver %s and etcd %s (set %s=0 to skip the suite): %v\n", KubeVersion, EtcdVersion, DisableEnv, err)
+			return 1
+		}
+		if opts.KubeAPIServer == "" {
+			opts.KubeAPIServer = kube
+		}
+		if opts.Etcd == "" {
+			opts.Etcd = etcd
+		}
+		fmt.Fprintf(os.Stderr, "e2e: binaries ready in %v\n", time.Since(start).Round(time.Millisecond))
+	}
 	start := time.Now()
 	c, err := Start(ctx, opts)
 	if err != nil {
 		fmt.Fprintf(os.Stderr, "e2e: FAIL: cannot start the cluster (kube-apiserver %s, etcd %s): %v\n", KubeVersion, EtcdVersion, err)
 		return 1
 	}
-	fmt.Fprintf(os.Stderr, "e2e: cluster up at %s in %v (dir %s)\n", c.URL(), time.Since(start).Round(time.Millisecond), c.Dir())
+	fmt.Fprintf(os.Stderr, "e2e: cluster up at %s in %v (dir %s; %s=1 keeps it)\n", c.URL(), time.Since(start).Round(time.Millisecond), c.Dir(), KeepEnv)
 	sharedMu.Lock()
 	shared = c
 	sharedMu.Unlock()
