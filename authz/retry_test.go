@@ -35,7 +35,7 @@ func TestRetry(t *testing.T) {
 		{name: "503 then success", fault: authtest.Fault{Status: http.StatusServiceUnavailable, Times: 1}, wantDecision: authorizer.DecisionAllow, wantSARs: 2},
 		{name: "504 then success", fault: authtest.Fault{Status: http.StatusGatewayTimeout, Times: 1}, wantDecision: authorizer.DecisionAllow, wantSARs: 2},
 		{name: "connection reset then success", fault: authtest.Fault{DropConnection: true, Times: 2}, wantDecision: authorizer.DecisionAllow, wantSARs: 3},
-		{name: "503 exhausts 4 attempts", fault: authtest.Fault{Status: http.StatusServiceUnavailable}, wantDecision: authorizer.DecisionDeny, wantSARs: 4, wantCode: 503},
+		{name: "503 exhausts 1+4 attempts", fault: authtest.Fault{Status: http.StatusServiceUnavailable}, wantDecision: authorizer.DecisionDeny, wantSARs: 5, wantCode: 503},
 		{name: "400 is not retried", fault: authtest.Fault{Status: http.StatusBadRequest}, wantDecision: authorizer.DecisionDeny, wantSARs: 1, wantCode: 400},
 		{name: "401 is not retried", fault: authtest.Fault{Status: http.StatusUnauthorized}, wantDecision: authorizer.DecisionDeny, wantSARs: 1, wantCode: 401},
 		{name: "403 is not retried", fault: authtest.Fault{Status: http.StatusForbidden}, wantDecision: authorizer.DecisionDeny, wantSARs: 1, wantCode: 403},
@@ -47,7 +47,7 @@ func TestRetry(t *testing.T) {
 			t.Parallel()
 			f := newFixture(t, allowBackupPods, authz.Options{})
 			f.srv.InjectFault(authtest.SubjectAccessReviews, tt.fault)
-			// The longest default wait is 400ms+20%: one step of 2s always
+			// The longest default wait is 800ms+20%: one step of 2s always
 			// fires the pending timer.
 			r := f.authorizeStepping(context.Background(), getPods(backup()), 2*time.Second)
 			if r.d != tt.wantDecision {
@@ -79,7 +79,7 @@ func TestRetry(t *testing.T) {
 func TestRetryBackoffSchedule(t *testing.T) {
 	t.Parallel()
 	// No jitter, so the waits are exact: 100ms, 200ms, 400ms.
-	f := newFixture(t, allowBackupPods, authz.Options{Backoff: wait.Backoff{Duration: 100 * time.Millisecond, Factor: 2, Steps: 4, Cap: 2 * time.Second}})
+	f := newFixture(t, allowBackupPods, authz.Options{Backoff: wait.Backoff{Duration: 100 * time.Millisecond, Factor: 2, Steps: 3, Cap: 2 * time.Second}})
 	f.srv.InjectFault(authtest.SubjectAccessReviews, authtest.Fault{Status: http.StatusServiceUnavailable, Times: 3})
 	done := make(chan result, 1)
 	go func() {
@@ -190,7 +190,7 @@ func TestErrorIsNeverAllow(t *testing.T) {
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
 			t.Parallel()
-			f := newFixture(t, allowAll, authz.Options{Backoff: wait.Backoff{Steps: 1}})
+			f := newFixture(t, allowAll, authz.Options{Backoff: wait.Backoff{Steps: -1}})
 			f.srv.InjectFault(authtest.SubjectAccessReviews, tt.fault)
 			a := getPods(backup())
 			d, _, err := f.az.Authorize(context.Background(), a)

@@ -18,7 +18,11 @@ import (
 
 	"github.com/reviewauth/reviewauth"
 	"github.com/reviewauth/reviewauth/cache"
+	"github.com/reviewauth/reviewauth/internal/review"
+	"github.com/reviewauth/reviewauth/metrics"
 )
+
+const reviewName = "SubjectAccessReview"
 
 // Defaults used for the zero fields of [Options].
 const (
@@ -55,16 +59,17 @@ const (
 	// slots carry thousands of SARs a second, far more than a cache-fronted
 	// agent needs; the bound matters when the API server is slow, where it
 	// keeps a node agent from piling hundreds of requests onto it (every
-	// node runs one, and the API server is shared by all of them).
-	DefaultMaxInFlight = 16
-)
+	// node runs one, and the API server is shared by all of them). It is
+	// the same bound authn uses for TokenReviews.
+	DefaultMaxInFlight = review.DefaultMaxInFlight
 
-// DefaultBackoff returns the retry schedule used when [Options.Backoff] has
-// no Steps: up to 4 attempts, waiting 100ms, 200ms, 400ms (each ±20%
-// jitter, capped at 2s) between them.
-func DefaultBackoff() wait.Backoff {
-	return wait.Backoff{Duration: 100 * time.Millisecond, Factor: 2, Jitter: 0.2, Steps: 4, Cap: 2 * time.Second}
-}
+	// DefaultQPS and DefaultBurst configure the client built by
+	// [NewForConfig] when the rest.Config leaves them zero, as in authn and
+	// k8s.io/apiserver's delegated authorization; client-go's own 5 QPS
+	// throttles reviews into multi-second waits (Istio #27945).
+	DefaultQPS   = 200
+	DefaultBurst = 400
+)
 
 // Options configures an [Authorizer]. The zero value gives the defaults
 // documented on each field.
@@ -95,10 +100,13 @@ type Options struct {
 	// means [DefaultTimeout].
 	Timeout time.Duration
 
-	// Backoff is the retry schedule: Steps is the maximum number of
-	// attempts (1 disables retries), and the waits grow from Duration by
-	// Factor, with Jitter, up to Cap. A Retry-After from the API server
-	// replaces a shorter wait. If Steps is zero, [DefaultBackoff] is used.
+	// Backoff spaces retries, exactly as in authn: Steps is the number of
+	// retries, and the waits grow from Duration by Factor, with Jitter, up
+	// to Cap. A Retry-After from the API server replaces a shorter wait,
+	// and no wait may end past the review's deadline (see
+	// [Authorizer.Authorize]). Zero means 100ms doubling with 20% jitter, 4
+	// retries, capped at 2s. Steps < 0 disables retries. Retried: 429, 5xx,
+	// connection refused or reset, EOF, timeouts; any other 4xx is not.
 	Backoff wait.Backoff
 
 	// MaxInFlight bounds the SubjectAccessReviews in flight at once;
@@ -107,8 +115,13 @@ type Options struct {
 	MaxInFlight int
 
 	// Clock tells the time for cache expiry and retry waits. Nil means the
-	// real clock.
+	// real clock. Deadlines (Timeout, the caller's) are in real time, as
+	// contexts are.
 	Clock clock.Clock
+
+	// Metrics, if not nil, records reviews, retries, reviews in flight
+	// (review="SubjectAccessReview") and the cache (cache="sar").
+	Metrics *metrics.Metrics
 }
 
 // SubjectAccessReviewer creates SubjectAccessReviews. client-go's
@@ -163,13 +176,12 @@ type Authorizer struct {
 	keyer        *cache.Keyer
 	cache        *cache.Cache[decision]
 	group        cache.Group[decision]
+	retrier      *review.Retrier
 	clock        clock.Clock
 	allowedTTL   time.Duration
 	deniedTTL    time.Duration
 	maxAttrBytes int
 	timeout      time.Duration
-	backoff      wait.Backoff
-	inflight     chan struct{}
 }
 
 var (
@@ -203,7 +215,6 @@ func New(reviewer SubjectAccessReviewer, opts Options) *Authorizer {
 		deniedTTL:    opts.DeniedTTL,
 		maxAttrBytes: opts.MaxCacheableAttributeBytes,
 		timeout:      opts.Timeout,
-		backoff:      opts.Backoff,
 	}
 	if a.clock == nil {
 		a.clock = clock.RealClock{}
@@ -220,39 +231,43 @@ func New(reviewer SubjectAccessReviewer, opts Options) *Authorizer {
 	if a.timeout <= 0 {
 		a.timeout = DefaultTimeout
 	}
-	if a.backoff.Steps <= 0 {
-		a.backoff = DefaultBackoff()
-	}
 	maxEntries := opts.MaxEntries
 	if maxEntries <= 0 {
 		maxEntries = DefaultMaxEntries
 	}
-	maxInFlight := opts.MaxInFlight
-	if maxInFlight <= 0 {
-		maxInFlight = DefaultMaxInFlight
-	}
-	a.inflight = make(chan struct{}, maxInFlight)
+	a.retrier = review.New(reviewName, opts.Backoff, a.clock, opts.MaxInFlight, observer(opts.Metrics))
 	a.cache = cache.New[decision](cache.Options{MaxEntries: maxEntries, Clock: a.clock})
 	a.group.Timeout = a.timeout
+	opts.Metrics.AddCache("sar", a.cache.Stats, a.group.Joined)
 	return a
+}
+
+func observer(m *metrics.Metrics) review.Observer {
+	if m == nil {
+		return review.Observer{}
+	}
+	return review.Observer{Attempt: m.ReviewAttempt, Retry: m.ReviewRetry, InFlight: m.ReviewInFlight}
 }
 
 // NewForConfig returns an Authorizer that posts SubjectAccessReviews to the
 // API server described by cfg, configured by opts. The client it builds has
 // client-go's internal retries turned off (rest.Request.MaxRetries(0)), so
-// that [Options.Backoff] and [Options.Timeout] are the only retry policy.
-// When cfg sets neither QPS nor a RateLimiter, the client gets the QPS
-// 200 / burst 400 of k8s.io/apiserver's delegated authorization rather
-// than client-go's 5/10, which throttles reviews (Istio #27945); cfg itself
-// is not modified.
+// that [Options.Backoff] and [Options.Timeout] are the only retry policy,
+// and it records Retry-After headers for them. QPS and Burst default to
+// [DefaultQPS] and [DefaultBurst] when cfg leaves them zero. cfg itself is
+// not modified.
 func NewForConfig(cfg *rest.Config, opts Options) (*Authorizer, error) {
 	if cfg == nil {
 		return nil, errors.New("authz: NewForConfig with a nil rest.Config")
 	}
 	c := rest.CopyConfig(cfg)
-	if c.QPS == 0 && c.RateLimiter == nil {
-		c.QPS, c.Burst = 200, 400
+	if c.QPS == 0 {
+		c.QPS = DefaultQPS
 	}
+	if c.Burst == 0 {
+		c.Burst = DefaultBurst
+	}
+	c.Wrap(review.WrapTransport)
 	client, err := authorizationv1client.NewForConfig(c)
 	if err != nil {
 		return nil, fmt.Errorf("authz: building the SubjectAccessReview client: %w", err)
@@ -290,6 +305,11 @@ func (r *restReviewer) Create(ctx context.Context, sar *authorizationv1.SubjectA
 // returns at once with a *[reviewauth.ReviewError] wrapping ctx.Err(); the
 // shared review goes on for the others and is cancelled when every caller
 // has left.
+//
+// The shared review retries within [Options.Timeout], and never waits past
+// the deadline of the caller that started it: a wait that would end later
+// stops it at once with a *[reviewauth.ReviewError] carrying the API
+// server's Retry-After, if any. Callers that joined it share that result.
 //
 // On a cache hit Authorize does not allocate, unless a is a resource
 // request with a label selector or the user has more than 32 groups or
@@ -338,11 +358,22 @@ func (a *Authorizer) load(ctx context.Context, key cache.Key, sar *authorization
 	if v, ok := a.cache.Get(key); ok {
 		return v, nil
 	}
-	deadline := a.clock.Now().Add(a.timeout)
-	if !leaderDeadline.IsZero() && leaderDeadline.Before(deadline) {
-		deadline = leaderDeadline
+	if dl, ok := ctx.Deadline(); !leaderDeadline.IsZero() && (!ok || leaderDeadline.Before(dl)) {
+		var cancel context.CancelFunc
+		ctx, cancel = context.WithDeadline(ctx, leaderDeadline)
+		defer cancel()
 	}
-	out, attempts, err := a.create(ctx, sar, deadline)
+	var out *authorizationv1.SubjectAccessReview
+	attempts := 0
+	err := a.retrier.Do(ctx, nil, func(ctx context.Context) error {
+		attempts++
+		var err error
+		out, err = a.reviewer.Create(ctx, sar, metav1.CreateOptions{})
+		if err == nil && out == nil {
+			err = errors.New("authz: empty SubjectAccessReview response")
+		}
+		return err
+	})
 	if err != nil {
 		return decision{}, err
 	}

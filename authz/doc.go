@@ -1,0 +1,60 @@
+// Package authz decides whether an authenticated identity may do something,
+// in the vocabulary of k8s.io/apiserver v0.37: [authorizer.Attributes] in,
+// [authorizer.Decision] (zero value Deny), a reason and an error out.
+//
+// # Asking the API server
+//
+// [Authorizer] asks with authorization.k8s.io/v1 SubjectAccessReviews
+// ([NewForConfig], or [New] over a narrow [SubjectAccessReviewer]). It keeps
+// what k8s.io/apiserver's webhook authorizer does and fixes what a node agent
+// under load needs:
+//
+//   - a bounded cache with separate TTLs for Allow and for Deny/NoOpinion
+//     ([DefaultAllowedTTL], [DefaultDeniedTTL]); errors are never cached;
+//   - cache keys that are an HMAC-SHA-256, under a per-process random key,
+//     of a length-prefixed encoding of the whole review (user, UID, sorted
+//     groups, extra, every attribute, field and label selectors), so two
+//     different reviews never share an entry;
+//   - no caching of requests whose caller-controlled attributes, selectors
+//     included, are large (kubernetes#141457);
+//   - one SubjectAccessReview for any number of concurrent identical misses;
+//   - bounded retries with backoff and Retry-After, within a total budget,
+//     with a bound on reviews in flight;
+//   - failing closed: an error never comes with Allow, and "could not
+//     check" (a *[reviewauth.ReviewError], matching
+//     [reviewauth.ErrUnavailable]) is distinguishable from a denial.
+//
+// A cache hit costs no allocation.
+//
+// # Deciding locally
+//
+// Some decisions need no API server: [AlwaysAllowGroups] and
+// [AlwaysAllowPaths] (opt-in), [StaticRules], and [NodeLocal], which admits
+// only callers whose node-bound service-account token names this node.
+//
+// # Composing
+//
+// [First] is a union, like k8s.io/apiserver's: the first Allow or Deny wins
+// and NoOpinion moves on, but an error stops it and denies. [All] requires
+// every authorizer to allow; NoOpinion counts as not allowed. Typical chains:
+//
+//	// a metrics endpoint: health paths and admins locally, the rest by SAR
+//	authz.First(authz.AlwaysAllowGroups("system:masters"), paths, sar)
+//	// a DRA plugin: callers on this node, and allowed by RBAC
+//	authz.All(authz.NodeLocal(authz.NodeLocalOptions{NodeName: node}), sar)
+//
+// # What the transports use
+//
+// httpauth and grpcauth authorize every request with [Check], which is All
+// over the request's attribute sets: each set is asked of the configured
+// authorizer (an [Authorizer], or a First/All chain of them), and the request
+// proceeds only if every set is allowed. Check turns the result into the
+// shared errors: nil, a [reviewauth.ErrDenied] (Deny or NoOpinion), or a
+// [reviewauth.ErrUnavailable] (any error), which the transports map to 403
+// and 503 (PermissionDenied and Unavailable).
+//
+// Every authorizer in this package implements the whole
+// [authorizer.Authorizer] (so it fits union.New) and hence
+// [authorizer.UnconditionalAuthorizer] (so it fits filters.WithAuthorization).
+// None is conditions-aware.
+package authz
