@@ -108,6 +108,15 @@ type Options struct {
 	// cache. Zero means [DefaultMaxEntries].
 	MaxEntries int
 
+	// StaleIfError, when positive, lets an identity be served for up to this
+	// long past its SuccessTTL, but only while the API server cannot be
+	// asked (the review of that token fails with reviewauth.ErrUnavailable),
+	// and never past the token's exp. Rejections are never extended, and a
+	// rejection removes the stale identity. Each stale serve is counted in
+	// reviewauth_stale_serves_total{cache="token"}. Zero (the default)
+	// disables it: an outage is reported as such.
+	StaleIfError time.Duration
+
 	// MaxTokenSize is the largest token reviewed, in bytes; larger tokens
 	// are refused locally. Zero means [DefaultMaxTokenSize].
 	MaxTokenSize int
@@ -152,7 +161,7 @@ type Authenticator struct {
 	opts      Options
 	clock     clock.Clock
 	keyer     *cache.Keyer
-	ok        *cache.Cache[*authenticator.Response]
+	ok        *cache.Cache[*identity]
 	rejected  *cache.Cache[*reviewauth.RejectedError]
 	group     cache.Group[result]
 	retrier   *review.Retrier
@@ -165,6 +174,26 @@ var (
 	_ authenticator.Token   = (*Authenticator)(nil)
 	_ authenticator.Request = (*Authenticator)(nil)
 )
+
+// identity is a cached success. With StaleIfError the cache keeps it past
+// fresh, for use only when the API server cannot be asked.
+type identity struct {
+	resp  *authenticator.Response
+	fresh time.Time
+}
+
+// lookup returns the cached identity for key if it is fresh, or else the
+// stale one that StaleIfError may still serve.
+func (a *Authenticator) lookup(key cache.Key) (fresh *authenticator.Response, stale *identity) {
+	id, ok := a.ok.Get(key)
+	if !ok {
+		return nil, nil
+	}
+	if a.opts.StaleIfError <= 0 || a.clock.Now().Before(id.fresh) {
+		return id.resp, nil
+	}
+	return nil, id
+}
 
 type result struct {
 	resp     *authenticator.Response
@@ -226,7 +255,7 @@ func New(reviewer TokenReviewer, opts Options) (*Authenticator, error) {
 		opts:      opts,
 		clock:     clk,
 		keyer:     cache.NewKeyer(),
-		ok:        cache.New[*authenticator.Response](cache.Options{MaxEntries: opts.MaxEntries, Clock: clk}),
+		ok:        cache.New[*identity](cache.Options{MaxEntries: opts.MaxEntries, Clock: clk}),
 		rejected:  cache.New[*reviewauth.RejectedError](cache.Options{MaxEntries: opts.MaxEntries, Clock: clk}),
 		group:     cache.Group[result]{Timeout: opts.Timeout},
 		retrier:   review.New("TokenReview", opts.Backoff, clk, opts.MaxInFlight, observer(opts.Metrics)),
@@ -353,7 +382,8 @@ func (a *Authenticator) authenticate(ctx context.Context, token string) (_ *auth
 		return nil, false, &reviewauth.RejectedError{Reason: fmt.Sprintf("token is larger than %d bytes", a.opts.MaxTokenSize)}, false
 	}
 	key := a.keyer.TokenKey(token, a.audiences)
-	if resp, ok := a.ok.Get(key); ok {
+	resp, stale := a.lookup(key)
+	if resp != nil {
 		// Only a token that passed validate can have been cached: the
 		// byte scan is left off the hit path.
 		return resp, true, nil, true
@@ -376,6 +406,13 @@ func (a *Authenticator) authenticate(ctx context.Context, token string) (_ *auth
 	res, _, err := a.group.Do(ctx, key, func(ctx context.Context) (result, error) {
 		return a.review(ctx, key, token)
 	})
+	if err != nil && stale != nil && errors.Is(err, reviewauth.ErrUnavailable) {
+		// Stale-if-error: the API server cannot be asked, and this token
+		// was authenticated less than StaleIfError ago past its TTL.
+		a.opts.Metrics.StaleServe("token")
+		klog.FromContext(ctx).V(2).Info("Serving a stale identity: the API server is unavailable", "user", stale.resp.User.GetName(), "err", err)
+		return stale.resp, true, nil, true
+	}
 	if err != nil {
 		if errors.Is(err, reviewauth.ErrUnavailable) {
 			return nil, false, err, false
@@ -406,7 +443,7 @@ func (a *Authenticator) review(ctx context.Context, key cache.Key, token string)
 	// A caller that missed the caches just before a previous load stored its
 	// result, and reached the Group just after that load finished, would
 	// otherwise send a second review.
-	if resp, ok := a.ok.Get(key); ok {
+	if resp, _ := a.lookup(key); resp != nil {
 		return result{resp: resp}, nil
 	}
 	if rej, ok := a.rejected.Get(key); ok {
@@ -454,15 +491,19 @@ func (a *Authenticator) review(ctx context.Context, key cache.Key, token string)
 	if rej != nil {
 		logger.V(4).Info("TokenReview rejected the token", "reason", rej.Reason)
 		a.rejected.Set(key, rej, a.opts.FailureTTL)
+		a.ok.Delete(key) // a stale identity must not outlive a rejection
 		return result{rejected: rej}, nil
 	}
-	ttl := a.opts.SuccessTTL
-	if exp, ok := jwtExpiry(token); ok {
-		if left := exp.Sub(a.clock.Now()); left < ttl {
-			ttl = left
-		}
+	now := a.clock.Now()
+	ttl, keep := a.opts.SuccessTTL, a.opts.SuccessTTL
+	if a.opts.StaleIfError > 0 {
+		keep += a.opts.StaleIfError
 	}
-	a.ok.Set(key, resp, ttl)
+	if exp, ok := jwtExpiry(token); ok {
+		left := exp.Sub(now)
+		ttl, keep = min(ttl, left), min(keep, left)
+	}
+	a.ok.Set(key, &identity{resp: resp, fresh: now.Add(ttl)}, keep)
 	logger.V(4).Info("TokenReview authenticated", "user", resp.User.GetName(), "audiences", resp.Audiences, "cacheTTL", ttl)
 	return result{resp: resp}, nil
 }
