@@ -78,7 +78,7 @@ func (k kubeletMapper) Attributes(r *http.Request, u user.Info) ([]authorizer.At
 	if err != nil {
 		return nil, err
 	}
-	return []authorizer.Attributes{&authorizer.AttributesRecord{
+	return single(authorizer.AttributesRecord{
 		User:            u,
 		Verb:            verb,
 		APIVersion:      "v1",
@@ -87,7 +87,42 @@ func (k kubeletMapper) Attributes(r *http.Request, u user.Info) ([]authorizer.At
 		Name:            k.node,
 		ResourceRequest: true,
 		Path:            r.URL.Path,
-	}}, nil
+	}), nil
+}
+
+// one holds a single attribute set and the slice that returns it, so that a
+// mapper allocates once per request.
+type one struct {
+	rec  authorizer.AttributesRecord
+	list [1]authorizer.Attributes
+}
+
+func single(rec authorizer.AttributesRecord) []authorizer.Attributes {
+	o := &one{rec: rec}
+	o.list[0] = &o.rec
+	return o.list[:]
+}
+
+// nonResourceVerb is the API server's verb for a non-resource request: the
+// lowercase method, without allocating for the common ones.
+func nonResourceVerb(method string) string {
+	switch method {
+	case http.MethodGet:
+		return "get"
+	case http.MethodHead:
+		return "head"
+	case http.MethodPost:
+		return "post"
+	case http.MethodPut:
+		return "put"
+	case http.MethodPatch:
+		return "patch"
+	case http.MethodDelete:
+		return "delete"
+	case http.MethodOptions:
+		return "options"
+	}
+	return strings.ToLower(method)
 }
 
 func kubeletSubresource(p string) string {
@@ -128,11 +163,16 @@ func RequestInfo() AttributesMapper {
 type requestInfoMapper struct{ factory *request.RequestInfoFactory }
 
 func (m requestInfoMapper) Attributes(r *http.Request, u user.Info) ([]authorizer.Attributes, error) {
+	if p := r.URL.Path; !strings.HasPrefix(p, "/api/") && !strings.HasPrefix(p, "/apis/") {
+		// What RequestInfoFactory answers for a path outside the API
+		// prefixes, without its allocations.
+		return single(authorizer.AttributesRecord{User: u, Verb: nonResourceVerb(r.Method), Path: p}), nil
+	}
 	info, err := m.factory.NewRequestInfo(r)
 	if err != nil {
 		return nil, fmt.Errorf("httpauth: parsing request path: %w", err)
 	}
-	a := &authorizer.AttributesRecord{
+	o := &one{rec: authorizer.AttributesRecord{
 		User:            u,
 		Verb:            info.Verb,
 		Namespace:       info.Namespace,
@@ -143,7 +183,9 @@ func (m requestInfoMapper) Attributes(r *http.Request, u user.Info) ([]authorize
 		Name:            info.Name,
 		ResourceRequest: info.IsResourceRequest,
 		Path:            info.Path,
-	}
+	}}
+	a := &o.rec
+	o.list[0] = a
 	// As the API server's GetAuthorizerAttributes: a selector that does not
 	// parse is recorded as a parsing error for the authorizer to see.
 	if info.FieldSelector != "" {
@@ -160,7 +202,7 @@ func (m requestInfoMapper) Attributes(r *http.Request, u user.Info) ([]authorize
 			a.LabelSelectorRequirements = req
 		}
 	}
-	return []authorizer.Attributes{a}, nil
+	return o.list[:], nil
 }
 
 // NonResource returns the mapper of non-resource requests, as the API server
@@ -169,11 +211,7 @@ func (m requestInfoMapper) Attributes(r *http.Request, u user.Info) ([]authorize
 // nonResourceURLs rules apply. The mapper is safe for concurrent use.
 func NonResource() AttributesMapper {
 	return AttributesMapperFunc(func(r *http.Request, u user.Info) ([]authorizer.Attributes, error) {
-		return []authorizer.Attributes{&authorizer.AttributesRecord{
-			User: u,
-			Verb: strings.ToLower(r.Method),
-			Path: r.URL.Path,
-		}}, nil
+		return single(authorizer.AttributesRecord{User: u, Verb: nonResourceVerb(r.Method), Path: r.URL.Path}), nil
 	})
 }
 
@@ -255,7 +293,7 @@ func (m staticRoutes) Attributes(r *http.Request, u user.Info) ([]authorizer.Att
 					}
 					a.Verb = verb
 				} else {
-					a.Verb = strings.ToLower(r.Method)
+					a.Verb = nonResourceVerb(r.Method)
 				}
 			}
 			if a.Path == "" {

@@ -9,8 +9,10 @@ import (
 
 	"github.com/google/go-cmp/cmp"
 	"k8s.io/apimachinery/pkg/selection"
+	"k8s.io/apimachinery/pkg/util/sets"
 	"k8s.io/apiserver/pkg/authentication/user"
 	"k8s.io/apiserver/pkg/authorization/authorizer"
+	"k8s.io/apiserver/pkg/endpoints/request"
 
 	"github.com/reviewauth/reviewauth/httpauth"
 )
@@ -347,7 +349,10 @@ func FuzzRequestInfo(f *testing.F) {
 		f.Add("GET", s)
 	}
 	f.Add("POST", "/api/v1/namespaces/ns/pods")
+	f.Add("PROPFIND", "/metrics")
+	f.Add("get", "/apis")
 	m := httpauth.RequestInfo()
+	factory := &request.RequestInfoFactory{APIPrefixes: sets.NewString("api", "apis"), GrouplessAPIPrefixes: sets.NewString("api")}
 	f.Fuzz(func(t *testing.T, method, path string) {
 		r, ok := fuzzRequest(t, method, path)
 		if !ok {
@@ -366,6 +371,17 @@ func FuzzRequestInfo(f *testing.F) {
 		}
 		if a.IsResourceRequest() && (a.GetResource() == "" || a.GetAPIVersion() == "") {
 			t.Fatalf("RequestInfo.Attributes(%q %q) = %+v; resource request without resource or version", method, r.URL.Path, record(a))
+		}
+		// The mapper must agree with the API server's own parsing.
+		info, err := factory.NewRequestInfo(r)
+		if err != nil {
+			t.Fatalf("RequestInfoFactory failed where the mapper did not: %v", err)
+		}
+		want := authorizer.AttributesRecord{User: alice, Verb: info.Verb, Namespace: info.Namespace, APIGroup: info.APIGroup,
+			APIVersion: info.APIVersion, Resource: info.Resource, Subresource: info.Subresource, Name: info.Name,
+			ResourceRequest: info.IsResourceRequest, Path: info.Path}
+		if diff := cmp.Diff(want, record(a)); diff != "" {
+			t.Fatalf("RequestInfo.Attributes(%q %q) differs from RequestInfoFactory (-want +got):\n%s", method, r.URL.Path, diff)
 		}
 	})
 }

@@ -135,7 +135,7 @@ func (m *middleware) serve(next http.Handler, w http.ResponseWriter, r *http.Req
 
 	clean, err := cleanURL(r.URL)
 	if err != nil {
-		r.Header.Del("Authorization")
+		delete(r.Header, "Authorization")
 		logDecision(logger, 2, r, "", "bad path", err)
 		writeStatus(w, apierrors.NewBadRequest(err.Error()))
 		return
@@ -145,14 +145,14 @@ func (m *middleware) serve(next http.Handler, w http.ResponseWriter, r *http.Req
 	}
 
 	if m.alwaysAllow.match(clean) {
-		r.Header.Del("Authorization")
+		delete(r.Header, "Authorization")
 		next.ServeHTTP(w, r)
 		return
 	}
 
-	hadAuthorization := r.Header.Get("Authorization") != ""
+	hadAuthorization := len(r.Header["Authorization"]) > 0
 	resp, err := m.authenticate(r)
-	r.Header.Del("Authorization")
+	delete(r.Header, "Authorization")
 	if err != nil {
 		switch {
 		case errors.Is(err, reviewauth.ErrUnavailable) || (!errors.Is(err, reviewauth.ErrUnauthenticated) && !errors.Is(err, errNoCredential)):
@@ -271,9 +271,16 @@ func withPath(r *http.Request, clean string) *http.Request {
 }
 
 // stripIdentityHeaders deletes the front-proxy identity headers a client
-// might send to impersonate someone behind a proxy that trusts them.
+// might send to impersonate someone behind a proxy that trusts them, and any
+// non-canonical spelling of Authorization, which authenticators (reading the
+// canonical key) would not see but a proxy would forward. The canonical
+// Authorization is deleted after authentication.
 func stripIdentityHeaders(h http.Header) {
 	for key := range h {
+		if key != "Authorization" && strings.EqualFold(key, "Authorization") {
+			delete(h, key)
+			continue
+		}
 		if len(key) >= len("X-Remote-") && strings.EqualFold(key[:len("X-Remote-")], "X-Remote-") {
 			rest := key[len("X-Remote-"):]
 			if strings.EqualFold(rest, "User") || strings.EqualFold(rest, "Uid") || strings.EqualFold(rest, "Group") ||

@@ -290,6 +290,7 @@ var spoofed = map[string]string{
 	"X-Remote-Not-An-Identity":  "kept",
 	"X-Forwarded-For":           "10.0.0.1",
 	"X-Remote-Usernot-Identity": "kept",
+	"authorization":             "Bearer second-spoofed-token",
 }
 
 // spoof adds the spoofed headers to r, bypassing canonicalization as a

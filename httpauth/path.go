@@ -36,10 +36,14 @@ func CleanPath(escaped string) (string, error) {
 	if escaped[0] != '/' {
 		return "", &pathError{"path must start with /"}
 	}
-	encoded := false
+	encoded, dirty := false, false
 	for i := 0; i < len(escaped); i++ {
 		c := escaped[i]
 		switch {
+		case c == '/':
+			if i+1 < len(escaped) && (escaped[i+1] == '/' || escaped[i+1] == '.') {
+				dirty = true
+			}
 		case c == '%':
 			if i+2 >= len(escaped) || !ishex(escaped[i+1]) || !ishex(escaped[i+2]) {
 				return "", &pathError{"malformed percent-encoding"}
@@ -58,6 +62,10 @@ func CleanPath(escaped string) (string, error) {
 		case c < 0x20, c == 0x7f:
 			return "", &pathError{"control character in path"}
 		}
+	}
+	if !encoded && !dirty {
+		// No escapes, no "//", no segment starting with '.': already clean.
+		return escaped, nil
 	}
 	p := escaped
 	if encoded {
