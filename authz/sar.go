@@ -311,9 +311,9 @@ func (r *restReviewer) Create(ctx context.Context, sar *authorizationv1.SubjectA
 // stops it at once with a *[reviewauth.ReviewError] carrying the API
 // server's Retry-After, if any. Callers that joined it share that result.
 //
-// On a cache hit Authorize does not allocate, unless a is a resource
-// request with a label selector or the user has more than 32 groups or
-// extra keys.
+// On a cache hit Authorize does not allocate (selectors included), unless
+// the user has more than 32 groups or 16 extra keys, or a label
+// requirement has many values.
 func (a *Authorizer) Authorize(ctx context.Context, attrs authorizer.Attributes) (authorizer.Decision, string, error) {
 	if attrs == nil {
 		return authorizer.DecisionDeny, "", &reviewauth.ReviewError{Review: reviewName, Err: errors.New("authz: nil attributes")}

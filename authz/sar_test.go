@@ -338,23 +338,34 @@ func TestHitAllocs(t *testing.T) {
 	if raceEnabled {
 		t.Skip("the race detector changes allocation counts")
 	}
-	f := newFixture(t, allowBackupPods, authz.Options{})
-	var a authorizer.Attributes = getPods(backup())
-	ctx := context.Background()
-	if d, _, err := f.az.Authorize(ctx, a); d != authorizer.DecisionAllow || err != nil {
-		t.Fatalf("Authorize() = %v, %v; want Allow", d, err)
+	tests := []struct {
+		name  string
+		attrs authorizer.Attributes
+	}{
+		{name: "get pods", attrs: getPods(backup())},
+		{name: "with selectors", attrs: withSelectors(t, getPods(backup()), "spec.nodeName=node-a", "app in (a,b),tier")},
+		{name: "non-resource", attrs: nonResource(backup(), "get", "/metrics")},
 	}
-	allocs := testing.AllocsPerRun(1000, func() {
-		if d, _, _ := f.az.Authorize(ctx, a); d != authorizer.DecisionAllow {
-			t.Fatal("cache hit lost")
-		}
-	})
-	t.Logf("Authorize() on a hit = %v allocs", allocs)
-	if allocs > 1 {
-		t.Errorf("Authorize() on a hit = %v allocs; want <= 1", allocs)
-	}
-	if got := f.sars(); got != 1 {
-		t.Errorf("SARs = %d; want 1", got)
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			f := newFixture(t, policyOf(true, false, "", ""), authz.Options{})
+			ctx := context.Background()
+			if d, _, err := f.az.Authorize(ctx, tt.attrs); d != authorizer.DecisionAllow || err != nil {
+				t.Fatalf("Authorize() = %v, %v; want Allow", d, err)
+			}
+			allocs := testing.AllocsPerRun(1000, func() {
+				if d, _, _ := f.az.Authorize(ctx, tt.attrs); d != authorizer.DecisionAllow {
+					t.Fatal("cache hit lost")
+				}
+			})
+			t.Logf("Authorize() on a hit = %v allocs", allocs)
+			if allocs > 1 {
+				t.Errorf("Authorize() on a hit = %v allocs; want <= 1", allocs)
+			}
+			if got := f.sars(); got != 1 {
+				t.Errorf("SARs = %d; want 1", got)
+			}
+		})
 	}
 }
 
