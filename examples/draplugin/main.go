@@ -1,0 +1,216 @@
+// Command draplugin is a node-local gRPC service in the style of a DRA
+// (Dynamic Resource Allocation) plugin, protected by reviewauth.
+//
+// It accepts a call only when both hold:
+//   - the caller's service-account token, reviewed with this plugin's
+//     audience, is bound to a pod on this node: its
+//     authentication.kubernetes.io/node-name extra equals --node-name
+//     (authz.NodeLocal), so drivers on one node never serve callers from
+//     another;
+//   - a SubjectAccessReview allows the caller to get the ResourceClaim the
+//     call names.
+//
+// Usage:
+//
+//	draplugin --node-name=NODE --audience=AUDIENCE \
+//	    [--listen=unix:///var/lib/kubelet/plugins/example/plugin.sock | --listen=HOST:PORT] \
+//	    [--kubeconfig=PATH] [--tls-cert-file=PATH --tls-private-key-file=PATH]
+//
+// On a Unix socket it uses grpc's local credentials, which callers' tokens
+// may travel over (grpcauth.PerRPCCredentials accepts them); on TCP it
+// serves TLS, with a self-signed certificate when none is given. Without
+// --kubeconfig it uses the in-cluster configuration. It prints
+// "listening on ADDRESS" once it accepts connections.
+package main
+
+import (
+	"context"
+	"crypto/ecdsa"
+	"crypto/elliptic"
+	"crypto/rand"
+	"crypto/tls"
+	"crypto/x509"
+	"crypto/x509/pkix"
+	"encoding/pem"
+	"errors"
+	"flag"
+	"fmt"
+	"io"
+	"math/big"
+	"net"
+	"os"
+	"os/signal"
+	"strings"
+	"syscall"
+	"time"
+
+	"google.golang.org/grpc"
+	"google.golang.org/grpc/credentials"
+	"google.golang.org/grpc/credentials/local"
+	"google.golang.org/grpc/health"
+	healthpb "google.golang.org/grpc/health/grpc_health_v1"
+	"k8s.io/client-go/rest"
+	"k8s.io/client-go/tools/clientcmd"
+
+	"github.com/reviewauth/reviewauth/authn"
+	"github.com/reviewauth/reviewauth/authz"
+	"github.com/reviewauth/reviewauth/grpcauth"
+)
+
+func main() {
+	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
+	defer stop()
+	if err := run(ctx, os.Args[1:], func(a net.Addr) { fmt.Printf("listening on %s\n", a) }); err != nil {
+		fmt.Fprintln(os.Stderr, "draplugin:", err)
+		os.Exit(1)
+	}
+}
+
+type config struct {
+	listen, kubeconfig, audience, nodeName, nodeUID string
+	certFile, keyFile, selfSignedCA                 string
+}
+
+func parseFlags(args []string, out io.Writer) (config, error) {
+	var c config
+	fs := flag.NewFlagSet("draplugin", flag.ContinueOnError)
+	fs.SetOutput(out)
+	fs.StringVar(&c.listen, "listen", "unix:///run/draplugin/plugin.sock", "unix:///path for a Unix socket, or HOST:PORT for TLS over TCP")
+	fs.StringVar(&c.kubeconfig, "kubeconfig", "", "kubeconfig for TokenReviews and SubjectAccessReviews; in-cluster configuration when empty")
+	fs.StringVar(&c.audience, "audience", "", "audience the callers' tokens must be issued for (required)")
+	fs.StringVar(&c.nodeName, "node-name", "", "name of this node; only callers bound to it are served (required)")
+	fs.StringVar(&c.nodeUID, "node-uid", "", "UID of this node; when set, callers' node-uid must match too")
+	fs.StringVar(&c.certFile, "tls-cert-file", "", "TLS certificate for TCP; self-signed when empty")
+	fs.StringVar(&c.keyFile, "tls-private-key-file", "", "TLS private key for TCP")
+	fs.StringVar(&c.selfSignedCA, "self-signed-ca-file", "", "where to write the self-signed certificate")
+	if err := fs.Parse(args); err != nil {
+		return c, err
+	}
+	switch {
+	case fs.NArg() > 0:
+		return c, fmt.Errorf("unexpected arguments: %q", fs.Args())
+	case c.nodeName == "":
+		return c, errors.New("--node-name is required")
+	case c.audience == "":
+		return c, errors.New("--audience is required")
+	case (c.certFile == "") != (c.keyFile == ""):
+		return c, errors.New("--tls-cert-file and --tls-private-key-file go together")
+	}
+	return c, nil
+}
+
+func restConfig(path string) (*rest.Config, error) {
+	if path == "" {
+		return rest.InClusterConfig()
+	}
+	return clientcmd.BuildConfigFromFlags("", path)
+}
+
+// run serves until ctx is done. ready, if not nil, is called with the
+// listening address once the server accepts connections.
+func run(ctx context.Context, args []string, ready func(net.Addr)) error {
+	c, err := parseFlags(args, os.Stderr)
+	if err != nil {
+		return err
+	}
+	cfg, err := restConfig(c.kubeconfig)
+	if err != nil {
+		return fmt.Errorf("API server configuration: %w", err)
+	}
+	an, err := authn.NewForConfig(cfg, authn.Options{Audiences: []string{c.audience}})
+	if err != nil {
+		return err
+	}
+	sar, err := authz.NewForConfig(cfg, authz.Options{})
+	if err != nil {
+		return err
+	}
+	opts := grpcauth.Options{
+		Authenticator: an,
+		// Node locality first: a caller from another node is refused
+		// without a SubjectAccessReview.
+		Authorizer: authz.All(authz.NodeLocal(authz.NodeLocalOptions{NodeName: c.nodeName, NodeUID: c.nodeUID}), sar),
+		Rules:      rules(),
+		Skip:       grpcauth.HealthAndReflection,
+	}
+	if err := opts.Validate(); err != nil {
+		return err
+	}
+
+	var (
+		lis   net.Listener
+		creds credentials.TransportCredentials
+	)
+	if path, ok := strings.CutPrefix(c.listen, "unix://"); ok {
+		if err := os.Remove(path); err != nil && !errors.Is(err, os.ErrNotExist) {
+			return err
+		}
+		if lis, err = net.Listen("unix", path); err != nil {
+			return err
+		}
+		creds = local.NewCredentials()
+	} else {
+		if lis, err = net.Listen("tcp", c.listen); err != nil {
+			return err
+		}
+		cert, err := certificate(c)
+		if err != nil {
+			lis.Close()
+			return err
+		}
+		creds = credentials.NewTLS(&tls.Config{Certificates: []tls.Certificate{cert}, MinVersion: tls.VersionTLS12})
+	}
+	defer lis.Close()
+
+	srv := grpc.NewServer(grpc.Creds(creds),
+		grpc.ChainUnaryInterceptor(grpcauth.UnaryServerInterceptor(opts)),
+		grpc.ChainStreamInterceptor(grpcauth.StreamServerInterceptor(opts)))
+	srv.RegisterService(serviceDesc(prepareOn(c.nodeName)), nil)
+	healthpb.RegisterHealthServer(srv, health.NewServer())
+
+	errc := make(chan error, 1)
+	go func() { errc <- srv.Serve(lis) }()
+	if ready != nil {
+		ready(lis.Addr())
+	}
+	select {
+	case err := <-errc:
+		return err
+	case <-ctx.Done():
+	}
+	srv.GracefulStop()
+	return <-errc
+}
+
+// certificate loads the configured TLS certificate or makes a self-signed
+// one for the loopback addresses, written to c.selfSignedCA when set.
+func certificate(c config) (tls.Certificate, error) {
+	if c.certFile != "" {
+		return tls.LoadX509KeyPair(c.certFile, c.keyFile)
+	}
+	key, err := ecdsa.GenerateKey(elliptic.P256(), rand.Reader)
+	if err != nil {
+		return tls.Certificate{}, err
+	}
+	serial, err := rand.Int(rand.Reader, new(big.Int).Lsh(big.NewInt(1), 127))
+	if err != nil {
+		return tls.Certificate{}, err
+	}
+	tmpl := &x509.Certificate{
+		SerialNumber: serial, Subject: pkix.Name{CommonName: "draplugin (self-signed)"},
+		NotBefore: time.Now().Add(-time.Minute), NotAfter: time.Now().Add(365 * 24 * time.Hour),
+		KeyUsage: x509.KeyUsageDigitalSignature | x509.KeyUsageCertSign, ExtKeyUsage: []x509.ExtKeyUsage{x509.ExtKeyUsageServerAuth},
+		BasicConstraintsValid: true, IsCA: true,
+		DNSNames: []string{"localhost"}, IPAddresses: []net.IP{net.IPv4(127, 0, 0, 1), net.IPv6loopback},
+	}
+	der, err := x509.CreateCertificate(rand.Reader, tmpl, tmpl, &key.PublicKey, key)
+	if err != nil {
+		return tls.Certificate{}, err
+	}
+	if c.selfSignedCA != "" {
+		if err := os.WriteFile(c.selfSignedCA, pem.EncodeToMemory(&pem.Block{Type: "CERTIFICATE", Bytes: der}), 0o644); err != nil {
+			return tls.Certificate{}, err
+		}
+	}
+	return tls.Certificate{Certificate: [][]byte{der}, PrivateKey: key}, nil
+}
