@@ -1,0 +1,51 @@
+#!/usr/bin/env bash
+# Runs every test of every module of reviewauth: formatting and vet, the
+# library's unit tests with -race, the examples module, a bounded run of
+# every fuzz target, and the end-to-end suite against a real kube-apiserver
+# and etcd (built from the Go module proxy on first use, then cached).
+#
+#   bash hack/test.sh
+#
+# Environment:
+#   FUZZTIME=10s        how long each fuzz target runs (0 skips fuzzing)
+#   REVIEWAUTH_E2E=0    skip the end-to-end suite (it is on by default)
+set -euo pipefail
+cd "$(dirname "$0")/.."
+root=$(pwd)
+fuzztime=${FUZZTIME:-10s}
+status=0
+step() { printf '\n== %s\n' "$*"; }
+fail() { echo "FAILED: $*"; status=1; }
+
+modules=(. examples)
+
+step "gofmt"
+unformatted=$(gofmt -l $(git ls-files '*.go' 2>/dev/null || find . -name '*.go'))
+if [ -n "$unformatted" ]; then echo "$unformatted"; fail "gofmt"; fi
+
+for m in "${modules[@]}"; do
+  step "go vet ($m)"
+  (cd "$m" && go vet ./...) || fail "go vet $m"
+  step "go test -race ($m)"
+  (cd "$m" && go test -race -count=1 -timeout 15m ./...) || fail "go test $m"
+done
+
+if [ "$fuzztime" != "0" ]; then
+  for m in "${modules[@]}"; do
+    while read -r pkg; do
+      for target in $(cd "$m" && go test -list '^Fuzz' "$pkg" | grep '^Fuzz' || true); do
+        step "fuzz $pkg $target ($fuzztime)"
+        (cd "$m" && go test -run '^$' -fuzz "^${target}\$" -fuzztime "$fuzztime" "$pkg") || fail "fuzz $pkg $target"
+      done
+    done < <(cd "$m" && grep -rl --include='*_test.go' '^func Fuzz' . | xargs -r -n1 dirname | sort -u)
+  done
+fi
+
+if [ "${REVIEWAUTH_E2E:-1}" != "0" ] && [ -f test/e2e/run.sh ]; then
+  step "end-to-end suite against kube-apiserver v1.37.2 and etcd v3.6.16"
+  bash test/e2e/run.sh || fail "e2e"
+fi
+
+step "summary"
+if [ $status -ne 0 ]; then echo "some steps failed"; else echo "all steps passed"; fi
+exit $status
