@@ -5,6 +5,7 @@ go 1.26.0
 replace github.com/reviewauth/reviewauth => ../
 
 require (
+	github.com/grpc-ecosystem/go-grpc-middleware/v2 v2.3.3
 	github.com/kubernetes-csi/external-snapshot-metadata v0.2.0
 	github.com/kubernetes-csi/external-snapshot-metadata/client v0.1.0
 	github.com/kubernetes-csi/external-snapshotter/client/v8 v8.4.0
