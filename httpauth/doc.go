@@ -14,6 +14,16 @@
 //   - an [AttributesMapper]: [Kubelet], [RequestInfo], [NonResource] or
 //     [StaticRoutes], or your own [AttributesMapperFunc].
 //
+// # Credentials
+//
+// A client certificate is tried first, as in the API server's union of
+// authenticators: a request that presents a verified certificate is that
+// certificate's user, and its bearer token, if any, is not reviewed. A
+// certificate that fails verification is answered with 401 even if a valid
+// token comes with it. A verified certificate that yields no user (no CN)
+// falls through to the token. A request with neither is answered with 401:
+// there are no anonymous requests.
+//
 // # Paths
 //
 // The request path is cleaned with [CleanPath] before anything looks at it:

@@ -2,12 +2,13 @@ package httpauth
 
 import (
 	"errors"
+	"fmt"
 	"net/http"
 	"strings"
 	"time"
 
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
-	"k8s.io/apimachinery/pkg/runtime/schema"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apiserver/pkg/authentication/authenticator"
 	"k8s.io/apiserver/pkg/authorization/authorizer"
 	"k8s.io/apiserver/pkg/endpoints/handlers/responsewriters"
@@ -51,8 +52,11 @@ type Options struct {
 	ClientCertificates authenticator.Request
 
 	// Authorizer decides every attribute set the mapper returns; all of them
-	// must be allowed (see [authz.Check]). Required.
-	Authorizer authorizer.Authorizer
+	// must be allowed (see [authz.Check]). Typically an *authz.Authorizer,
+	// or authz.First of local rules and one. An error, whatever the
+	// decision that comes with it, is answered with 503; NoOpinion is a
+	// denial. Required.
+	Authorizer authorizer.UnconditionalAuthorizer
 
 	// Attributes maps an authenticated request to the attribute sets to
 	// authorize. Required.
@@ -176,7 +180,12 @@ func (m *middleware) serve(next http.Handler, w http.ResponseWriter, r *http.Req
 	if err != nil {
 		logDecision(logger, 2, r, u.GetName(), "bad request", err)
 		if errors.Is(err, ErrMethodNotAllowed) {
-			writeStatus(w, apierrors.NewMethodNotSupported(schema.GroupResource{}, r.Method))
+			writeStatus(w, &apierrors.StatusError{ErrStatus: metav1.Status{
+				Status:  metav1.StatusFailure,
+				Code:    http.StatusMethodNotAllowed,
+				Reason:  metav1.StatusReasonMethodNotAllowed,
+				Message: fmt.Sprintf("method %q is not allowed here", r.Method),
+			}})
 			return
 		}
 		writeStatus(w, apierrors.NewBadRequest(err.Error()))

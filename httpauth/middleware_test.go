@@ -221,6 +221,7 @@ func TestResponses(t *testing.T) {
 				r.Method = "OPTIONS"
 				return r
 			}(), wantCode: 405, wantReason: metav1.StatusReasonMethodNotAllowed,
+			wantMessage: `method "OPTIONS" is not allowed here`,
 		},
 		{
 			name: "mapper error", opts: httpauth.Options{Attributes: failingMapper},
