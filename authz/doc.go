@@ -11,10 +11,11 @@
 //
 //   - a bounded cache with separate TTLs for Allow and for Deny/NoOpinion
 //     ([DefaultAllowedTTL], [DefaultDeniedTTL]); errors are never cached;
-//   - cache keys that are an HMAC-SHA-256, under a per-process random key,
-//     of a length-prefixed encoding of the whole review (user, UID, sorted
-//     groups, extra, every attribute, field and label selectors), so two
-//     different reviews never share an entry;
+//   - entries keyed by a length-prefixed encoding of the whole review
+//     (user, UID, sorted groups, extra, every attribute, field and label
+//     selectors), located by a seeded hash and compared in full on every
+//     hit, so two different reviews never share an entry; concurrent misses
+//     are coalesced under an HMAC-SHA-256 of the same encoding;
 //   - no caching of requests whose caller-controlled attributes, selectors
 //     included, are large (kubernetes#141457);
 //   - one SubjectAccessReview for any number of concurrent identical misses;

@@ -1,16 +1,11 @@
 package authz
 
-import (
-	"k8s.io/apiserver/pkg/authorization/authorizer"
-
-	"github.com/reviewauth/reviewauth/cache"
-)
-
-// CacheKey exposes cacheKey to the external tests (fuzzing the encoding).
-func CacheKey(k *cache.Keyer, a authorizer.Attributes) cache.Key { return cacheKey(k, a) }
+// KeyEncoding exposes the canonical encoding of a review, from which cache
+// keys are derived, to the external tests (fuzzing its injectivity).
+var KeyEncoding = encodeKey
 
 // AttributeBytes exposes attributeBytes to the external tests.
-func AttributeBytes(a authorizer.Attributes) int { return attributeBytes(a) }
+var AttributeBytes = attributeBytes
 
 // SARSpec exposes sarSpec to the external tests.
 var SARSpec = sarSpec

@@ -42,8 +42,9 @@ const (
 	DefaultDeniedTTL = 10 * time.Second
 
 	// DefaultMaxEntries bounds the cache, like the 8192-entry LRU of
-	// k8s.io/apiserver's webhook authorizer. An entry is well under 200
-	// bytes, so a full cache stays under 2 MiB.
+	// k8s.io/apiserver's webhook authorizer. An entry holds the review's
+	// canonical encoding (a few hundred bytes for a service account), so a
+	// full cache takes a few MiB.
 	DefaultMaxEntries = 8192
 
 	// DefaultMaxCacheableAttributeBytes is the size of caller-controlled
@@ -131,10 +132,12 @@ type SubjectAccessReviewer interface {
 	Create(ctx context.Context, sar *authorizationv1.SubjectAccessReview, opts metav1.CreateOptions) (*authorizationv1.SubjectAccessReview, error)
 }
 
-// decision is what the cache keeps for one review.
+// decision is what the cache keeps for one review: the answer, and the
+// review's full encoding, compared on every hit (see [keys]).
 type decision struct {
 	d      authorizer.Decision
 	reason string
+	enc    string
 }
 
 // Authorizer authorizes requests with authorization.k8s.io/v1
@@ -173,7 +176,7 @@ type decision struct {
 // shared review, which ends with the review.
 type Authorizer struct {
 	reviewer     SubjectAccessReviewer
-	keyer        *cache.Keyer
+	keys         keys
 	cache        *cache.Cache[decision]
 	group        cache.Group[decision]
 	retrier      *review.Retrier
@@ -209,7 +212,7 @@ func New(reviewer SubjectAccessReviewer, opts Options) *Authorizer {
 	}
 	a := &Authorizer{
 		reviewer:     reviewer,
-		keyer:        cache.NewKeyer(),
+		keys:         newKeys(),
 		clock:        opts.Clock,
 		allowedTTL:   opts.AllowedTTL,
 		deniedTTL:    opts.DeniedTTL,
@@ -318,16 +321,21 @@ func (a *Authorizer) Authorize(ctx context.Context, attrs authorizer.Attributes)
 	if attrs == nil {
 		return authorizer.DecisionDeny, "", &reviewauth.ReviewError{Review: reviewName, Err: errors.New("authz: nil attributes")}
 	}
-	key := cacheKey(a.keyer, attrs)
-	if v, ok := a.cache.Get(key); ok {
+	bp := getKeyBuf()
+	enc := appendKey((*bp)[:0], attrs)
+	key := a.keys.lookup(enc)
+	if v, ok := a.cache.Get(key); ok && v.enc == string(enc) {
+		putKeyBuf(bp, enc)
 		return v.d, v.reason, nil
 	}
-	return a.review(ctx, key, attrs)
+	encs := string(enc)
+	putKeyBuf(bp, enc)
+	return a.review(ctx, key, encs, attrs)
 }
 
 // review is the miss path of Authorize, kept apart so that the hit path
 // allocates nothing for the closure.
-func (a *Authorizer) review(ctx context.Context, key cache.Key, attrs authorizer.Attributes) (authorizer.Decision, string, error) {
+func (a *Authorizer) review(ctx context.Context, key cache.Key, enc string, attrs authorizer.Attributes) (authorizer.Decision, string, error) {
 	if err := ctx.Err(); err != nil {
 		return authorizer.DecisionDeny, "", &reviewauth.ReviewError{Review: reviewName, Err: err}
 	}
@@ -337,8 +345,8 @@ func (a *Authorizer) review(ctx context.Context, key cache.Key, attrs authorizer
 	// deadline of the caller that started it; callers that join share its
 	// result, and each still leaves when its own ctx ends.
 	leaderDeadline, _ := ctx.Deadline()
-	v, _, err := a.group.Do(ctx, key, func(lctx context.Context) (decision, error) {
-		return a.load(lctx, key, sar, cacheable, leaderDeadline)
+	v, _, err := a.group.Do(ctx, a.keys.review(enc), func(lctx context.Context) (decision, error) {
+		return a.load(lctx, key, enc, sar, cacheable, leaderDeadline)
 	})
 	if err != nil {
 		var re *reviewauth.ReviewError
@@ -352,10 +360,10 @@ func (a *Authorizer) review(ctx context.Context, key cache.Key, attrs authorizer
 }
 
 // load runs one shared review and caches its result.
-func (a *Authorizer) load(ctx context.Context, key cache.Key, sar *authorizationv1.SubjectAccessReview, cacheable bool, leaderDeadline time.Time) (decision, error) {
+func (a *Authorizer) load(ctx context.Context, key cache.Key, enc string, sar *authorizationv1.SubjectAccessReview, cacheable bool, leaderDeadline time.Time) (decision, error) {
 	// A caller that missed the cache just as the previous shared review
 	// finished starts a new one; its answer is already cached.
-	if v, ok := a.cache.Get(key); ok {
+	if v, ok := a.cache.Get(key); ok && v.enc == enc {
 		return v, nil
 	}
 	if dl, ok := ctx.Deadline(); !leaderDeadline.IsZero() && (!ok || leaderDeadline.Before(dl)) {
@@ -384,11 +392,11 @@ func (a *Authorizer) load(ctx context.Context, key cache.Key, sar *authorization
 		return decision{reason: st.Reason}, &reviewauth.ReviewError{Review: reviewName, Code: http.StatusCreated, Attempts: attempts,
 			Err: errors.New("authz: malformed SubjectAccessReview status: both allowed and denied")}
 	case st.Allowed:
-		v = decision{d: authorizer.DecisionAllow, reason: st.Reason}
+		v = decision{d: authorizer.DecisionAllow, reason: st.Reason, enc: enc}
 	case st.Denied:
-		v = decision{d: authorizer.DecisionDeny, reason: st.Reason}
+		v = decision{d: authorizer.DecisionDeny, reason: st.Reason, enc: enc}
 	default:
-		v = decision{d: authorizer.DecisionNoOpinion, reason: st.Reason}
+		v = decision{d: authorizer.DecisionNoOpinion, reason: st.Reason, enc: enc}
 	}
 	if st.EvaluationError != "" {
 		klog.FromContext(ctx).V(4).Info("SubjectAccessReview evaluation error", "decision", v.d, "evaluationError", st.EvaluationError)

@@ -4,8 +4,8 @@ import (
 	"encoding/binary"
 	"slices"
 	"strings"
+	"hash/maphash"
 	"sync"
-	"unsafe"
 
 	authorizationv1 "k8s.io/api/authorization/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
@@ -16,7 +16,7 @@ import (
 	"github.com/reviewauth/reviewauth/cache"
 )
 
-// Tags of the canonical encoding hashed into cache keys (see cacheKey).
+// Tags of the canonical encoding of a review (see [keys]).
 const (
 	tagVersion     = 1 // bump when the encoding changes
 	tagNoUser      = 0
@@ -146,8 +146,8 @@ func labelRequirementBytes(r *labels.Requirement) int {
 	return n
 }
 
-// sortBuf is the number of strings sorted on the stack when keying; longer
-// lists cost one allocation.
+// sortBuf is the number of groups (and half of it the number of extra keys)
+// sorted on the stack when encoding; longer lists cost one allocation.
 const sortBuf = 32
 
 // maxPooledKeyBuf bounds the encoding buffers kept for reuse, so that one
@@ -156,33 +156,69 @@ const maxPooledKeyBuf = 64 << 10
 
 var keyBufPool = sync.Pool{New: func() any { b := make([]byte, 0, 1024); return &b }}
 
-// cacheKey returns the keyed hash of the canonical encoding of the
-// SubjectAccessReview spec that [sarSpec] builds for a: user name, UID, groups
-// (sorted: the API server treats them as a set), extra (keys sorted, each
-// key's values in order) and every attribute the spec carries, selectors
-// included. Every string is prefixed with its length and every list with its
-// count (uvarints), in a fixed field order, so the encoding is injective: two
-// specs that differ in anything but the order of groups or of extra keys
-// get different keys.
+// The cache keys of an [Authorizer].
 //
-// The encoding is built in a pooled buffer and hashed with one write, which
-// is what makes a cache hit cheap. cacheKey does not allocate unless the user
-// has more than sortBuf groups or sortBuf/2 extra keys, or the encoding
-// outgrows the pooled buffer.
-func cacheKey(k *cache.Keyer, a authorizer.Attributes) cache.Key {
-	bp := keyBufPool.Get().(*[]byte)
-	b := appendKey((*bp)[:0], a)
-	h := k.NewHash()
-	if len(b) > 0 {
-		// The MAC reads b and retains nothing; b is reused only after Sum.
-		h.WriteString(unsafe.String(unsafe.SliceData(b), len(b)))
-	}
-	key := h.Sum()
+// Every review is first encoded canonically (appendKey): user name, UID,
+// groups sorted (the API server treats them as a set), extra keys sorted
+// with each key's values in order, then every attribute the spec carries,
+// selectors included. Every string is prefixed with its length and every
+// list with its count (uvarints), in a fixed field order, so the encoding
+// is injective: two specs that differ in anything but the order of groups
+// or of extra keys encode differently.
+//
+// Two keys are derived from the encoding:
+//
+//   - the lookup key (keys.lookup) locates the cache entry: two 64-bit
+//     hash/maphash sums under random per-Authorizer seeds. It is fast but
+//     not collision-resistant, so every entry stores the full encoding and
+//     a hit counts only if the stored encoding equals the request's (a
+//     full-key compare on every hit). A collision can only cost a miss.
+//   - the review key (keys.review) coalesces concurrent misses in a
+//     [cache.Group], where a collision would hand one review's answer to
+//     another: it is an HMAC-SHA-256 under a random per-process key
+//     ([cache.Keyer]), computed on misses only.
+type keys struct {
+	seed1, seed2 maphash.Seed
+	keyer        *cache.Keyer
+}
+
+func newKeys() keys {
+	return keys{seed1: maphash.MakeSeed(), seed2: maphash.MakeSeed(), keyer: cache.NewKeyer()}
+}
+
+// lookup returns the lookup key of the encoding enc.
+func (k *keys) lookup(enc []byte) cache.Key {
+	var key cache.Key
+	binary.LittleEndian.PutUint64(key[:8], maphash.Bytes(k.seed1, enc))
+	binary.LittleEndian.PutUint64(key[8:16], maphash.Bytes(k.seed2, enc))
+	return key
+}
+
+// review returns the review key of the encoding enc.
+func (k *keys) review(enc string) cache.Key {
+	h := k.keyer.NewHash()
+	h.WriteString(enc)
+	return h.Sum()
+}
+
+// getKeyBuf returns a pooled buffer for an encoding; putKeyBuf returns it.
+func getKeyBuf() *[]byte { return keyBufPool.Get().(*[]byte) }
+
+func putKeyBuf(bp *[]byte, b []byte) {
 	if cap(b) <= maxPooledKeyBuf {
 		*bp = b[:0]
 		keyBufPool.Put(bp)
 	}
-	return key
+}
+
+// encodeKey returns the canonical encoding of the review of a, as a new
+// string.
+func encodeKey(a authorizer.Attributes) string {
+	bp := getKeyBuf()
+	b := appendKey((*bp)[:0], a)
+	enc := string(b)
+	putKeyBuf(bp, b)
+	return enc
 }
 
 func appendKey(b []byte, a authorizer.Attributes) []byte {
