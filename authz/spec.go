@@ -2,9 +2,9 @@ package authz
 
 import (
 	"encoding/binary"
+	"hash/maphash"
 	"slices"
 	"strings"
-	"hash/maphash"
 	"sync"
 
 	authorizationv1 "k8s.io/api/authorization/v1"
