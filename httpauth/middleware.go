@@ -216,6 +216,9 @@ func (m *middleware) serve(next http.Handler, w http.ResponseWriter, r *http.Req
 	}
 
 	if m.opts.PropagateIdentity {
+		if r.Header == nil {
+			r.Header = make(http.Header) // r is our copy
+		}
 		transport.SetAuthProxyHeaders(r, u.GetName(), u.GetUID(), u.GetGroups(), u.GetExtra())
 	}
 	logDecision(logger, 4, r, u.GetName(), "allowed", nil)

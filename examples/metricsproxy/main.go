@@ -206,7 +206,6 @@ func run(ctx context.Context, args []string, stdout io.Writer) error {
 		Handler:           logDecisions(protect(markAuthorized(proxy))),
 		TLSConfig:         tlsConfig,
 		ReadHeaderTimeout: 10 * time.Second,
-		ErrorLog:          nil,
 	}
 	if _, err := fmt.Fprintf(stdout, "listening on https://%s\n", ln.Addr()); err != nil {
 		ln.Close()

@@ -2,6 +2,7 @@ package main
 
 import (
 	"bufio"
+	"bytes"
 	"context"
 	"crypto/ecdsa"
 	"crypto/elliptic"
@@ -23,6 +24,7 @@ import (
 
 	"go.uber.org/goleak"
 	"k8s.io/apiserver/pkg/authentication/user"
+	"k8s.io/klog/v2"
 
 	"github.com/reviewauth/reviewauth/authtest"
 )
@@ -57,6 +59,24 @@ func (u *upstream) seen() ([]string, []http.Header) {
 	u.mu.Lock()
 	defer u.mu.Unlock()
 	return append([]string(nil), u.paths...), append([]http.Header(nil), u.headers...)
+}
+
+// syncBuffer is a bytes.Buffer safe for concurrent writers.
+type syncBuffer struct {
+	mu  sync.Mutex
+	buf bytes.Buffer
+}
+
+func (b *syncBuffer) Write(p []byte) (int, error) {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	return b.buf.Write(p)
+}
+
+func (b *syncBuffer) String() string {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	return b.buf.String()
 }
 
 // writePEM writes blocks to a new file in dir.
@@ -143,6 +163,27 @@ func TestProxy(t *testing.T) {
 	upSrv := httptest.NewServer(up)
 	t.Cleanup(upSrv.Close)
 	caFile, clientCert := clientCA(t, dir, "cert-scraper", "cert-scrapers")
+
+	// Capture the decision log; TestProxy is not parallel.
+	var logs syncBuffer
+	klog.LogToStderr(false)
+	klog.SetOutput(&logs)
+	t.Cleanup(func() {
+		klog.Flush()
+		klog.SetOutput(io.Discard)
+		klog.LogToStderr(true)
+		out := logs.String()
+		for _, tok := range []string{token, apiServerToken, "not-a-token"} {
+			if strings.Contains(out, tok) {
+				t.Errorf("the log contains a token")
+			}
+		}
+		for _, want := range []string{`decision="denied" user="" method="GET" path="/logs/" code=403`, `decision="allowed" user="system:serviceaccount:monitoring:prometheus" method="GET" path="/metrics" code=200`} {
+			if !strings.Contains(out, want) {
+				t.Errorf("the log has no line with %s; log:\n%s", want, out)
+			}
+		}
+	})
 
 	base := startProxy(t, "--upstream", upSrv.URL, "--kubeconfig", kubeconfig, "--audience", "metricsproxy",
 		"--node-name", "node-1", "--client-ca-file", caFile, "--allow-path", "/healthz")
