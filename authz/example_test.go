@@ -74,7 +74,7 @@ func ExampleNodeLocal() {
 	}
 	// Output:
 	// "node-a": Allow
-	// "node-b": Deny caller is bound to node "node-b", not to this node "node-a"
+	// "node-b": Deny caller is bound to node "node-b", not to this node
 	// "": Deny caller is not bound to a node
 }
 

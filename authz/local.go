@@ -278,7 +278,7 @@ func NodeLocal(opts NodeLocalOptions) authorizer.Authorizer {
 		case len(names) > 1:
 			return authorizer.DecisionDeny, "caller is bound to more than one node", nil
 		case names[0] != opts.NodeName:
-			return authorizer.DecisionDeny, fmt.Sprintf("caller is bound to node %q, not to this node %q", names[0], opts.NodeName), nil
+			return authorizer.DecisionDeny, fmt.Sprintf("caller is bound to node %q, not to this node", names[0]), nil
 		}
 		if opts.NodeUID != "" {
 			uids := extra[serviceaccount.NodeUIDKey]
@@ -286,7 +286,7 @@ func NodeLocal(opts NodeLocalOptions) authorizer.Authorizer {
 			case len(uids) == 0:
 				return authorizer.DecisionDeny, "caller's node binding has no node UID", nil
 			case len(uids) > 1 || uids[0] != opts.NodeUID:
-				return authorizer.DecisionDeny, fmt.Sprintf("caller is bound to another node named %q (node UID differs)", opts.NodeName), nil
+				return authorizer.DecisionDeny, "caller is bound to an earlier node of this name (node UID differs)", nil
 			}
 		}
 		return authorizer.DecisionAllow, "", nil

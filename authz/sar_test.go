@@ -11,6 +11,7 @@ import (
 	"time"
 
 	"github.com/google/go-cmp/cmp"
+	"github.com/prometheus/client_golang/prometheus"
 	authorizationv1 "k8s.io/api/authorization/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apiserver/pkg/authentication/user"
@@ -24,6 +25,7 @@ import (
 	"github.com/reviewauth/reviewauth"
 	"github.com/reviewauth/reviewauth/authtest"
 	"github.com/reviewauth/reviewauth/authz"
+	"github.com/reviewauth/reviewauth/metrics"
 )
 
 // policyOf answers every review with the given status.
@@ -201,32 +203,50 @@ func TestErrorsAreNotCached(t *testing.T) {
 
 func TestColdHerd(t *testing.T) {
 	t.Parallel()
-	f := newFixture(t, allowBackupPods, authz.Options{})
-	release := f.srv.Block(authtest.SubjectAccessReviews)
-	a := getPods(backup())
-	const n = 100
-	var wg sync.WaitGroup
-	results := make(chan result, n)
-	for range n {
-		wg.Go(func() {
-			d, r, err := f.az.Authorize(context.Background(), a)
-			results <- result{d, r, err}
+	tests := []struct {
+		name  string
+		attrs func(t *testing.T) authorizer.Attributes
+	}{
+		{name: "cacheable", attrs: func(*testing.T) authorizer.Attributes { return getPods(backup()) }},
+		{name: "oversized, not cached but coalesced", attrs: func(t *testing.T) authorizer.Attributes {
+			return withSelectors(t, getPods(backup()), "spec.nodeName="+strings.Repeat("n", authz.DefaultMaxCacheableAttributeBytes), "")
+		}},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			t.Parallel()
+			m := metrics.New()
+			reg := prometheus.NewRegistry()
+			reg.MustRegister(m)
+			f := newFixture(t, allowBackupPods, authz.Options{Metrics: m})
+			release := f.srv.Block(authtest.SubjectAccessReviews)
+			a := tt.attrs(t)
+			const n = 100
+			var wg sync.WaitGroup
+			results := make(chan result, n)
+			for range n {
+				wg.Go(func() {
+					d, r, err := f.az.Authorize(context.Background(), a)
+					results <- result{d, r, err}
+				})
+			}
+			// Release the one review only when the other 99 callers are
+			// waiting for it, so that none of them is served by the cache.
+			for metricValue(t, reg, "reviewauth_cache_coalesced_total", map[string]string{"cache": "sar"}) < n-1 {
+				waitABit()
+			}
+			release()
+			wg.Wait()
+			close(results)
+			for r := range results {
+				if r.d != authorizer.DecisionAllow || r.err != nil {
+					t.Errorf("Authorize() = %v, %v; want Allow, nil", r.d, r.err)
+				}
+			}
+			if got := f.sars(); got != 1 {
+				t.Errorf("%d concurrent identical cold checks made %d SARs; want 1", n, got)
+			}
 		})
-	}
-	for f.srv.InFlight(authtest.SubjectAccessReviews) == 0 {
-		// Wait for the shared review to reach the server, then let it go.
-		waitABit()
-	}
-	release()
-	wg.Wait()
-	close(results)
-	for r := range results {
-		if r.d != authorizer.DecisionAllow || r.err != nil {
-			t.Errorf("Authorize() = %v, %v; want Allow, nil", r.d, r.err)
-		}
-	}
-	if got := f.sars(); got != 1 {
-		t.Errorf("%d concurrent identical cold checks made %d SARs; want 1", n, got)
 	}
 }
 
