@@ -13,16 +13,18 @@ import (
 	"github.com/reviewauth/reviewauth/grpcauth"
 )
 
-// BenchmarkInterceptor measures a unary call over bufconn without the
-// interceptor (none) and with it, backed by the reviewauth authenticator and
-// authorizer with warm caches (reviewauth). The difference is the cost the
-// interceptor adds per call. Both calls carry the same metadata and request.
+// BenchmarkInterceptor measures a unary call (Nop, an empty answer) over
+// bufconn without the interceptor (none) and with it, backed by the
+// reviewauth authenticator and authorizer with warm caches, default options
+// (reviewauth). The difference is the cost the interceptor adds per call.
+// Both calls carry the same metadata, token included, and request.
 func BenchmarkInterceptor(b *testing.B) {
 	s := authtest.Start(b)
 	s.SetPolicy(allowBackup)
 	tok := s.MintToken(backupSA, []string{audience}, time.Now().Add(time.Hour))
 
 	opts := realOptions(b, s, nil)
+	opts.Rules[methodNop] = opts.Rules[methodGet]
 	for _, bc := range []struct {
 		name string
 		opts *grpcauth.Options
@@ -36,13 +38,13 @@ func BenchmarkInterceptor(b *testing.B) {
 			req := newRequest("", "default", "a")
 			resp := new(wrapperspb.StringValue)
 			// Warm the caches (and the connection).
-			if err := conn.Invoke(ctx, methodGet, req, resp); err != nil {
-				b.Fatalf("Get() = %v", err)
+			if err := conn.Invoke(ctx, methodNop, req, resp); err != nil {
+				b.Fatalf("Nop() = %v", err)
 			}
 			b.ReportAllocs()
 			for b.Loop() {
-				if err := conn.Invoke(ctx, methodGet, req, resp); err != nil {
-					b.Fatalf("Get() = %v", err)
+				if err := conn.Invoke(ctx, methodNop, req, resp); err != nil {
+					b.Fatalf("Nop() = %v", err)
 				}
 			}
 			b.StopTimer()

@@ -38,6 +38,7 @@ func TestMain(m *testing.M) {
 //
 //	message Request { string security_token = 1; string namespace = 2; string name = 3; }
 //	service Svc {
+//	  rpc Nop(Request) returns (google.protobuf.StringValue);
 //	  rpc Get(Request) returns (google.protobuf.StringValue);
 //	  rpc List(Request) returns (stream google.protobuf.StringValue);
 //	  rpc Chat(stream Request) returns (stream google.protobuf.StringValue);
@@ -48,6 +49,7 @@ const (
 	methodList   = "/grpcauth.test.Svc/List"
 	methodChat   = "/grpcauth.test.Svc/Chat"
 	methodUpload = "/grpcauth.test.Svc/Upload"
+	methodNop    = "/grpcauth.test.Svc/Nop"
 )
 
 var requestDesc = func() protoreflect.MessageDescriptor {
@@ -100,6 +102,20 @@ var svcDesc = grpc.ServiceDesc{
 	ServiceName: "grpcauth.test.Svc",
 	HandlerType: (*any)(nil),
 	Methods: []grpc.MethodDesc{{
+		// Nop answers with an empty message, for benchmarks.
+		MethodName: "Nop",
+		Handler: func(_ any, ctx context.Context, dec func(any) error, ic grpc.UnaryServerInterceptor) (any, error) {
+			req := dynamicpb.NewMessage(requestDesc)
+			if err := dec(req); err != nil {
+				return nil, err
+			}
+			h := func(context.Context, any) (any, error) { return &wrapperspb.StringValue{}, nil }
+			if ic == nil {
+				return h(ctx, req)
+			}
+			return ic(ctx, req, &grpc.UnaryServerInfo{FullMethod: methodNop}, h)
+		},
+	}, {
 		MethodName: "Get",
 		Handler: func(_ any, ctx context.Context, dec func(any) error, ic grpc.UnaryServerInterceptor) (any, error) {
 			req := dynamicpb.NewMessage(requestDesc)
