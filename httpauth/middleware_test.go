@@ -11,12 +11,14 @@ import (
 	"testing"
 	"time"
 
+	"github.com/go-logr/logr/funcr"
 	"github.com/google/go-cmp/cmp"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apiserver/pkg/authentication/authenticator"
 	"k8s.io/apiserver/pkg/authentication/user"
 	"k8s.io/apiserver/pkg/authorization/authorizer"
 	"k8s.io/apiserver/pkg/endpoints/request"
+	"k8s.io/klog/v2"
 
 	"github.com/reviewauth/reviewauth"
 	"github.com/reviewauth/reviewauth/httpauth"
@@ -235,7 +237,17 @@ func TestResponses(t *testing.T) {
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
 			t.Parallel()
-			w, s := serve(newMiddleware(t, tt.opts), tt.req)
+			var logs strings.Builder
+			logger := funcr.New(func(prefix, args string) { logs.WriteString(prefix + " " + args + "\n") }, funcr.Options{Verbosity: 10})
+			w, s := serve(newMiddleware(t, tt.opts), tt.req.WithContext(klog.NewContext(tt.req.Context(), logger)))
+			for _, tok := range []string{scraperToken, badToken, downToken, slowToken, weirdToken, denyAllToken} {
+				if strings.Contains(logs.String(), tok) {
+					t.Errorf("%s: the log contains a token:\n%s", tt.name, logs.String())
+				}
+			}
+			if logs.Len() == 0 {
+				t.Errorf("%s: nothing logged at verbosity 10; want the decision logged", tt.name)
+			}
 			if w.Code != tt.wantCode {
 				t.Fatalf("%s: code = %d; want %d (body %s)", tt.name, w.Code, tt.wantCode, w.Body)
 			}
