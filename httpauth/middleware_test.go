@@ -513,3 +513,41 @@ func TestNewErrors(t *testing.T) {
 		t.Errorf("New(valid) error %v; want nil", err)
 	}
 }
+
+func TestAllAttributeSetsMustBeAllowed(t *testing.T) {
+	t.Parallel()
+	routes, err := httpauth.StaticRoutes(httpauth.Route{Path: "/delta", Attributes: []authorizer.AttributesRecord{
+		{ResourceRequest: true, APIGroup: "snapshot.storage.k8s.io", Resource: "volumesnapshots", Namespace: "ns1", Name: "base"},
+		{ResourceRequest: true, APIGroup: "snapshot.storage.k8s.io", Resource: "volumesnapshots", Namespace: "ns1", Name: "target"},
+	}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	tests := []struct {
+		name     string
+		allowed  []string
+		wantCode int
+		wantAsks int
+	}{
+		{name: "both allowed", allowed: []string{"base", "target"}, wantCode: 200, wantAsks: 2},
+		{name: "second denied", allowed: []string{"base"}, wantCode: 403, wantAsks: 2},
+		{name: "first denied stops", allowed: []string{"target"}, wantCode: 403, wantAsks: 1},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			t.Parallel()
+			var asks atomic.Int64
+			az := authorizer.AuthorizerFunc(func(ctx context.Context, a authorizer.Attributes) (authorizer.Decision, string, error) {
+				asks.Add(1)
+				if contains(tt.allowed, a.GetName()) {
+					return authorizer.DecisionAllow, "", nil
+				}
+				return authorizer.DecisionDeny, "not this one", nil
+			})
+			w, _ := serve(newMiddleware(t, httpauth.Options{Authorizer: az, Attributes: routes}), get("/delta", scraperToken))
+			if w.Code != tt.wantCode || asks.Load() != int64(tt.wantAsks) {
+				t.Errorf("%s: code = %d after %d authorizer calls; want %d after %d", tt.name, w.Code, asks.Load(), tt.wantCode, tt.wantAsks)
+			}
+		})
+	}
+}
