@@ -223,10 +223,10 @@ func (c *Cluster) path(name string) string { return filepath.Join(c.dir, name) }
 // writeFiles generates the keys, certificates and token file.
 func (c *Cluster) writeFiles() error {
 	var err error
-	if c.servingCA, err = newCA("reviewauth-e2e-serving-ca"); err != nil {
+	if c.servingCA, err = NewCA("reviewauth-e2e-serving-ca"); err != nil {
 		return err
 	}
-	if c.clientCA, err = newCA("reviewauth-e2e-client-ca"); err != nil {
+	if c.clientCA, err = NewCA("reviewauth-e2e-client-ca"); err != nil {
 		return err
 	}
 	servingCert, servingKey, err := c.servingCA.Issue(CertOptions{

@@ -13,16 +13,56 @@ import (
 // Metrics fetches the API server's /metrics as the admin and returns the
 // parsed families by name.
 func (c *Cluster) Metrics(ctx context.Context) (map[string]*dto.MetricFamily, error) {
+	raw, err := c.rawMetrics(ctx)
+	if err != nil {
+		return nil, err
+	}
+	return parseMetrics(raw)
+}
+
+func (c *Cluster) rawMetrics(ctx context.Context) ([]byte, error) {
 	raw, err := c.clientset.CoreV1().RESTClient().Get().AbsPath("/metrics").DoRaw(ctx)
 	if err != nil {
 		return nil, fmt.Errorf("cluster: get /metrics: %w", err)
 	}
+	return raw, nil
+}
+
+func parseMetrics(raw []byte) (map[string]*dto.MetricFamily, error) {
 	p := expfmt.NewTextParser(model.UTF8Validation)
 	fams, err := p.TextToMetricFamilies(bytes.NewReader(raw))
 	if err != nil {
 		return nil, fmt.Errorf("cluster: parse /metrics: %w", err)
 	}
 	return fams, nil
+}
+
+// onlyFamily keeps the text-format lines of the family name (its HELP and
+// TYPE comments and its samples, histogram and summary suffixes included):
+// the API server's /metrics is megabytes, and parsing it all is slow.
+func onlyFamily(raw []byte, name string) []byte {
+	var out bytes.Buffer
+	for line := range bytes.Lines(raw) {
+		var sample []byte
+		switch {
+		case bytes.HasPrefix(line, []byte("# HELP ")), bytes.HasPrefix(line, []byte("# TYPE ")):
+			sample = line[len("# HELP "):]
+		case bytes.HasPrefix(line, []byte("#")):
+			continue
+		default:
+			sample = line
+		}
+		end := bytes.IndexAny(sample, "{ ")
+		if end < 0 {
+			continue
+		}
+		n := string(sample[:end])
+		switch n {
+		case name, name + "_bucket", name + "_sum", name + "_count":
+			out.Write(line)
+		}
+	}
+	return out.Bytes()
 }
 
 // MetricValue returns the sum, over every series of the metric name whose
@@ -37,7 +77,11 @@ func (c *Cluster) Metrics(ctx context.Context) (map[string]*dto.MetricFamily, er
 // this counter when it finishes the response, so a client can see its answer
 // a moment before the count moves; poll for an expected value.
 func (c *Cluster) MetricValue(ctx context.Context, name string, labels map[string]string) (float64, error) {
-	fams, err := c.Metrics(ctx)
+	raw, err := c.rawMetrics(ctx)
+	if err != nil {
+		return 0, err
+	}
+	fams, err := parseMetrics(onlyFamily(raw, name))
 	if err != nil {
 		return 0, err
 	}

@@ -29,8 +29,9 @@ type CA struct {
 	CertPEM []byte
 }
 
-// newCA generates a self-signed CA valid for 24 hours.
-func newCA(cn string) (*CA, error) {
+// NewCA generates a self-signed ECDSA P-256 CA named cn, valid for 24
+// hours, for certificates a test serves or presents outside the cluster.
+func NewCA(cn string) (*CA, error) {
 	key, err := ecdsa.GenerateKey(elliptic.P256(), rand.Reader)
 	if err != nil {
 		return nil, fmt.Errorf("cluster: generate CA key: %w", err)

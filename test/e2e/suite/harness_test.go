@@ -83,10 +83,13 @@ func TestHarnessMetricsAndNodeToken(t *testing.T) {
 		}
 	}
 	var after float64
+	polls, start := 0, time.Now()
 	err = wait.PollUntilContextTimeout(ctx, 50*time.Millisecond, 5*time.Second, true, func(ctx context.Context) (bool, error) {
+		polls++
 		after, err = c.MetricValue(ctx, "apiserver_request_total", labels)
 		return after-before >= n, err
 	})
+	t.Logf("observed: apiserver_request_total{resource=tokenreviews} reached +%d after %d MetricValue calls in %v", n, polls, time.Since(start).Round(time.Millisecond))
 	if err != nil || after-before != n {
 		t.Errorf("apiserver_request_total{resource=tokenreviews} moved by %v after %d reviews; want %d (%v)", after-before, n, n, err)
 	}

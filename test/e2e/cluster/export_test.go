@@ -1,0 +1,7 @@
+package cluster
+
+// OnlyFamily exports onlyFamily for tests.
+var OnlyFamily = onlyFamily
+
+// ParseMetrics exports parseMetrics for tests.
+var ParseMetrics = parseMetrics
