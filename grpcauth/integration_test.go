@@ -2,16 +2,20 @@ package grpcauth_test
 
 import (
 	"context"
+	"slices"
 	"strings"
 	"testing"
 	"time"
 
+	"github.com/go-logr/logr"
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/status"
 	"google.golang.org/protobuf/types/known/wrapperspb"
 	"k8s.io/apimachinery/pkg/util/wait"
 	"k8s.io/apiserver/pkg/authentication/user"
 	"k8s.io/client-go/kubernetes"
+	"k8s.io/klog/v2"
+	clocktesting "k8s.io/utils/clock/testing"
 
 	"github.com/reviewauth/reviewauth/authn"
 	"github.com/reviewauth/reviewauth/authtest"
@@ -196,6 +200,68 @@ func TestIntegrationNodeLocal(t *testing.T) {
 		err := conn.Invoke(withBearer(context.Background(), tt.token), methodGet, newRequest("", "default", "a"), new(wrapperspb.StringValue))
 		if status.Code(err) != tt.want {
 			t.Errorf("%s: Get() = %v; want code %v", tt.name, err, tt.want)
+		}
+	}
+}
+
+func TestIntegrationTokenRequestRefresh(t *testing.T) {
+	t.Parallel()
+	t0 := time.Date(2026, 3, 4, 5, 6, 7, 0, time.UTC)
+	clk := clocktesting.NewFakeClock(t0)
+	s := authtest.Start(t, authtest.WithClock(clk))
+	s.AddServiceAccount("default", "backup")
+	cs, err := kubernetes.NewForConfig(s.Config())
+	if err != nil {
+		t.Fatal(err)
+	}
+	src, err := grpcauth.NewTokenRequestSource(cs.CoreV1().ServiceAccounts("default"), grpcauth.TokenRequestOptions{
+		ServiceAccount: "backup",
+		Audiences:      []string{audience},
+		Lifetime:       10 * time.Minute,
+		Clock:          clk,
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx := klog.NewContext(t.Context(), logr.Discard())
+	var seen []string
+	steps := []struct {
+		name     string
+		at       time.Duration
+		fault    bool
+		wantErr  bool
+		wantNew  bool // a token not seen before
+		requests int
+	}{
+		{name: "first", at: 0, wantNew: true, requests: 1},
+		{name: "1s before 80%", at: 8*time.Minute - time.Second, requests: 1},
+		{name: "at 80%: refreshed before expiry", at: 8 * time.Minute, wantNew: true, requests: 2},
+		{name: "refresh fails, token still valid", at: 16 * time.Minute, fault: true, requests: 3},
+		{name: "refresh fails, token expired", at: 18 * time.Minute, fault: true, wantErr: true, requests: 4},
+		{name: "API server back", at: 18*time.Minute + time.Second, wantNew: true, requests: 5},
+	}
+	for _, st := range steps {
+		clk.SetTime(t0.Add(st.at))
+		s.ClearFaults()
+		if st.fault {
+			s.InjectFault(authtest.TokenRequests, authtest.Fault{Status: 503})
+		}
+		tok, err := src.Token(ctx)
+		if (err != nil) != st.wantErr {
+			t.Fatalf("%s: Token() = _, %v; want error %v", st.name, err, st.wantErr)
+		}
+		if st.wantErr && tok != "" {
+			t.Errorf("%s: Token() returned a token with its error", st.name)
+		}
+		if !st.wantErr {
+			isNew := !slices.Contains(seen, tok)
+			if isNew != st.wantNew {
+				t.Errorf("%s: Token() new = %v; want %v", st.name, isNew, st.wantNew)
+			}
+			seen = append(seen, tok)
+		}
+		if n := s.Count(authtest.TokenRequests); n != st.requests {
+			t.Errorf("%s: TokenRequests = %d; want %d", st.name, n, st.requests)
 		}
 	}
 }
