@@ -44,7 +44,11 @@ const (
 	// DefaultMaxEntries bounds the cache, like the 8192-entry LRU of
 	// k8s.io/apiserver's webhook authorizer. An entry holds the review's
 	// canonical encoding (a few hundred bytes for a service account), so a
-	// full cache takes a few MiB.
+	// full cache takes a few MiB. Callers who fill every entry with
+	// attributes just under [DefaultMaxCacheableAttributeBytes] could make
+	// it take about 80 MiB, the same bound as k8s.io/apiserver's webhook,
+	// whose LRU is keyed by the review's JSON; lower MaxEntries or
+	// MaxCacheableAttributeBytes where memory is tight.
 	DefaultMaxEntries = 8192
 
 	// DefaultMaxCacheableAttributeBytes is the size of caller-controlled
