@@ -1,6 +1,7 @@
 package main
 
 import (
+	"bufio"
 	"context"
 	"crypto/tls"
 	"crypto/x509"
@@ -9,8 +10,10 @@ import (
 	"io"
 	"net"
 	"os"
+	"os/exec"
 	"path/filepath"
 	"strings"
+	"syscall"
 	"testing"
 	"time"
 
@@ -398,5 +401,64 @@ func TestUpstreamIterator(t *testing.T) {
 	}
 	if n := sc.api.Count(authtest.TokenRequests); n != len(tests) {
 		t.Errorf("TokenRequests = %d; want %d, one per iteration", n, len(tests))
+	}
+}
+
+// TestBinary builds the command and runs it as a subprocess, as an
+// end-to-end suite would: it reads the address from the "listening on"
+// line, trusts the certificate written to --self-signed-ca-file, and stops
+// the sidecar with SIGTERM.
+func TestBinary(t *testing.T) {
+	if testing.Short() {
+		t.Skip("builds a binary")
+	}
+	s := authtest.Start(t)
+	s.SetPolicy(authtest.Rules(authtest.Rule{
+		Users: []string{backupUser.Name}, Verbs: []string{"get"}, APIGroups: []string{snapshotGroup},
+		Resources: []string{snapshotResource}, Namespaces: []string{testNS},
+	}))
+	dir := t.TempDir()
+	bin, kubeconfig, caFile := filepath.Join(dir, "snapshotmetadata"), filepath.Join(dir, "kubeconfig"), filepath.Join(dir, "ca.pem")
+	if out, err := exec.Command("go", "build", "-o", bin, ".").CombinedOutput(); err != nil {
+		t.Fatalf("go build = %v\n%s", err, out)
+	}
+	if err := s.WriteKubeconfig(kubeconfig); err != nil {
+		t.Fatal(err)
+	}
+	cmd := exec.Command(bin, "--listen=127.0.0.1:0", "--kubeconfig="+kubeconfig, "--audience="+testAudience, "--self-signed-ca-file="+caFile)
+	stdout, err := cmd.StdoutPipe()
+	if err != nil {
+		t.Fatal(err)
+	}
+	cmd.Stderr = os.Stderr
+	if err := cmd.Start(); err != nil {
+		t.Fatal(err)
+	}
+	defer func() { _ = cmd.Process.Kill() }()
+	line, err := bufio.NewReader(stdout).ReadString('\n')
+	addr, ok := strings.CutPrefix(strings.TrimSpace(line), "listening on ")
+	if err != nil || !ok {
+		t.Fatalf("first line = %q, %v; want \"listening on ADDRESS\"", line, err)
+	}
+	caPEM, err := os.ReadFile(caFile)
+	if err != nil {
+		t.Fatal(err)
+	}
+	conn, err := grpc.NewClient(addr, grpc.WithTransportCredentials(credentials.NewTLS(&tls.Config{RootCAs: poolOf(caPEM)})))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer conn.Close()
+	tok := s.MintToken(backupUser, []string{testAudience}, time.Now().Add(time.Hour))
+	got, err := recvAll(api.NewSnapshotMetadataClient(conn).GetMetadataAllocated(t.Context(),
+		&api.GetMetadataAllocatedRequest{SecurityToken: tok, Namespace: testNS, SnapshotName: "snap-1"}))
+	if err != nil || len(got) == 0 {
+		t.Fatalf("GetMetadataAllocated() = %d responses, %v; want some", len(got), err)
+	}
+	if err := cmd.Process.Signal(syscall.SIGTERM); err != nil {
+		t.Fatal(err)
+	}
+	if err := cmd.Wait(); err != nil {
+		t.Errorf("snapshotmetadata exited with %v after SIGTERM; want success", err)
 	}
 }
