@@ -53,8 +53,9 @@ func (perRPC) RequireTransportSecurity() bool { return true }
 // sends it with base (http.DefaultTransport when nil). A request that
 // already has an Authorization header is sent unchanged. The request given
 // to RoundTrip is not modified: a clone carries the header. A token source
-// error is returned by RoundTrip and nothing is sent. The RoundTripper is
-// safe for concurrent use if src and base are.
+// error is returned by RoundTrip and nothing is sent. Unlike
+// [PerRPCCredentials], it does not check the scheme: send it to https URLs
+// only. The RoundTripper is safe for concurrent use if src and base are.
 func RoundTripper(src TokenSource, base http.RoundTripper) http.RoundTripper {
 	if base == nil {
 		base = http.DefaultTransport

@@ -14,7 +14,8 @@
 // health and reflection can be skipped with [HealthAndReflection]. Streams
 // are checked on their first received message, before the handler sees it.
 // The handler finds the caller's user.Info with [UserFrom] or
-// request.UserFrom.
+// request.UserFrom; the "authorization" metadata entry is removed from its
+// context unless [Options.KeepAuthorizationMetadata] is set.
 //
 // Errors map to status codes at this edge only:
 //
