@@ -11,6 +11,7 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/util/wait"
 	"k8s.io/apiserver/pkg/authorization/authorizer"
+	"k8s.io/client-go/kubernetes/scheme"
 	authorizationv1client "k8s.io/client-go/kubernetes/typed/authorization/v1"
 	"k8s.io/client-go/rest"
 	"k8s.io/klog/v2"
@@ -88,8 +89,8 @@ type Options struct {
 	// Errors are never cached.
 	DeniedTTL time.Duration
 
-	// MaxEntries bounds the number of cached decisions. Zero means
-	// [DefaultMaxEntries].
+	// MaxEntries bounds the number of cached decisions. Zero or negative
+	// means [DefaultMaxEntries].
 	MaxEntries int
 
 	// MaxCacheableAttributeBytes: a request whose caller-controlled
@@ -131,7 +132,10 @@ type Options struct {
 
 // SubjectAccessReviewer creates SubjectAccessReviews. client-go's
 // k8s.io/client-go/kubernetes/typed/authorization/v1.SubjectAccessReviewInterface
-// satisfies it.
+// satisfies it. Create must return the review as the API server does, with
+// its spec echoed and its status filled in: an answer whose spec has neither
+// resource nor non-resource attributes is treated as malformed ("could not
+// check").
 type SubjectAccessReviewer interface {
 	Create(ctx context.Context, sar *authorizationv1.SubjectAccessReview, opts metav1.CreateOptions) (*authorizationv1.SubjectAccessReview, error)
 }
@@ -290,6 +294,7 @@ type restReviewer struct {
 func (r *restReviewer) Create(ctx context.Context, sar *authorizationv1.SubjectAccessReview, opts metav1.CreateOptions) (*authorizationv1.SubjectAccessReview, error) {
 	obj, err := r.client.Post().
 		Resource("subjectaccessreviews").
+		VersionedParams(&opts, scheme.ParameterCodec).
 		MaxRetries(0).
 		Body(sar).
 		Do(ctx).
@@ -388,6 +393,14 @@ func (a *Authorizer) load(ctx context.Context, key cache.Key, enc string, sar *a
 	})
 	if err != nil {
 		return decision{}, err
+	}
+	if out.Spec.ResourceAttributes == nil && out.Spec.NonResourceAttributes == nil {
+		// The API server echoes the spec. An answer without one is not a
+		// SubjectAccessReview (client-go decodes a well-formed object of
+		// another kind into an empty one), and its empty status must not
+		// read as NoOpinion.
+		return decision{}, &reviewauth.ReviewError{Review: reviewName, Code: http.StatusCreated, Attempts: attempts,
+			Err: errors.New("authz: malformed SubjectAccessReview response: no spec")}
 	}
 	st := out.Status
 	var v decision

@@ -519,4 +519,12 @@ func TestNewWithTypedClient(t *testing.T) {
 	if d, _, err := az.Authorize(context.Background(), getPods(backup())); d != authorizer.DecisionAllow || err != nil {
 		t.Errorf("Authorize() = %v, %v; want Allow", d, err)
 	}
+	// The typed client decodes an object of another kind into an empty
+	// SubjectAccessReview without error; it must still be could-not-check.
+	srv.InjectFault(authtest.SubjectAccessReviews, authtest.Fault{WrongKind: true})
+	other := getPods(backup())
+	other.Name = "other"
+	if d, _, err := az.Authorize(context.Background(), other); d == authorizer.DecisionAllow || !errors.Is(err, reviewauth.ErrUnavailable) {
+		t.Errorf("Authorize() answered with a TokenReview = %v, %v; want Deny with an error matching ErrUnavailable", d, err)
+	}
 }
