@@ -528,3 +528,25 @@ func TestNewWithTypedClient(t *testing.T) {
 		t.Errorf("Authorize() answered with a TokenReview = %v, %v; want Deny with an error matching ErrUnavailable", d, err)
 	}
 }
+
+func TestCacheBounded(t *testing.T) {
+	t.Parallel()
+	f := newFixture(t, allowBackupPods, authz.Options{MaxEntries: 2})
+	check := func(name string, wantSARs int) {
+		t.Helper()
+		a := getPods(backup())
+		a.Name = name
+		if d, _, err := f.az.Authorize(context.Background(), a); d != authorizer.DecisionAllow || err != nil {
+			t.Fatalf("Authorize(%s) = %v, %v; want Allow", name, d, err)
+		}
+		if got := f.sars(); got != wantSARs {
+			t.Fatalf("after Authorize(%s): SARs = %d; want %d", name, got, wantSARs)
+		}
+	}
+	check("a", 1)
+	check("b", 2)
+	check("a", 2) // hit; b is now the least recently used
+	check("c", 3) // evicts b
+	check("a", 3)
+	check("b", 4)
+}
