@@ -66,7 +66,7 @@ func TestMetricsAfterKnownSequence(t *testing.T) {
 	want := `
 # HELP reviewauth_reviews_total Requests sent to the API server, by review (TokenReview, SubjectAccessReview) and HTTP code (0: no answer).
 # TYPE reviewauth_reviews_total counter
-reviewauth_reviews_total{code="0",review="TokenReview"} 3
+reviewauth_reviews_total{code="201",review="TokenReview"} 3
 reviewauth_reviews_total{code="400",review="TokenReview"} 1
 reviewauth_reviews_total{code="503",review="TokenReview"} 1
 # HELP reviewauth_review_retries_total Retries of failed reviews, by review.

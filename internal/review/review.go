@@ -92,7 +92,12 @@ func (r *Retrier) MaxInFlightSeen() int {
 // reviewauth.ErrUnavailable. redact is applied to every error message before
 // it is stored, so that a token never reaches an error string.
 func (r *Retrier) Do(ctx context.Context, redact func(string) string, attempt func(ctx context.Context) error) error {
+	// wait.Backoff.Step zeroes Steps once Cap is reached; count retries
+	// here and apply Cap ourselves, so that Steps alone bounds them.
 	b := r.backoff
+	maxWait := b.Cap
+	b.Cap = 0
+	retries := r.backoff.Steps
 	attempts := 0
 	for {
 		if err := r.acquire(ctx); err != nil {
@@ -104,6 +109,9 @@ func (r *Retrier) Do(ctx context.Context, redact func(string) string, attempt fu
 		r.release()
 		attempts++
 		code := statusCode(err)
+		if err == nil {
+			code = http.StatusCreated // reviews are created
+		}
 		if r.obs.Attempt != nil {
 			r.obs.Attempt(r.kind, code, r.clock.Since(start))
 		}
@@ -111,10 +119,13 @@ func (r *Retrier) Do(ctx context.Context, redact func(string) string, attempt fu
 			return nil
 		}
 		retryAfter := retryAfter(err, retryAfterHeader)
-		if !retryable(err) || b.Steps <= 0 || ctx.Err() != nil {
+		if !retryable(err) || attempts > retries || ctx.Err() != nil {
 			return r.fail(attempts, code, retryAfter, err, redact)
 		}
 		wait := b.Step()
+		if maxWait > 0 && wait > maxWait {
+			wait = maxWait
+		}
 		if retryAfter > wait {
 			wait = retryAfter
 		}

@@ -1,0 +1,79 @@
+package review_test
+
+import (
+	"context"
+	"errors"
+	"runtime"
+	"testing"
+	"time"
+
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	"k8s.io/apimachinery/pkg/util/wait"
+	clocktesting "k8s.io/utils/clock/testing"
+
+	"github.com/reviewauth/reviewauth"
+	"github.com/reviewauth/reviewauth/internal/review"
+)
+
+// TestStepsBoundRetriesEvenPastCap: wait.Backoff zeroes Steps once Cap is
+// reached; the retrier must still make exactly Steps retries, each wait
+// capped.
+func TestStepsBoundRetriesEvenPastCap(t *testing.T) {
+	clk := clocktesting.NewFakeClock(time.Now())
+	r := review.New("TokenReview", wait.Backoff{Duration: time.Second, Factor: 10, Steps: 4, Cap: 2 * time.Second}, clk, 1, review.Observer{})
+	attempts := 0
+	done := make(chan error, 1)
+	go func() {
+		done <- r.Do(context.Background(), nil, func(context.Context) error {
+			attempts++
+			return apierrors.NewInternalError(errors.New("boom"))
+		})
+	}()
+	var waits []time.Duration
+	for {
+		select {
+		case err := <-done:
+			var re *reviewauth.ReviewError
+			if !errors.As(err, &re) || re.Attempts != 5 || attempts != 5 {
+				t.Fatalf("Do() = %v after %d attempts; want a ReviewError after 5 (1 + Steps)", err, attempts)
+			}
+			for i, w := range waits {
+				if w > 2*time.Second {
+					t.Errorf("wait %d = %v; want at most Cap 2s", i, w)
+				}
+			}
+			return
+		default:
+			runtime.Gosched()
+		}
+		if clk.HasWaiters() {
+			// Step in small increments to learn each wait's length.
+			var d time.Duration
+			for clk.HasWaiters() {
+				clk.Step(100 * time.Millisecond)
+				d += 100 * time.Millisecond
+				runtime.Gosched() // let a fired timer's goroutine run
+			}
+			waits = append(waits, d)
+		}
+	}
+}
+
+func TestSuccessIsCode201(t *testing.T) {
+	var codes []int
+	r := review.New("SubjectAccessReview", wait.Backoff{Duration: time.Nanosecond, Steps: 1}, nil, 1, review.Observer{Attempt: func(_ string, code int, _ time.Duration) { codes = append(codes, code) }})
+	calls := 0
+	err := r.Do(context.Background(), nil, func(context.Context) error {
+		calls++
+		if calls == 1 {
+			return apierrors.NewTooManyRequests("slow down", 0)
+		}
+		return nil
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(codes) != 2 || codes[0] != 429 || codes[1] != 201 {
+		t.Fatalf("attempt codes = %v; want [429 201]", codes)
+	}
+}
