@@ -7,6 +7,9 @@ import (
 	"net/http"
 	"time"
 
+	"go.opentelemetry.io/otel/attribute"
+	"go.opentelemetry.io/otel/codes"
+	"go.opentelemetry.io/otel/trace"
 	authorizationv1 "k8s.io/api/authorization/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/util/wait"
@@ -128,6 +131,21 @@ type Options struct {
 	// Metrics, if not nil, records reviews, retries, reviews in flight
 	// (review="SubjectAccessReview") and the cache (cache="sar").
 	Metrics *metrics.Metrics
+
+	// StaleIfError, when positive, lets a cached Allow be served for up to
+	// this long past AllowedTTL, but only while the API server cannot be
+	// asked (the review fails with reviewauth.ErrUnavailable). Denials and
+	// NoOpinions are never extended, and a fresh answer replaces the stale
+	// Allow. Each stale serve is counted in
+	// reviewauth_stale_serves_total{cache="sar"}. Zero (the default)
+	// disables it: an outage is reported as such.
+	StaleIfError time.Duration
+
+	// TracerProvider, if not nil, is used for OpenTelemetry spans: one per
+	// Authorize call (attributes: verb, resource or path, cache hit,
+	// decision) and one per SubjectAccessReview sent. Nil means no spans,
+	// at no cost.
+	TracerProvider trace.TracerProvider
 }
 
 // SubjectAccessReviewer creates SubjectAccessReviews. client-go's
@@ -146,6 +164,7 @@ type decision struct {
 	d      authorizer.Decision
 	reason string
 	enc    string
+	fresh  time.Time // with StaleIfError: when an Allow stops being fresh
 }
 
 // Authorizer authorizes requests with authorization.k8s.io/v1
@@ -193,6 +212,9 @@ type Authorizer struct {
 	deniedTTL    time.Duration
 	maxAttrBytes int
 	timeout      time.Duration
+	stale        time.Duration
+	metrics      *metrics.Metrics
+	tracer       trace.Tracer
 }
 
 var (
@@ -226,6 +248,11 @@ func New(reviewer SubjectAccessReviewer, opts Options) *Authorizer {
 		deniedTTL:    opts.DeniedTTL,
 		maxAttrBytes: opts.MaxCacheableAttributeBytes,
 		timeout:      opts.Timeout,
+		stale:        opts.StaleIfError,
+		metrics:      opts.Metrics,
+	}
+	if opts.TracerProvider != nil {
+		a.tracer = opts.TracerProvider.Tracer(TracerName)
 	}
 	if a.clock == nil {
 		a.clock = clock.RealClock{}
@@ -330,16 +357,70 @@ func (a *Authorizer) Authorize(ctx context.Context, attrs authorizer.Attributes)
 	if attrs == nil {
 		return authorizer.DecisionDeny, "", &reviewauth.ReviewError{Review: reviewName, Err: errors.New("authz: nil attributes")}
 	}
+	if a.tracer != nil {
+		return a.authorizeTraced(ctx, attrs)
+	}
+	d, reason, err, _ := a.authorize(ctx, attrs)
+	return d, reason, err
+}
+
+// TracerName is the instrumentation name of the spans authz creates.
+const TracerName = "github.com/reviewauth/reviewauth/authz"
+
+func (a *Authorizer) authorizeTraced(ctx context.Context, attrs authorizer.Attributes) (authorizer.Decision, string, error) {
+	ctx, span := a.tracer.Start(ctx, "reviewauth.authz.Authorize", trace.WithAttributes(
+		attribute.String("reviewauth.verb", attrs.GetVerb()),
+		attribute.String("reviewauth.resource", attrs.GetResource()),
+		attribute.String("reviewauth.subresource", attrs.GetSubresource()),
+		attribute.String("reviewauth.path", attrs.GetPath()),
+	))
+	defer span.End()
+	d, reason, err, hit := a.authorize(ctx, attrs)
+	span.SetAttributes(attribute.Bool("reviewauth.cache_hit", hit), attribute.String("reviewauth.decision", decisionName(d, err)))
+	if err != nil {
+		span.SetStatus(codes.Error, "review unavailable")
+	}
+	return d, reason, err
+}
+
+func decisionName(d authorizer.Decision, err error) string {
+	switch {
+	case err != nil:
+		return "unavailable"
+	case d == authorizer.DecisionAllow:
+		return "allowed"
+	case d == authorizer.DecisionNoOpinion:
+		return "no_opinion"
+	default:
+		return "denied"
+	}
+}
+
+// authorize is Authorize; hit reports whether the cache answered.
+func (a *Authorizer) authorize(ctx context.Context, attrs authorizer.Attributes) (_ authorizer.Decision, _ string, _ error, hit bool) {
 	bp := getKeyBuf()
 	enc := appendKey((*bp)[:0], attrs)
 	key := a.keys.lookup(enc)
+	var stale decision
+	haveStale := false
 	if v, ok := a.cache.Get(key); ok && v.enc == string(enc) {
-		putKeyBuf(bp, enc)
-		return v.d, v.reason, nil
+		if a.stale <= 0 || v.d != authorizer.DecisionAllow || a.clock.Now().Before(v.fresh) {
+			putKeyBuf(bp, enc)
+			return v.d, v.reason, nil, true
+		}
+		stale, haveStale = v, true
 	}
 	encs := string(enc)
 	putKeyBuf(bp, enc)
-	return a.review(ctx, key, encs, attrs)
+	d, reason, err := a.review(ctx, key, encs, attrs)
+	if err != nil && haveStale && errors.Is(err, reviewauth.ErrUnavailable) {
+		// Stale-if-error: an Allow less than StaleIfError past its TTL,
+		// served only because the API server cannot be asked.
+		a.metrics.StaleServe("sar")
+		klog.FromContext(ctx).V(2).Info("Serving a stale Allow: the API server is unavailable", "err", err)
+		return stale.d, stale.reason, nil, true
+	}
+	return d, reason, err, false
 }
 
 // review is the miss path of Authorize, kept apart so that the hit path
@@ -372,8 +453,13 @@ func (a *Authorizer) review(ctx context.Context, key cache.Key, enc string, attr
 func (a *Authorizer) load(ctx context.Context, key cache.Key, enc string, sar *authorizationv1.SubjectAccessReview, cacheable bool, leaderDeadline time.Time) (decision, error) {
 	// A caller that missed the cache just as the previous shared review
 	// finished starts a new one; its answer is already cached.
-	if v, ok := a.cache.Get(key); ok && v.enc == enc {
+	if v, ok := a.cache.Get(key); ok && v.enc == enc && (a.stale <= 0 || v.d != authorizer.DecisionAllow || a.clock.Now().Before(v.fresh)) {
 		return v, nil
+	}
+	if a.tracer != nil {
+		var span trace.Span
+		ctx, span = a.tracer.Start(ctx, "reviewauth.SubjectAccessReview")
+		defer span.End()
 	}
 	if dl, ok := ctx.Deadline(); !leaderDeadline.IsZero() && (!ok || leaderDeadline.Before(dl)) {
 		var cancel context.CancelFunc
@@ -419,13 +505,16 @@ func (a *Authorizer) load(ctx context.Context, key cache.Key, enc string, sar *a
 		klog.FromContext(ctx).V(4).Info("SubjectAccessReview evaluation error", "decision", v.d, "evaluationError", st.EvaluationError)
 	}
 	if cacheable {
-		ttl := a.deniedTTL
+		ttl, keep := a.deniedTTL, a.deniedTTL
 		if v.d == authorizer.DecisionAllow {
-			ttl = a.allowedTTL
+			ttl, keep = a.allowedTTL, a.allowedTTL
+			if a.stale > 0 && ttl > 0 {
+				keep += a.stale
+			}
 		}
-		if ttl > 0 {
-			a.cache.Set(key, v, ttl)
-		}
+		v.fresh = a.clock.Now().Add(ttl)
+		// A non-positive TTL stores nothing and drops any stale Allow.
+		a.cache.Set(key, v, keep)
 	}
 	return v, nil
 }
