@@ -6,7 +6,8 @@ import (
 
 	"github.com/spf13/pflag"
 	"k8s.io/client-go/rest"
-	"k8s.io/client-go/tools/clientcmd"
+
+	"github.com/reviewauth/reviewauth/internal/review"
 )
 
 // ClientOptions says how to reach the API server that reviews tokens. It is
@@ -24,18 +25,7 @@ type ClientOptions struct {
 
 // RESTConfig loads the configuration o describes.
 func (o ClientOptions) RESTConfig() (*rest.Config, error) {
-	var cfg *rest.Config
-	var err error
-	if o.Kubeconfig == "" {
-		cfg, err = rest.InClusterConfig()
-	} else {
-		cfg, err = clientcmd.BuildConfigFromFlags("", o.Kubeconfig)
-	}
-	if err != nil {
-		return nil, err
-	}
-	cfg.QPS, cfg.Burst = o.QPS, o.Burst
-	return cfg, nil
+	return review.RESTConfig(o.Kubeconfig, o.QPS, o.Burst)
 }
 
 // Flags is Options plus the client to review with, as set from the command
