@@ -7,6 +7,9 @@ import (
 	"strings"
 	"time"
 
+	"go.opentelemetry.io/otel/attribute"
+	"go.opentelemetry.io/otel/codes"
+	"go.opentelemetry.io/otel/trace"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apiserver/pkg/authentication/authenticator"
@@ -18,6 +21,7 @@ import (
 
 	"github.com/reviewauth/reviewauth"
 	"github.com/reviewauth/reviewauth/authz"
+	"github.com/reviewauth/reviewauth/metrics"
 )
 
 // DefaultRetryAfter is the Retry-After of a 503 when the error does not carry
@@ -81,6 +85,16 @@ type Options struct {
 	// RetryAfter is the Retry-After of a 503 when the error does not carry
 	// one. Zero means [DefaultRetryAfter].
 	RetryAfter time.Duration
+
+	// Metrics, if not nil, counts every request in
+	// reviewauth_decisions_total{transport="http"} by outcome.
+	Metrics *metrics.Metrics
+
+	// TracerProvider, if not nil, wraps every request in a span
+	// "reviewauth.httpauth" with the outcome as reviewauth.decision; the
+	// authenticator's and authorizer's spans nest inside it. Nil means no
+	// spans, at no cost.
+	TracerProvider trace.TracerProvider
 }
 
 // ErrMethodNotAllowed is returned (wrapped) by mappers that have no verb for
@@ -114,16 +128,34 @@ func New(opts Options) (func(http.Handler) http.Handler, error) {
 	if m.opts.RetryAfter <= 0 {
 		m.opts.RetryAfter = DefaultRetryAfter
 	}
+	if opts.TracerProvider != nil {
+		m.tracer = opts.TracerProvider.Tracer(TracerName)
+	}
 	return func(next http.Handler) http.Handler {
 		return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
-			m.serve(next, w, r)
+			if m.tracer == nil {
+				m.opts.Metrics.Decision("http", m.serve(next, w, r))
+				return
+			}
+			ctx, span := m.tracer.Start(r.Context(), "reviewauth.httpauth", trace.WithAttributes(attribute.String("http.request.method", r.Method)))
+			defer span.End()
+			outcome := m.serve(next, w, r.WithContext(ctx))
+			m.opts.Metrics.Decision("http", outcome)
+			span.SetAttributes(attribute.String("reviewauth.decision", outcome))
+			if outcome == metrics.OutcomeUnavailable {
+				span.SetStatus(codes.Error, "review unavailable")
+			}
 		})
 	}, nil
 }
 
+// TracerName is the instrumentation name of the spans httpauth creates.
+const TracerName = "github.com/reviewauth/reviewauth/httpauth"
+
 type middleware struct {
 	opts        Options
 	alwaysAllow *pathMatcher
+	tracer      trace.Tracer
 }
 
 // errNoCredential is the outcome when no authenticator found a credential.
@@ -131,7 +163,7 @@ var errNoCredential = errors.New("httpauth: no credential")
 
 var errNoAttributes = errors.New("httpauth: no attributes to authorize")
 
-func (m *middleware) serve(next http.Handler, w http.ResponseWriter, r *http.Request) {
+func (m *middleware) serve(next http.Handler, w http.ResponseWriter, r *http.Request) (outcome string) {
 	logger := klog.FromContext(r.Context())
 
 	// Client-sent identity headers never reach the handler, whatever follows.
@@ -142,7 +174,7 @@ func (m *middleware) serve(next http.Handler, w http.ResponseWriter, r *http.Req
 		delete(r.Header, "Authorization")
 		logDecision(logger, 2, r, "", "bad path", err)
 		writeStatus(w, apierrors.NewBadRequest(err.Error()))
-		return
+		return metrics.OutcomeBadRequest
 	}
 	if clean != r.URL.Path || r.URL.RawPath != "" {
 		r = withPath(r, clean)
@@ -151,7 +183,7 @@ func (m *middleware) serve(next http.Handler, w http.ResponseWriter, r *http.Req
 	if m.alwaysAllow.match(clean) {
 		delete(r.Header, "Authorization")
 		next.ServeHTTP(w, r)
-		return
+		return metrics.OutcomeAlwaysAllowed
 	}
 
 	hadAuthorization := len(r.Header["Authorization"]) > 0
@@ -162,6 +194,7 @@ func (m *middleware) serve(next http.Handler, w http.ResponseWriter, r *http.Req
 		case errors.Is(err, reviewauth.ErrUnavailable) || (!errors.Is(err, reviewauth.ErrUnauthenticated) && !errors.Is(err, errNoCredential)):
 			logger.Error(err, "httpauth: authentication unavailable", "method", r.Method, "path", r.URL.Path)
 			m.unavailable(w, err)
+			return metrics.OutcomeUnavailable
 		default:
 			logDecision(logger, 2, r, "", "unauthenticated", err)
 			challenge := "Bearer"
@@ -170,8 +203,8 @@ func (m *middleware) serve(next http.Handler, w http.ResponseWriter, r *http.Req
 			}
 			w.Header().Set("WWW-Authenticate", challenge)
 			writeStatus(w, apierrors.NewUnauthorized("Unauthorized"))
+			return metrics.OutcomeUnauthenticated
 		}
-		return
 	}
 	u := resp.User
 	r = r.WithContext(request.WithUser(r.Context(), u))
@@ -186,10 +219,10 @@ func (m *middleware) serve(next http.Handler, w http.ResponseWriter, r *http.Req
 				Reason:  metav1.StatusReasonMethodNotAllowed,
 				Message: fmt.Sprintf("method %q is not allowed here", r.Method),
 			}})
-			return
+			return metrics.OutcomeBadRequest
 		}
 		writeStatus(w, apierrors.NewBadRequest(err.Error()))
-		return
+		return metrics.OutcomeBadRequest
 	}
 	if len(attrs) == 0 {
 		// Nothing to authorize is a mapper mistake; authz.Check would deny
@@ -197,7 +230,7 @@ func (m *middleware) serve(next http.Handler, w http.ResponseWriter, r *http.Req
 		a := authorizer.AttributesRecord{User: u, Path: r.URL.Path, Verb: strings.ToLower(r.Method)}
 		logDecision(logger, 2, r, u.GetName(), "forbidden", errNoAttributes)
 		writeStatus(w, responsewriters.ForbiddenStatusError(a, "no attributes to authorize"))
-		return
+		return metrics.OutcomeDenied
 	}
 	for _, a := range attrs {
 		err := authz.Check(r.Context(), m.opts.Authorizer, a)
@@ -208,11 +241,11 @@ func (m *middleware) serve(next http.Handler, w http.ResponseWriter, r *http.Req
 		if errors.As(err, &denied) && errors.Is(err, reviewauth.ErrDenied) {
 			logDecision(logger, 2, r, u.GetName(), "forbidden", err)
 			writeStatus(w, responsewriters.ForbiddenStatusError(a, denied.Reason))
-			return
+			return metrics.OutcomeDenied
 		}
 		logger.Error(err, "httpauth: authorization unavailable", "user", u.GetName(), "method", r.Method, "path", r.URL.Path)
 		m.unavailable(w, err)
-		return
+		return metrics.OutcomeUnavailable
 	}
 
 	if m.opts.PropagateIdentity {
@@ -223,6 +256,7 @@ func (m *middleware) serve(next http.Handler, w http.ResponseWriter, r *http.Req
 	}
 	logDecision(logger, 4, r, u.GetName(), "allowed", nil)
 	next.ServeHTTP(w, r)
+	return metrics.OutcomeAllowed
 }
 
 // authenticate runs the client certificate authenticator, then the token

@@ -32,6 +32,12 @@ const (
 	OutcomeDenied          = "denied"
 	OutcomeUnauthenticated = "unauthenticated"
 	OutcomeUnavailable     = "unavailable"
+	// OutcomeBadRequest is a request refused before authorization because
+	// it could not be mapped to attributes (a bad path, a missing field).
+	OutcomeBadRequest = "bad_request"
+	// OutcomeAlwaysAllowed is a request to an always-allow path, served
+	// without authentication or authorization.
+	OutcomeAlwaysAllowed = "always_allowed"
 )
 
 // Buckets are the review latency buckets, in seconds: from 1ms, where a
@@ -47,6 +53,10 @@ type Metrics struct {
 	inFlight    *prometheus.GaugeVec
 	decisions   *prometheus.CounterVec
 	staleServes *prometheus.CounterVec
+
+	// decided holds the decision counters of the known transports and
+	// outcomes, resolved once: a request pays a map read, not a label hash.
+	decided map[[2]string]prometheus.Counter
 
 	mu     sync.Mutex
 	caches []namedCache
@@ -100,6 +110,12 @@ func New() *Metrics {
 			"Entries held now, by cache.", []string{"cache"}, nil),
 		coalesced: prometheus.NewDesc("reviewauth_cache_coalesced_total",
 			"Lookups that waited for a review another caller had started instead of sending their own, by cache.", []string{"cache"}, nil),
+	}
+	m.decided = make(map[[2]string]prometheus.Counter)
+	for _, t := range []string{"http", "grpc"} {
+		for _, o := range []string{OutcomeAllowed, OutcomeDenied, OutcomeUnauthenticated, OutcomeUnavailable, OutcomeBadRequest, OutcomeAlwaysAllowed} {
+			m.decided[[2]string{t, o}] = m.decisions.WithLabelValues(t, o)
+		}
 	}
 	return m
 }
@@ -201,6 +217,10 @@ func (m *Metrics) ReviewInFlight(review string, delta int) {
 // Decision records one request decided by a transport adapter.
 func (m *Metrics) Decision(transport, outcome string) {
 	if m == nil {
+		return
+	}
+	if c, ok := m.decided[[2]string{transport, outcome}]; ok {
+		c.Inc()
 		return
 	}
 	m.decisions.WithLabelValues(transport, outcome).Inc()
