@@ -17,8 +17,13 @@ import (
 	"k8s.io/apiserver/pkg/authorization/authorizer"
 	"k8s.io/apiserver/pkg/endpoints/request"
 
+	"go.opentelemetry.io/otel/attribute"
+	otelcodes "go.opentelemetry.io/otel/codes"
+	"go.opentelemetry.io/otel/trace"
+
 	"github.com/reviewauth/reviewauth"
 	"github.com/reviewauth/reviewauth/authz"
+	"github.com/reviewauth/reviewauth/metrics"
 )
 
 // HealthAndReflection lists the method prefixes of the standard gRPC health
@@ -67,7 +72,20 @@ type Options struct {
 	// does with the Authorization header, so that a handler cannot log or
 	// forward the caller's token by accident.
 	KeepAuthorizationMetadata bool
+
+	// Metrics, if not nil, counts every checked call in
+	// reviewauth_decisions_total{transport="grpc"} by outcome.
+	Metrics *metrics.Metrics
+
+	// TracerProvider, if not nil, wraps every check in a span
+	// "reviewauth.grpcauth" with the method and the outcome; the
+	// authenticator's and authorizer's spans nest inside it. Nil means no
+	// spans, at no cost.
+	TracerProvider trace.TracerProvider
 }
+
+// TracerName is the instrumentation name of the spans grpcauth creates.
+const TracerName = "github.com/reviewauth/reviewauth/grpcauth"
 
 // Rule says how the calls of one method are authenticated and authorized.
 type Rule struct {
@@ -138,9 +156,10 @@ func UnaryServerInterceptor(opts Options) grpc.UnaryServerInterceptor {
 		}
 		rule, ok := c.rules[info.FullMethod]
 		if !ok {
+			c.metrics.Decision("grpc", metrics.OutcomeDenied)
 			return nil, errUnknownMethod
 		}
-		ctx, err := c.check(ctx, rule, req)
+		ctx, err := c.check(ctx, info.FullMethod, rule, req)
 		if err != nil {
 			return nil, err
 		}
@@ -167,9 +186,10 @@ func StreamServerInterceptor(opts Options) grpc.StreamServerInterceptor {
 		}
 		rule, ok := c.rules[info.FullMethod]
 		if !ok {
+			c.metrics.Decision("grpc", metrics.OutcomeDenied)
 			return errUnknownMethod
 		}
-		return handler(srv, &authStream{ServerStream: ss, c: c, rule: rule})
+		return handler(srv, &authStream{ServerStream: ss, c: c, rule: rule, method: info.FullMethod})
 	}
 }
 
@@ -188,15 +208,21 @@ type checker struct {
 	exact    map[string]struct{}
 	prefixes []string
 	keepMD   bool
+	metrics  *metrics.Metrics
+	tracer   trace.Tracer
 }
 
 func newChecker(o Options) *checker {
 	c := &checker{
-		authn:  o.Authenticator,
-		authz:  o.Authorizer,
-		rules:  make(map[string]Rule, len(o.Rules)),
-		exact:  map[string]struct{}{},
-		keepMD: o.KeepAuthorizationMetadata,
+		authn:   o.Authenticator,
+		authz:   o.Authorizer,
+		rules:   make(map[string]Rule, len(o.Rules)),
+		exact:   map[string]struct{}{},
+		keepMD:  o.KeepAuthorizationMetadata,
+		metrics: o.Metrics,
+	}
+	if o.TracerProvider != nil {
+		c.tracer = o.TracerProvider.Tracer(TracerName)
 	}
 	for m, r := range o.Rules {
 		c.rules[m] = r
@@ -224,8 +250,50 @@ func (c *checker) skipped(method string) bool {
 }
 
 // check authenticates and authorizes one call and returns the context for
-// the handler, or a status error.
-func (c *checker) check(ctx context.Context, rule Rule, req any) (context.Context, error) {
+// the handler, or a status error. It records the outcome and, with a
+// tracer, a span around the check (not around the handler).
+func (c *checker) check(ctx context.Context, method string, rule Rule, req any) (context.Context, error) {
+	cctx := ctx
+	var span trace.Span
+	if c.tracer != nil {
+		cctx, span = c.tracer.Start(ctx, "reviewauth.grpcauth", trace.WithAttributes(attribute.String("rpc.method", method)))
+		defer span.End()
+	}
+	u, err := c.authenticateAndAuthorize(cctx, rule, req)
+	outcome := outcomeOf(err)
+	c.metrics.Decision("grpc", outcome)
+	if span != nil {
+		span.SetAttributes(attribute.String("reviewauth.decision", outcome))
+		if outcome == metrics.OutcomeUnavailable {
+			span.SetStatus(otelcodes.Error, "review unavailable")
+		}
+	}
+	if err != nil {
+		return nil, err
+	}
+	if !c.keepMD {
+		ctx = stripAuthorization(ctx)
+	}
+	return request.WithUser(ctx, u), nil
+}
+
+// outcomeOf names the outcome of a check for metrics and spans.
+func outcomeOf(err error) string {
+	switch status.Code(err) {
+	case codes.OK:
+		return metrics.OutcomeAllowed
+	case codes.PermissionDenied:
+		return metrics.OutcomeDenied
+	case codes.Unauthenticated:
+		return metrics.OutcomeUnauthenticated
+	case codes.InvalidArgument:
+		return metrics.OutcomeBadRequest
+	default:
+		return metrics.OutcomeUnavailable
+	}
+}
+
+func (c *checker) authenticateAndAuthorize(ctx context.Context, rule Rule, req any) (user.Info, error) {
 	extract := rule.Token
 	if extract == nil {
 		extract = FromMetadata()
@@ -254,10 +322,7 @@ func (c *checker) check(ctx context.Context, rule Rule, req any) (context.Contex
 	if err := authz.Check(ctx, c.authz, attrs...); err != nil {
 		return nil, toStatus(err, token)
 	}
-	if !c.keepMD {
-		ctx = stripAuthorization(ctx)
-	}
-	return request.WithUser(ctx, resp.User), nil
+	return resp.User, nil
 }
 
 func stripAuthorization(ctx context.Context) context.Context {
@@ -298,8 +363,9 @@ func toStatus(err error, token string) error {
 // authStream authenticates a stream on its first received message.
 type authStream struct {
 	grpc.ServerStream
-	c    *checker
-	rule Rule
+	c      *checker
+	rule   Rule
+	method string
 
 	mu   sync.Mutex                      // serializes the first RecvMsg
 	err  error                           // result of a failed check, written before done
@@ -340,7 +406,7 @@ func (s *authStream) RecvMsg(m any) error {
 		}
 		return err
 	}
-	ctx, cerr := s.c.check(s.ServerStream.Context(), s.rule, m)
+	ctx, cerr := s.c.check(s.ServerStream.Context(), s.method, s.rule, m)
 	if cerr != nil {
 		s.err = cerr
 		s.done.Store(true)
