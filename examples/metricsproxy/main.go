@@ -34,7 +34,6 @@ import (
 	"crypto/x509"
 	"crypto/x509/pkix"
 	"errors"
-	"flag"
 	"fmt"
 	"io"
 	"math/big"
@@ -44,17 +43,14 @@ import (
 	"net/url"
 	"os"
 	"os/signal"
-	"strings"
 	"syscall"
 	"time"
 
+	"github.com/spf13/pflag"
 	"k8s.io/apiserver/pkg/endpoints/request"
-	"k8s.io/client-go/rest"
-	"k8s.io/client-go/tools/clientcmd"
 	"k8s.io/klog/v2"
 
-	"github.com/reviewauth/reviewauth/authn"
-	"github.com/reviewauth/reviewauth/authz"
+	"github.com/reviewauth/reviewauth/examples/internal/serving"
 	"github.com/reviewauth/reviewauth/httpauth"
 )
 
@@ -62,7 +58,7 @@ func main() {
 	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
 	defer stop()
 	if err := run(ctx, os.Args[1:], os.Stdout); err != nil {
-		if errors.Is(err, flag.ErrHelp) {
+		if errors.Is(err, pflag.ErrHelp) {
 			os.Exit(2)
 		}
 		klog.ErrorS(err, "metricsproxy failed")
@@ -72,31 +68,26 @@ func main() {
 	klog.Flush()
 }
 
-// stringList is a repeatable string flag.
-type stringList []string
-
-func (s *stringList) String() string     { return strings.Join(*s, ",") }
-func (s *stringList) Set(v string) error { *s = append(*s, v); return nil }
 
 type config struct {
-	upstream, listen, kubeconfig, nodeName string
-	certFile, keyFile, clientCAFile        string
-	audiences, allowPaths                  stringList
+	upstream, listen  string
+	certFile, keyFile string
+	allowPaths        []string
+	review            serving.Flags
+	certs             httpauth.Flags
 }
 
 func parseFlags(args []string, output io.Writer) (*config, error) {
 	var c config
-	fs := flag.NewFlagSet("metricsproxy", flag.ContinueOnError)
+	fs := pflag.NewFlagSet("metricsproxy", pflag.ContinueOnError)
 	fs.SetOutput(output)
 	fs.StringVar(&c.upstream, "upstream", "", "URL of the metrics endpoint to proxy to, such as http://127.0.0.1:9100 (required)")
 	fs.StringVar(&c.listen, "listen", ":8443", "address to serve HTTPS on")
-	fs.StringVar(&c.kubeconfig, "kubeconfig", "", "kubeconfig of the API server used for TokenReviews and SubjectAccessReviews; in-cluster configuration when unset")
-	fs.Var(&c.audiences, "audience", "audience callers' tokens must be issued for (repeatable, at least one)")
-	fs.StringVar(&c.nodeName, "node-name", "", "name of the node whose nodes/metrics, nodes/log, ... subresources are authorized (required)")
 	fs.StringVar(&c.certFile, "tls-cert-file", "", "serving certificate (PEM); a self-signed one is generated when unset")
 	fs.StringVar(&c.keyFile, "tls-private-key-file", "", "private key of --tls-cert-file (PEM)")
-	fs.StringVar(&c.clientCAFile, "client-ca-file", "", "CA bundle (PEM) that signs client certificates; CN is the user, O the groups. Client certificates are ignored when unset")
-	fs.Var(&c.allowPaths, "allow-path", "path served without authentication or authorization, exact or with a trailing * (repeatable), such as /healthz")
+	fs.StringSliceVar(&c.allowPaths, "allow-path", nil, "path served without authentication or authorization, exact or with a trailing * (repeatable), such as /healthz")
+	c.review.AddFlags(fs) // --kubeconfig, --audience, --node-name, --authentication-*, --authorization-*, --metrics-listen
+	c.certs.AddFlags(fs)  // --client-ca-file
 	if err := fs.Parse(args); err != nil {
 		return nil, err
 	}
@@ -106,12 +97,15 @@ func parseFlags(args []string, output io.Writer) (*config, error) {
 	switch {
 	case c.upstream == "":
 		return nil, errors.New("metricsproxy: --upstream is required")
-	case c.nodeName == "":
+	case c.review.Authz.NodeName == "":
 		return nil, errors.New("metricsproxy: --node-name is required")
-	case len(c.audiences) == 0:
+	case len(c.review.Audiences) == 0 && len(c.review.Authn.Audiences) == 0:
 		return nil, errors.New("metricsproxy: --audience is required: callers must request tokens for this proxy's audience")
 	case (c.certFile == "") != (c.keyFile == ""):
 		return nil, errors.New("metricsproxy: --tls-cert-file and --tls-private-key-file go together")
+	}
+	if err := c.certs.Validate(); err != nil {
+		return nil, fmt.Errorf("metricsproxy: %w", err)
 	}
 	return &c, nil
 }
@@ -128,35 +122,20 @@ func run(ctx context.Context, args []string, stdout io.Writer) error {
 		return fmt.Errorf("metricsproxy: --upstream %q is not an http(s) URL", c.upstream)
 	}
 
-	restConfig, err := kubeConfig(c.kubeconfig)
-	if err != nil {
-		return err
-	}
-	tokens, err := authn.NewForConfig(restConfig, authn.Options{Audiences: c.audiences})
-	if err != nil {
-		return fmt.Errorf("metricsproxy: %w", err)
-	}
-	sar, err := authz.NewForConfig(restConfig, authz.Options{})
+	built, err := c.review.Build()
 	if err != nil {
 		return fmt.Errorf("metricsproxy: %w", err)
 	}
 	opts := httpauth.Options{
-		Authenticator:    tokens,
-		Authorizer:       sar,
-		Attributes:       httpauth.Kubelet(c.nodeName),
+		Authenticator:    built.Authenticator,
+		Authorizer:       built.Authorizer,
+		Attributes:       httpauth.Kubelet(c.review.Authz.NodeName),
 		AlwaysAllowPaths: c.allowPaths,
+		Metrics:          built.Metrics,
 	}
 	tlsConfig := &tls.Config{MinVersion: tls.VersionTLS12}
-	if c.clientCAFile != "" {
-		pem, err := os.ReadFile(c.clientCAFile)
-		if err != nil {
-			return fmt.Errorf("metricsproxy: reading --client-ca-file: %w", err)
-		}
-		pool := x509.NewCertPool()
-		if !pool.AppendCertsFromPEM(pem) {
-			return fmt.Errorf("metricsproxy: --client-ca-file %s holds no PEM certificate", c.clientCAFile)
-		}
-		if opts.ClientCertificates, err = httpauth.NewClientCertAuthenticator(httpauth.ClientCertOptions{ClientCA: pool}); err != nil {
+	if c.certs.ClientCAFile != "" {
+		if opts.ClientCertificates, err = c.certs.ClientCertificates(httpauth.ClientCertOptions{}); err != nil {
 			return fmt.Errorf("metricsproxy: %w", err)
 		}
 		// Request, but do not verify, client certificates in the handshake:
@@ -211,7 +190,13 @@ func run(ctx context.Context, args []string, stdout io.Writer) error {
 		ln.Close()
 		return fmt.Errorf("metricsproxy: %w", err)
 	}
-	klog.InfoS("Serving", "address", ln.Addr().String(), "upstream", upstream.Redacted(), "node", c.nodeName, "audiences", []string(c.audiences), "alwaysAllowPaths", []string(c.allowPaths))
+	klog.InfoS("Serving", "address", ln.Addr().String(), "upstream", upstream.Redacted(), "node", c.review.Authz.NodeName, "audiences", built.Authenticator.Audiences(), "alwaysAllowPaths", c.allowPaths)
+	waitMetrics, err := serving.ServeMetrics(ctx, c.review.MetricsListen, built.Registry, stdout)
+	if err != nil {
+		ln.Close()
+		return fmt.Errorf("metricsproxy: %w", err)
+	}
+	defer waitMetrics()
 
 	errc := make(chan error, 1)
 	go func() { errc <- srv.ServeTLS(ln, "", "") }()
@@ -232,20 +217,6 @@ func run(ctx context.Context, args []string, stdout io.Writer) error {
 	return nil
 }
 
-func kubeConfig(path string) (*rest.Config, error) {
-	if path == "" {
-		cfg, err := rest.InClusterConfig()
-		if err != nil {
-			return nil, fmt.Errorf("metricsproxy: no --kubeconfig and no in-cluster configuration: %w", err)
-		}
-		return cfg, nil
-	}
-	cfg, err := clientcmd.BuildConfigFromFlags("", path)
-	if err != nil {
-		return nil, fmt.Errorf("metricsproxy: loading --kubeconfig: %w", err)
-	}
-	return cfg, nil
-}
 
 // decision is filled in as a request goes through the middleware.
 type decision struct {

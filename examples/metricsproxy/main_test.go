@@ -289,7 +289,7 @@ func TestFlags(t *testing.T) {
 		{"no audience", []string{"--upstream", "http://x", "--node-name", "n"}, "--audience is required"},
 		{"cert without key", append(base, "--tls-cert-file", "c.pem"), "go together"},
 		{"bad upstream", []string{"--upstream", "unix:///x", "--node-name", "n", "--audience", "a"}, "not an http(s) URL"},
-		{"missing kubeconfig", base, "loading --kubeconfig"},
+		{"missing kubeconfig", base, "--authentication-kubeconfig"},
 		{"stray argument", append(base, "extra"), "unexpected arguments"},
 	}
 	for _, tt := range tests {
@@ -300,5 +300,81 @@ func TestFlags(t *testing.T) {
 				t.Errorf("run(%q) = %v; want an error containing %q", tt.args, err, tt.want)
 			}
 		})
+	}
+}
+
+func TestMetricsEndpoint(t *testing.T) {
+	api := authtest.Start(t)
+	kubeconfig := filepath.Join(t.TempDir(), "kubeconfig")
+	if err := api.WriteKubeconfig(kubeconfig); err != nil {
+		t.Fatal(err)
+	}
+	scraper := &user.DefaultInfo{Name: "prometheus"}
+	api.SetPolicy(authtest.Rules(authtest.Rule{Users: []string{scraper.Name}, Verbs: []string{"get"}, APIGroups: []string{""}, Resources: []string{"nodes"}, Subresources: []string{"metrics"}}))
+	token := api.MintToken(scraper, []string{"metricsproxy"}, time.Now().Add(time.Hour))
+	upSrv := httptest.NewServer(&upstream{})
+	t.Cleanup(upSrv.Close)
+
+	ctx, cancel := context.WithCancel(context.Background())
+	pr, pw := io.Pipe()
+	done := make(chan error, 1)
+	go func() {
+		err := run(ctx, []string{"--listen", "127.0.0.1:0", "--metrics-listen", "127.0.0.1:0", "--upstream", upSrv.URL,
+			"--kubeconfig", kubeconfig, "--audience", "metricsproxy", "--node-name", "node-1"}, pw)
+		pw.CloseWithError(io.EOF)
+		done <- err
+	}()
+	t.Cleanup(func() {
+		cancel()
+		if err := <-done; err != nil {
+			t.Errorf("run() = %v", err)
+		}
+	})
+	rd := bufio.NewReader(pr)
+	var base, metricsURL string
+	for base == "" || metricsURL == "" {
+		line, err := rd.ReadString('\n')
+		if err != nil {
+			t.Fatalf("reading the proxy's output: %v", err)
+		}
+		line = strings.TrimSpace(line)
+		if v, ok := strings.CutPrefix(line, "listening on "); ok {
+			base = v
+		}
+		if v, ok := strings.CutPrefix(line, "metrics on "); ok {
+			metricsURL = v
+		}
+	}
+	go io.Copy(io.Discard, rd)
+	client := &http.Client{Transport: &http.Transport{TLSClientConfig: &tls.Config{InsecureSkipVerify: true}}}
+	t.Cleanup(client.CloseIdleConnections)
+	for _, path := range []string{"/metrics", "/metrics", "/logs/"} {
+		req, _ := http.NewRequest("GET", base+path, nil)
+		req.Header.Set("Authorization", "Bearer "+token)
+		resp, err := client.Do(req)
+		if err != nil {
+			t.Fatal(err)
+		}
+		resp.Body.Close()
+	}
+	resp, err := http.Get(metricsURL)
+	if err != nil {
+		t.Fatal(err)
+	}
+	body, _ := io.ReadAll(resp.Body)
+	resp.Body.Close()
+	for _, want := range []string{
+		`reviewauth_decisions_total{outcome="allowed",transport="http"} 2`,
+		`reviewauth_decisions_total{outcome="denied",transport="http"} 1`,
+		`reviewauth_reviews_total{code="201",review="TokenReview"} 1`,
+		`reviewauth_reviews_total{code="201",review="SubjectAccessReview"} 2`,
+		`reviewauth_cache_hits_total{cache="token"} 2`,
+	} {
+		if !strings.Contains(string(body), want) {
+			t.Errorf("/metrics lacks %s", want)
+		}
+	}
+	if strings.Contains(string(body), token) {
+		t.Errorf("/metrics contains the token")
 	}
 }

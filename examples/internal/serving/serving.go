@@ -1,0 +1,127 @@
+// Package serving holds what the example programs share: reviewauth's flags
+// (the library's authn, authz and httpauth Flags, plus the short forms
+// --kubeconfig and --audience), building the authenticator and authorizer
+// from them, and the /metrics endpoint.
+package serving
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"net"
+	"net/http"
+	"time"
+
+	"github.com/prometheus/client_golang/prometheus"
+	"github.com/prometheus/client_golang/prometheus/collectors"
+	"github.com/prometheus/client_golang/prometheus/promhttp"
+	"github.com/spf13/pflag"
+	"k8s.io/apiserver/pkg/authorization/authorizer"
+
+	"github.com/reviewauth/reviewauth/authn"
+	"github.com/reviewauth/reviewauth/authz"
+	"github.com/reviewauth/reviewauth/metrics"
+)
+
+// Flags are the reviewauth flags every example takes.
+type Flags struct {
+	Authn authn.Flags
+	Authz authz.Flags
+
+	// Kubeconfig is the short form of --authentication-kubeconfig and
+	// --authorization-kubeconfig: it sets whichever of them is unset.
+	Kubeconfig string
+	// Audiences are added to --authentication-audiences.
+	Audiences []string
+	// MetricsListen is where /metrics is served; empty means nowhere.
+	MetricsListen string
+}
+
+// AddFlags registers the flags on fs.
+func (f *Flags) AddFlags(fs *pflag.FlagSet) {
+	f.Authn.AddFlags(fs)
+	f.Authz.AddFlags(fs)
+	fs.StringVar(&f.Kubeconfig, "kubeconfig", f.Kubeconfig,
+		"kubeconfig for TokenReviews and SubjectAccessReviews (sets --authentication-kubeconfig and --authorization-kubeconfig when they are unset); in-cluster configuration when empty")
+	fs.StringSliceVar(&f.Audiences, "audience", f.Audiences,
+		"audience callers' tokens must be issued for (repeatable); added to --authentication-audiences")
+	fs.StringVar(&f.MetricsListen, "metrics-listen", f.MetricsListen,
+		"address to serve Prometheus metrics on, at /metrics (for example 127.0.0.1:9090); not served when empty")
+}
+
+// Built is what Build returns.
+type Built struct {
+	Authenticator *authn.Authenticator
+	// Authorizer is the chain the flags describe (always-allow groups and
+	// paths, node locality, SubjectAccessReview).
+	Authorizer authorizer.Authorizer
+	// SAR is the SubjectAccessReview authorizer alone.
+	SAR      *authz.Authorizer
+	Metrics  *metrics.Metrics
+	Registry *prometheus.Registry
+}
+
+// Build validates the flags and builds the authenticator, the authorizer
+// and the metrics registry.
+func (f *Flags) Build() (*Built, error) {
+	if f.Authn.Client.Kubeconfig == "" {
+		f.Authn.Client.Kubeconfig = f.Kubeconfig
+	}
+	if f.Authz.Client.Kubeconfig == "" {
+		f.Authz.Client.Kubeconfig = f.Kubeconfig
+	}
+	f.Authn.Audiences = append(f.Authn.Audiences, f.Audiences...)
+	m := metrics.New()
+	reg := prometheus.NewRegistry()
+	reg.MustRegister(m, collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
+	f.Authn.Metrics = m
+	f.Authz.Metrics = m
+	if err := errors.Join(f.Authn.Validate(), f.Authz.Validate()); err != nil {
+		return nil, err
+	}
+	an, err := f.Authn.New()
+	if err != nil {
+		return nil, err
+	}
+	chain, sar, err := f.Authz.New()
+	if err != nil {
+		return nil, err
+	}
+	return &Built{Authenticator: an, Authorizer: chain, SAR: sar, Metrics: m, Registry: reg}, nil
+}
+
+// ServeMetrics serves reg at /metrics on addr until ctx is done, and writes
+// "metrics on http://ADDR/metrics" to out. It returns at once; the returned
+// function waits for the server to stop. An empty addr serves nothing.
+func ServeMetrics(ctx context.Context, addr string, reg *prometheus.Registry, out io.Writer) (wait func(), err error) {
+	if addr == "" {
+		return func() {}, nil
+	}
+	ln, err := net.Listen("tcp", addr)
+	if err != nil {
+		return nil, fmt.Errorf("--metrics-listen: %w", err)
+	}
+	mux := http.NewServeMux()
+	mux.Handle("/metrics", promhttp.HandlerFor(reg, promhttp.HandlerOpts{}))
+	srv := &http.Server{Handler: mux, ReadHeaderTimeout: 10 * time.Second}
+	fmt.Fprintf(out, "metrics on http://%s/metrics\n", ln.Addr())
+	done := make(chan struct{})
+	go func() {
+		defer close(done)
+		_ = srv.Serve(ln)
+	}()
+	stopped := make(chan struct{})
+	go func() {
+		defer close(stopped)
+		select {
+		case <-ctx.Done():
+		case <-done:
+		}
+		sctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+		defer cancel()
+		_ = srv.Shutdown(sctx)
+		<-done
+	}()
+	return func() { <-stopped }, nil
+}
