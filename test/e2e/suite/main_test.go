@@ -7,5 +7,10 @@ import (
 	"github.com/reviewauth/reviewauth/test/e2e/cluster"
 )
 
-// TestMain starts one real kube-apiserver for every test in the suite.
-func TestMain(m *testing.M) { os.Exit(cluster.Main(m, cluster.Options{})) }
+// TestMain starts one real kube-apiserver for every test in the suite, and
+// removes the example programs the flows built.
+func TestMain(m *testing.M) {
+	code := cluster.Main(m, cluster.Options{})
+	cleanupExamples()
+	os.Exit(code)
+}
