@@ -33,7 +33,6 @@ import (
 	"crypto/x509/pkix"
 	"encoding/pem"
 	"errors"
-	"flag"
 	"fmt"
 	"io"
 	"math/big"
@@ -44,16 +43,15 @@ import (
 	"syscall"
 	"time"
 
+	"github.com/spf13/pflag"
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/credentials"
 	"google.golang.org/grpc/credentials/local"
 	"google.golang.org/grpc/health"
 	healthpb "google.golang.org/grpc/health/grpc_health_v1"
-	"k8s.io/client-go/rest"
-	"k8s.io/client-go/tools/clientcmd"
 
-	"github.com/reviewauth/reviewauth/authn"
 	"github.com/reviewauth/reviewauth/authz"
+	"github.com/reviewauth/reviewauth/examples/internal/serving"
 	"github.com/reviewauth/reviewauth/grpcauth"
 )
 
@@ -67,18 +65,17 @@ func main() {
 }
 
 type config struct {
-	listen, kubeconfig, audience, nodeName, nodeUID string
-	certFile, keyFile, selfSignedCA                 string
+	listen, nodeUID                 string
+	certFile, keyFile, selfSignedCA string
+	review                          serving.Flags
 }
 
 func parseFlags(args []string, out io.Writer) (config, error) {
 	var c config
-	fs := flag.NewFlagSet("draplugin", flag.ContinueOnError)
+	fs := pflag.NewFlagSet("draplugin", pflag.ContinueOnError)
 	fs.SetOutput(out)
 	fs.StringVar(&c.listen, "listen", "unix:///run/draplugin/plugin.sock", "unix:///path for a Unix socket, or HOST:PORT for TLS over TCP")
-	fs.StringVar(&c.kubeconfig, "kubeconfig", "", "kubeconfig for TokenReviews and SubjectAccessReviews; in-cluster configuration when empty")
-	fs.StringVar(&c.audience, "audience", "", "audience the callers' tokens must be issued for (required)")
-	fs.StringVar(&c.nodeName, "node-name", "", "name of this node; only callers bound to it are served (required)")
+	c.review.AddFlags(fs) // --kubeconfig, --audience, --node-name (required: only callers bound to it are served), --authentication-*, --authorization-*, --metrics-listen
 	fs.StringVar(&c.nodeUID, "node-uid", "", "UID of this node; when set, callers' node-uid must match too")
 	fs.StringVar(&c.certFile, "tls-cert-file", "", "TLS certificate for TCP; self-signed when empty")
 	fs.StringVar(&c.keyFile, "tls-private-key-file", "", "TLS private key for TCP")
@@ -89,21 +86,14 @@ func parseFlags(args []string, out io.Writer) (config, error) {
 	switch {
 	case fs.NArg() > 0:
 		return c, fmt.Errorf("unexpected arguments: %q", fs.Args())
-	case c.nodeName == "":
+	case c.review.Authz.NodeName == "":
 		return c, errors.New("--node-name is required")
-	case c.audience == "":
+	case len(c.review.Audiences) == 0 && len(c.review.Authn.Audiences) == 0:
 		return c, errors.New("--audience is required")
 	case (c.certFile == "") != (c.keyFile == ""):
 		return c, errors.New("--tls-cert-file and --tls-private-key-file go together")
 	}
 	return c, nil
-}
-
-func restConfig(path string) (*rest.Config, error) {
-	if path == "" {
-		return rest.InClusterConfig()
-	}
-	return clientcmd.BuildConfigFromFlags("", path)
 }
 
 // run serves until ctx is done. ready, if not nil, is called with the
@@ -113,25 +103,23 @@ func run(ctx context.Context, args []string, ready func(net.Addr)) error {
 	if err != nil {
 		return err
 	}
-	cfg, err := restConfig(c.kubeconfig)
-	if err != nil {
-		return fmt.Errorf("API server configuration: %w", err)
-	}
-	an, err := authn.NewForConfig(cfg, authn.Options{Audiences: []string{c.audience}})
+	built, err := c.review.Build()
 	if err != nil {
 		return err
 	}
-	sar, err := authz.NewForConfig(cfg, authz.Options{})
+	waitMetrics, err := serving.ServeMetrics(ctx, c.review.MetricsListen, built.Registry, os.Stdout)
 	if err != nil {
 		return err
 	}
+	defer waitMetrics()
 	opts := grpcauth.Options{
-		Authenticator: an,
+		Authenticator: built.Authenticator,
 		// Node locality first: a caller from another node is refused
 		// without a SubjectAccessReview.
-		Authorizer: authz.All(authz.NodeLocal(authz.NodeLocalOptions{NodeName: c.nodeName, NodeUID: c.nodeUID}), sar),
+		Authorizer: authz.All(authz.NodeLocal(authz.NodeLocalOptions{NodeName: c.review.Authz.NodeName, NodeUID: c.nodeUID}), built.Authorizer),
 		Rules:      rules(),
 		Skip:       grpcauth.HealthAndReflection,
+		Metrics:    built.Metrics,
 	}
 	if err := opts.Validate(); err != nil {
 		return err
@@ -165,7 +153,7 @@ func run(ctx context.Context, args []string, ready func(net.Addr)) error {
 	srv := grpc.NewServer(grpc.Creds(creds),
 		grpc.ChainUnaryInterceptor(grpcauth.UnaryServerInterceptor(opts)),
 		grpc.ChainStreamInterceptor(grpcauth.StreamServerInterceptor(opts)))
-	srv.RegisterService(serviceDesc(prepareOn(c.nodeName)), nil)
+	srv.RegisterService(serviceDesc(prepareOn(c.review.Authz.NodeName)), nil)
 	healthpb.RegisterHealthServer(srv, health.NewServer())
 
 	errc := make(chan error, 1)

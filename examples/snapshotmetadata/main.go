@@ -28,7 +28,6 @@ import (
 	"context"
 	"crypto/tls"
 	"errors"
-	"flag"
 	"fmt"
 	"io"
 	"net"
@@ -38,15 +37,13 @@ import (
 	"time"
 
 	"github.com/kubernetes-csi/external-snapshot-metadata/pkg/api"
+	"github.com/spf13/pflag"
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/credentials"
 	"google.golang.org/grpc/health"
 	healthpb "google.golang.org/grpc/health/grpc_health_v1"
-	"k8s.io/client-go/rest"
-	"k8s.io/client-go/tools/clientcmd"
 
-	"github.com/reviewauth/reviewauth/authn"
-	"github.com/reviewauth/reviewauth/authz"
+	"github.com/reviewauth/reviewauth/examples/internal/serving"
 	"github.com/reviewauth/reviewauth/grpcauth"
 )
 
@@ -65,20 +62,18 @@ func main() {
 // config is the parsed command line.
 type config struct {
 	listen       string
-	kubeconfig   string
-	audience     string
 	certFile     string
 	keyFile      string
 	selfSignedCA string
+	review       serving.Flags
 }
 
 func parseFlags(args []string, out io.Writer) (config, error) {
 	var c config
-	fs := flag.NewFlagSet("snapshotmetadata", flag.ContinueOnError)
+	fs := pflag.NewFlagSet("snapshotmetadata", pflag.ContinueOnError)
 	fs.SetOutput(out)
 	fs.StringVar(&c.listen, "listen", ":50051", "TCP address to serve on")
-	fs.StringVar(&c.kubeconfig, "kubeconfig", "", "kubeconfig for TokenReviews and SubjectAccessReviews; in-cluster configuration when empty")
-	fs.StringVar(&c.audience, "audience", "", "audience the security tokens must be issued for (required)")
+	c.review.AddFlags(fs) // --kubeconfig, --audience (required), --authentication-*, --authorization-*, --metrics-listen
 	fs.StringVar(&c.certFile, "tls-cert-file", "", "TLS certificate (PEM); a self-signed one when empty")
 	fs.StringVar(&c.keyFile, "tls-private-key-file", "", "TLS private key (PEM)")
 	fs.StringVar(&c.selfSignedCA, "self-signed-ca-file", "", "where to write the self-signed certificate, for clients to trust")
@@ -88,21 +83,12 @@ func parseFlags(args []string, out io.Writer) (config, error) {
 	switch {
 	case fs.NArg() > 0:
 		return c, fmt.Errorf("unexpected arguments: %q", fs.Args())
-	case c.audience == "":
+	case len(c.review.Audiences) == 0 && len(c.review.Authn.Audiences) == 0:
 		return c, errors.New("--audience is required: tokens must be issued for this sidecar, not for the API server")
 	case (c.certFile == "") != (c.keyFile == ""):
 		return c, errors.New("--tls-cert-file and --tls-private-key-file go together")
 	}
 	return c, nil
-}
-
-// restConfig returns the API server client configuration: the kubeconfig
-// file when given, the in-cluster configuration otherwise.
-func restConfig(path string) (*rest.Config, error) {
-	if path == "" {
-		return rest.InClusterConfig()
-	}
-	return clientcmd.BuildConfigFromFlags("", path)
 }
 
 // run serves until ctx is done, then stops gracefully. ready, if not nil,
@@ -112,18 +98,15 @@ func run(ctx context.Context, args []string, backend Backend, ready func(net.Add
 	if err != nil {
 		return err
 	}
-	cfg, err := restConfig(c.kubeconfig)
-	if err != nil {
-		return fmt.Errorf("API server configuration: %w", err)
-	}
-	an, err := authn.NewForConfig(cfg, authn.Options{Audiences: []string{c.audience}})
+	built, err := c.review.Build()
 	if err != nil {
 		return err
 	}
-	az, err := authz.NewForConfig(cfg, authz.Options{})
+	waitMetrics, err := serving.ServeMetrics(ctx, c.review.MetricsListen, built.Registry, os.Stdout)
 	if err != nil {
 		return err
 	}
+	defer waitMetrics()
 
 	lis, err := net.Listen("tcp", c.listen)
 	if err != nil {
@@ -136,10 +119,11 @@ func run(ctx context.Context, args []string, backend Backend, ready func(net.Add
 	}
 
 	opts := grpcauth.Options{
-		Authenticator: an,
-		Authorizer:    az,
+		Authenticator: built.Authenticator,
+		Authorizer:    built.Authorizer,
 		Rules:         rules(backend),
 		Skip:          grpcauth.HealthAndReflection,
+		Metrics:       built.Metrics,
 	}
 	if err := opts.Validate(); err != nil {
 		return err

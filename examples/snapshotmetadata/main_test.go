@@ -271,7 +271,7 @@ func TestFlags(t *testing.T) {
 		{name: "no audience", args: []string{"--kubeconfig=x"}, want: "--audience is required"},
 		{name: "cert without key", args: []string{"--audience=a", "--tls-cert-file=c"}, want: "go together"},
 		{name: "stray argument", args: []string{"--audience=a", "extra"}, want: "unexpected arguments"},
-		{name: "unknown flag", args: []string{"--audience=a", "--nope"}, want: "flag provided but not defined"},
+		{name: "unknown flag", args: []string{"--audience=a", "--nope"}, want: "unknown flag"},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
