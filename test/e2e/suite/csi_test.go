@@ -28,9 +28,13 @@ const (
 	// snapshotIDPrefix is the fake backend's CSI handle prefix: the handle
 	// of VolumeSnapshot "x" is "snap-id-x".
 	snapshotIDPrefix = "snap-id-"
-	// sidecarSuccessTTL is how long the snapshotmetadata example caches an
-	// identity: authn.DefaultSuccessTTL, as it has no flag to change it.
-	sidecarSuccessTTL = time.Minute
+	// defaultSuccessTTL is how long the examples cache an identity by
+	// default: authn.DefaultSuccessTTL.
+	defaultSuccessTTL = time.Minute
+	// shortSuccessTTL is the identity cache TTL the CSI flow asks for, when
+	// the example has successTTLFlag, to bound revocation tests.
+	shortSuccessTTL = 15 * time.Second
+	successTTLFlag  = "--authentication-token-webhook-cache-ttl"
 	// apiServerTokenCacheTTL is how long kube-apiserver itself caches a
 	// successful token authentication (TokenReviews included).
 	apiServerTokenCacheTTL = 10 * time.Second
@@ -52,14 +56,15 @@ type sidecar struct {
 
 // startSidecar runs the snapshotmetadata example against the cluster as a
 // system:auth-delegator ServiceAccount, serving with its self-signed
-// certificate, and connects the upstream generated client to it.
-func startSidecar(t testing.TB, c *cluster.Cluster) *sidecar {
+// certificate, with extra flags args, and connects the upstream generated
+// client to it.
+func startSidecar(t testing.TB, c *cluster.Cluster, args ...string) *sidecar {
 	t.Helper()
 	kubeconfig := reviewerKubeconfig(t, c, "snapshotmetadata")
 	caFile := filepath.Join(t.TempDir(), "sidecar-ca.pem")
 	audience := cluster.UniqueName("snapshotmetadata") + ".example.com"
-	e := startExample(t, snapshotMetadataBin, "--listen=127.0.0.1:0", "--kubeconfig="+kubeconfig,
-		"--audience="+audience, "--self-signed-ca-file="+caFile)
+	e := startExample(t, snapshotMetadataBin, append([]string{"--listen=127.0.0.1:0", "--kubeconfig=" + kubeconfig,
+		"--audience=" + audience, "--self-signed-ca-file=" + caFile}, args...)...)
 	caPEM, err := os.ReadFile(caFile)
 	if err != nil {
 		t.Fatalf("reading the sidecar's --self-signed-ca-file: %v", err)
@@ -153,7 +158,12 @@ func wantCode(t testing.TB, call string, err error, want codes.Code, tokens ...s
 func TestCSISnapshotMetadata(t *testing.T) {
 	t.Parallel()
 	c := cluster.Get(t)
-	s := startSidecar(t, c)
+	successTTL, args := defaultSuccessTTL, []string(nil)
+	if exampleHasFlag(t, snapshotMetadataBin, successTTLFlag) {
+		successTTL, args = shortSuccessTTL, []string{successTTLFlag + "=" + shortSuccessTTL.String()}
+	}
+	t.Logf("snapshotmetadata success TTL: %v", successTTL)
+	s := startSidecar(t, c, args...)
 	ns := c.UniqueNamespace(t, "apps")
 	c.CreateServiceAccount(t, ns, "backup")
 	user := serviceAccountUser(ns, "backup")
@@ -233,7 +243,7 @@ func TestCSISnapshotMetadata(t *testing.T) {
 
 		// The sidecar keeps the identity for its success TTL from the
 		// review; the API server may then answer from its own cache.
-		deadline := reviewed.Add(sidecarSuccessTTL + apiServerTokenCacheTTL + 5*time.Second)
+		deadline := reviewed.Add(successTTL + apiServerTokenCacheTTL + 5*time.Second)
 		var (
 			err          error
 			lastAccepted time.Time
@@ -246,7 +256,7 @@ func TestCSISnapshotMetadata(t *testing.T) {
 			lastAccepted = time.Now()
 			if time.Now().After(deadline) {
 				t.Fatalf("GetMetadataAllocated(token of a pod deleted %v ago) = accepted; want refused within the success TTL (%v) + the API server's cache (%v)",
-					time.Since(deleted).Round(time.Second), sidecarSuccessTTL, apiServerTokenCacheTTL)
+					time.Since(deleted).Round(time.Second), successTTL, apiServerTokenCacheTTL)
 			}
 			select {
 			case <-t.Context().Done():
@@ -257,7 +267,7 @@ func TestCSISnapshotMetadata(t *testing.T) {
 		refused := time.Now()
 		t.Logf("observed: token of a deleted pod: still accepted %v after deletion (cached), refused %v after deletion, %v after its first review (success TTL %v): %v",
 			lastAccepted.Sub(deleted).Round(100*time.Millisecond), refused.Sub(deleted).Round(100*time.Millisecond),
-			refused.Sub(reviewed).Round(100*time.Millisecond), sidecarSuccessTTL, err)
+			refused.Sub(reviewed).Round(100*time.Millisecond), successTTL, err)
 		wantCode(t, "GetMetadataAllocated(token of a deleted pod)", err, codes.Unauthenticated, bound)
 	})
 }

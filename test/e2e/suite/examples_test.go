@@ -10,6 +10,7 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"regexp"
 	"runtime"
 	"strings"
 	"sync"
@@ -85,6 +86,33 @@ func cleanupExamples() {
 	if binDir != "" {
 		_ = os.RemoveAll(binDir)
 	}
+}
+
+var (
+	helpMu sync.Mutex
+	helps  = map[string]string{}
+)
+
+// exampleHasFlag reports whether the example program name lists flag
+// (such as "--authentication-token-webhook-cache-ttl") in its --help
+// output, so that the suite can use flags the examples gain without
+// failing on builds that lack them.
+func exampleHasFlag(t testing.TB, name, flag string) bool {
+	t.Helper()
+	helpMu.Lock()
+	defer helpMu.Unlock()
+	help, ok := helps[name]
+	if !ok {
+		ctx, cancel := context.WithTimeout(t.Context(), exampleStartTimeout)
+		defer cancel()
+		// --help exits non-zero; only the output matters.
+		out, _ := exec.CommandContext(ctx, filepath.Join(buildExamples(t), name), "--help").CombinedOutput()
+		help = string(out)
+		helps[name] = help
+	}
+	// flag prints "-name type", pflag "--name type".
+	re := regexp.MustCompile(`(^|\s)--?` + regexp.QuoteMeta(strings.TrimLeft(flag, "-")) + `[\s=]`)
+	return re.MatchString(help)
 }
 
 // syncBuffer is a bytes.Buffer safe for concurrent use, collecting a
