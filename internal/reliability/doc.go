@@ -15,7 +15,9 @@
 //     TestFloodForgedTokensPreVerified: review floods cost the API server
 //     nothing, or at most one bounded, cached review per token, while a
 //     legitimate caller keeps its latency.
-//   - TestStaleIfErrorThroughMiddleware: stale-if-error end to end.
+//   - TestStaleIfErrorThroughMiddleware and TestStaleIfErrorPairs:
+//     stale-if-error end to end, for identities and for (token, attributes)
+//     pairs.
 //   - TestSoak: a loopback load with token churn under -race, checked
 //     decision by decision against the authtest policy, with bounded memory
 //     and no goroutine growth. SOAK_DURATION (a Go duration, default 10s)

@@ -8,6 +8,7 @@ import (
 	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
+	authorizationv1 "k8s.io/api/authorization/v1"
 	"k8s.io/apimachinery/pkg/util/wait"
 	clocktesting "k8s.io/utils/clock/testing"
 
@@ -32,6 +33,12 @@ func serveThing(h http.Handler, token, name string) int {
 // staleServes reads reviewauth_stale_serves_total{cache="token"} from reg.
 func staleServes(t *testing.T, reg *prometheus.Registry) float64 {
 	t.Helper()
+	return staleServesOf(t, reg, "token")
+}
+
+// staleServesOf reads reviewauth_stale_serves_total{cache=cache} from reg.
+func staleServesOf(t *testing.T, reg *prometheus.Registry, cache string) float64 {
+	t.Helper()
 	mfs, err := reg.Gather()
 	if err != nil {
 		t.Fatalf("Gather() = %v", err)
@@ -42,7 +49,7 @@ func staleServes(t *testing.T, reg *prometheus.Registry) float64 {
 		}
 		for _, m := range mf.GetMetric() {
 			for _, l := range m.GetLabel() {
-				if l.GetName() == "cache" && l.GetValue() == "token" {
+				if l.GetName() == "cache" && l.GetValue() == cache {
 					return m.GetCounter().GetValue()
 				}
 			}
@@ -64,8 +71,8 @@ func staleServes(t *testing.T, reg *prometheus.Registry) float64 {
 //   - once the API server is back, the stale token is reviewed again.
 //
 // The SubjectAccessReview of the pair stays cached (AllowedTTL is longer than
-// the whole outage here): authz has no stale-if-error of its own, which
-// TestSARNotServedStale shows.
+// the whole outage here); TestStaleIfErrorPairs covers authz's own
+// stale-if-error.
 func TestStaleIfErrorThroughMiddleware(t *testing.T) {
 	t.Parallel()
 	const ttl, grace = time.Minute, 30 * time.Second
@@ -149,39 +156,80 @@ func TestStaleIfErrorThroughMiddleware(t *testing.T) {
 	checkLogs(t)
 }
 
-// TestSARNotServedStale documents that authz has no stale-if-error: during
-// an outage, a (token, attributes) pair whose Allow has expired from the SAR
-// cache is 503, even though its identity is still cached.
-func TestSARNotServedStale(t *testing.T) {
+// TestStaleIfErrorPairs drives stale-if-error of (token, attributes) pairs
+// through the HTTP middleware, with authn and authz both opted in, on a fake
+// clock: during an outage of both reviews, an Allow is served for less than
+// authz's StaleIfError past its AllowedTTL and not at its end; a denial is
+// never extended (503 once its DeniedTTL ends); and an Allow that a fresh
+// answer turned into a denial before the outage is never served again.
+func TestStaleIfErrorPairs(t *testing.T) {
 	t.Parallel()
-	const allowedTTL = time.Minute
+	const ttl, grace, deniedTTL = time.Minute, 30 * time.Second, 10 * time.Second
 	start := time.Date(2026, 11, 29, 12, 0, 0, 0, time.UTC)
 	clk := clocktesting.NewFakeClock(start)
 	s := authtest.Start(t, authtest.WithClock(clk))
-	s.SetPolicy(policy)
+	var revokeThing2 atomic.Bool // a RoleBinding edit: thing-2 is denied from now on
+	s.SetPolicy(func(spec authorizationv1.SubjectAccessReviewSpec) (bool, bool, string, string) {
+		if revokeThing2.Load() && spec.ResourceAttributes != nil && spec.ResourceAttributes.Name == "thing-2" {
+			return false, true, "reliability: thing-2 revoked", ""
+		}
+		return policy(spec)
+	})
+	m := metrics.New()
+	reg := prometheus.NewPedanticRegistry()
+	reg.MustRegister(m)
 	st := newStack(t, s,
-		authn.Options{SuccessTTL: time.Hour, Clock: clk, Backoff: noRetries},
-		authz.Options{AllowedTTL: allowedTTL, Clock: clk, Backoff: noRetries})
+		authn.Options{SuccessTTL: ttl, StaleIfError: grace, Clock: clk, Metrics: m, Backoff: noRetries},
+		authz.Options{AllowedTTL: ttl, DeniedTTL: deniedTTL, StaleIfError: grace, Clock: clk, Metrics: m, Backoff: noRetries})
 	var handled atomic.Int64
 	h := st.handler(t, &handled)
 	tok := s.MintToken(clientSA, []string{audience}, start.Add(24*time.Hour))
-	if code := serveThing(h, tok, "thing-1"); code != http.StatusOK {
-		t.Fatalf("before the outage: code = %d; want 200", code)
-	}
-	s.InjectFault(authtest.SubjectAccessReviews, authtest.Fault{Status: 503})
 	for _, tt := range []struct {
-		at   time.Duration
+		name string
 		want int
-	}{
-		{allowedTTL - time.Nanosecond, http.StatusOK},
-		{allowedTTL, http.StatusServiceUnavailable},
-		{allowedTTL + time.Second, http.StatusServiceUnavailable},
-	} {
-		clk.SetTime(start.Add(tt.at))
-		if code := serveThing(h, tok, "thing-1"); code != tt.want {
-			t.Errorf("SAR outage at +%v: code = %d; want %d", tt.at, code, tt.want)
+	}{{"thing-1", http.StatusOK}, {"thing-2", http.StatusOK}, {"deny-1", http.StatusForbidden}} {
+		if code := serveThing(h, tok, tt.name); code != tt.want {
+			t.Fatalf("before the outage, %s: code = %d; want %d", tt.name, code, tt.want)
 		}
 	}
+	// Past the TTLs, with the API server up: thing-2 is asked again and
+	// now denied (the token is reviewed again too).
+	clk.SetTime(start.Add(ttl + time.Second))
+	revokeThing2.Store(true)
+	if code := serveThing(h, tok, "thing-2"); code != http.StatusForbidden {
+		t.Fatalf("thing-2 after the RoleBinding edit: code = %d; want 403", code)
+	}
+
+	s.InjectFault(authtest.TokenReviews, authtest.Fault{Status: 503})
+	s.InjectFault(authtest.SubjectAccessReviews, authtest.Fault{Status: 503})
+	steps := []struct {
+		name    string
+		at      time.Duration
+		thing   string
+		want    int
+		wantSAR float64 // stale SAR serves so far
+	}{
+		{"stale Allow in the grace", ttl + 2*time.Second, "thing-1", http.StatusOK, 1},
+		{"fresh denial replaced the Allow: cached denial", ttl + 2*time.Second, "thing-2", http.StatusForbidden, 1},
+		{"expired denial: not extended", ttl + 2*time.Second, "deny-1", http.StatusServiceUnavailable, 1},
+		{"replaced Allow, denial expired: not served", ttl + time.Second + deniedTTL, "thing-2", http.StatusServiceUnavailable, 1},
+		{"stale Allow 1ns before the grace ends", ttl + grace - time.Nanosecond, "thing-1", http.StatusOK, 2},
+		{"stale Allow at the grace's end", ttl + grace, "thing-1", http.StatusServiceUnavailable, 2},
+	}
+	for _, tt := range steps {
+		clk.SetTime(start.Add(tt.at))
+		if code := serveThing(h, tok, tt.thing); code != tt.want {
+			t.Errorf("%s (%s at +%v): code = %d; want %d", tt.name, tt.thing, tt.at, code, tt.want)
+		}
+		if got := staleServesOf(t, reg, "sar"); got != tt.wantSAR {
+			t.Errorf("%s: SAR stale serves = %v; want %v", tt.name, got, tt.wantSAR)
+		}
+	}
+	// The identity itself was fresh throughout (reviewed again at +61s).
+	if got := staleServesOf(t, reg, "token"); got != 0 {
+		t.Errorf("token stale serves = %v; want 0", got)
+	}
+	checkLogs(t)
 }
 
 // noRetries turns retries off: with a fake clock, a retry would wait for a
