@@ -157,7 +157,7 @@ func TestFloodUnknownTokens(t *testing.T) {
 	s := authtest.Start(t)
 	s.SetPolicy(policy)
 	st := newStack(t, s,
-		authn.Options{MaxInFlight: maxInFlight, MaxEntries: 2 * floodTokens, Clock: clk},
+		authn.Options{MaxInFlight: maxInFlight, Clock: clk}, // caches of DefaultMaxEntries, < floodTokens
 		authz.Options{Clock: clk})
 	var handled atomic.Int64
 	h := st.handler(t, &handled)
@@ -272,12 +272,14 @@ func TestFloodUnknownTokens(t *testing.T) {
 		t.Errorf("legitimate p99 during the flood = %v; want at most 2x the p99 just before, %v", floodP99, baselineP99)
 	}
 
-	// Rejections are cached: a sample of the flood again costs nothing.
+	// Rejections are cached: a sample of the flood's last tokens (the
+	// rejection cache holds DefaultMaxEntries) again costs nothing.
 	s.Reset()
 	rng := rand.New(rand.NewPCG(1, 2))
 	sample := make([]string, 1000)
+	recent := tokens[len(tokens)-authn.DefaultMaxEntries/2:]
 	for i := range sample {
-		sample[i] = tokens[rng.IntN(len(tokens))]
+		sample[i] = recent[rng.IntN(len(recent))]
 	}
 	if wrong := flood(st.authn, sample); wrong != 0 {
 		t.Errorf("%d repeated flood tokens were not refused as unauthenticated", wrong)
@@ -285,9 +287,15 @@ func TestFloodUnknownTokens(t *testing.T) {
 	if n := s.Count(authtest.TokenReviews); n != 0 {
 		t.Errorf("TokenReviews for %d repeated unknown tokens = %d; want 0 (rejections cached)", len(sample), n)
 	}
-	// The legitimate identity and its decision stayed cached throughout.
+	// The legitimate identity and its decision stayed cached throughout:
+	// rejections live in their own bounded cache, and more of them than it
+	// holds evicted nothing else.
 	if n := handled.Load(); n != legitCalls.Load() {
 		t.Errorf("handler ran %d times for %d legitimate calls; want every one", n, legitCalls.Load())
+	}
+	legit()
+	if n := s.Count(authtest.TokenReviews) + s.Count(authtest.SubjectAccessReviews); n != 0 {
+		t.Errorf("reviews for the legitimate caller after %d rejections = %d; want 0 (still cached)", floodTokens, n)
 	}
 	checkLogs(t)
 }
