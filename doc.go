@@ -14,7 +14,7 @@
 //
 //   - authn asks the API server with TokenReviews for this service's
 //     audiences, and caches identities (never past the token's exp) and
-//     rejections, under an HMAC of the token.
+//     rejections, under a keyed SHA-256 of the token.
 //   - authz asks with SubjectAccessReviews and caches decisions under a
 //     collision-free key, and decides locally where it can: always-allow
 //     groups and paths, static rules, and node locality for node agents.
@@ -60,7 +60,7 @@
 //     audience needs an explicit, documented-as-dangerous opt-in, because a
 //     service that accepts them can replay them against the API server.
 //   - Tokens are secrets: they never appear in a log line, an error, a metric
-//     label or a span, and caches key them by HMAC.
+//     label or a span, and caches key them by a keyed SHA-256.
 //   - Every cache, every queue and every token is bounded, and the bounds are
 //     documented where they are set.
 //   - No goroutine runs in the background; time is injected

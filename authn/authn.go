@@ -160,7 +160,7 @@ type Authenticator struct {
 	audiences []string
 	opts      Options
 	clock     clock.Clock
-	keyer     *cache.Keyer
+	keyer     *cache.TokenKeyer
 	ok        *cache.Cache[*identity]
 	rejected  *cache.Cache[*reviewauth.RejectedError]
 	group     cache.Group[result]
@@ -254,7 +254,7 @@ func New(reviewer TokenReviewer, opts Options) (*Authenticator, error) {
 		audiences: auds,
 		opts:      opts,
 		clock:     clk,
-		keyer:     cache.NewKeyer(),
+		keyer:     cache.NewKeyer().ForAudiences(auds),
 		ok:        cache.New[*identity](cache.Options{MaxEntries: opts.MaxEntries, Clock: clk}),
 		rejected:  cache.New[*reviewauth.RejectedError](cache.Options{MaxEntries: opts.MaxEntries, Clock: clk}),
 		group:     cache.Group[result]{Timeout: opts.Timeout},
@@ -381,7 +381,7 @@ func (a *Authenticator) authenticate(ctx context.Context, token string) (_ *auth
 		// Checked before hashing, so that junk costs nothing.
 		return nil, false, &reviewauth.RejectedError{Reason: fmt.Sprintf("token is larger than %d bytes", a.opts.MaxTokenSize)}, false
 	}
-	key := a.keyer.TokenKey(token, a.audiences)
+	key := a.keyer.Key(token)
 	resp, stale := a.lookup(key)
 	if resp != nil {
 		// Only a token that passed validate can have been cached: the

@@ -10,7 +10,8 @@
 //   - Audiences are required. A token minted for the API server's own
 //     audience is refused unless the caller opts in, because a service that
 //     accepts such tokens can replay them against the API server.
-//   - Results are cached under an HMAC of the token (see package cache).
+//   - Results are cached under a keyed SHA-256 of the token and audiences
+//     (see package cache), never under the token itself.
 //     Successes live for [Options.SuccessTTL] but never past the token's own
 //     exp claim; rejections are cached for [Options.FailureTTL] in a separate,
 //     separately bounded cache, so a flood of bad tokens cannot evict good

@@ -99,7 +99,7 @@ func New[V any](opts Options) *Cache[V] {
 }
 
 func (c *Cache[V]) shard(k Key) *shard[V] {
-	// Keys are HMAC outputs: any 8 bytes are uniformly distributed.
+	// Keys are keyed SHA-256 outputs: any 8 bytes are uniformly distributed.
 	return &c.shards[binary.LittleEndian.Uint64(k[:8])&c.mask]
 }
 

@@ -186,6 +186,16 @@ func TestKeyerSeparatesInputs(t *testing.T) {
 			t.Errorf("%s: keys are equal; want different", p.name)
 		}
 	}
+	for _, auds := range [][]string{nil, {"a"}, {"a", "b"}, {""}} {
+		for _, tok := range []string{"", "t", string(make([]byte, 1000))} {
+			if k.ForAudiences(auds).Key(tok) != k.TokenKey(tok, auds) {
+				t.Errorf("ForAudiences(%q).Key(%q) != TokenKey", auds, tok)
+			}
+		}
+	}
+	if k.ForAudiences([]string{"a"}).Key("t") == k.ForAudiences([]string{"b"}).Key("t") {
+		t.Errorf("ForAudiences ignores the audiences")
+	}
 	if k.TokenKey("t", []string{"a"}) != k.TokenKey("t", []string{"a"}) {
 		t.Errorf("TokenKey is not deterministic within one Keyer")
 	}
@@ -205,16 +215,29 @@ func TestTokenKeyDoesNotAllocate(t *testing.T) {
 	if n := testing.AllocsPerRun(1000, func() { k.TokenKey(tok, auds) }); n != 0 {
 		t.Errorf("TokenKey allocs = %v; want 0", n)
 	}
+	tk := k.ForAudiences(auds)
+	if n := testing.AllocsPerRun(1000, func() { tk.Key(tok) }); n != 0 {
+		t.Errorf("TokenKeyer.Key allocs = %v; want 0", n)
+	}
 }
 
 func BenchmarkTokenKey(b *testing.B) {
 	k := cache.NewKeyer()
 	tok := string(make([]byte, 866))
 	auds := []string{"snap.example"}
-	b.ReportAllocs()
-	for b.Loop() {
-		k.TokenKey(tok, auds)
-	}
+	b.Run("TokenKey", func(b *testing.B) {
+		b.ReportAllocs()
+		for b.Loop() {
+			k.TokenKey(tok, auds)
+		}
+	})
+	b.Run("ForAudiences", func(b *testing.B) {
+		tk := k.ForAudiences(auds)
+		b.ReportAllocs()
+		for b.Loop() {
+			tk.Key(tok)
+		}
+	})
 }
 
 func BenchmarkGet(b *testing.B) {

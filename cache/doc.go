@@ -18,8 +18,9 @@
 //     so an abandoned review does not keep retrying. A panic in the load is
 //     recovered and handed to every waiter as a *[PanicError].
 //
-//   - [Keyer] derives cache keys with HMAC-SHA-256 under a random per-process
-//     key. Tokens are hashed together with their length-prefixed audiences, so
+//   - [Keyer] derives cache keys with SHA-256 keyed by a random per-process
+//     secret (a PRF on its prefix-free encodings, like HMAC-SHA-256 for this
+//     use, in one pass instead of two). Tokens are hashed together with their length-prefixed audiences, so
 //     a key never reveals a token, cannot be predicted by a caller, and two
 //     different (token, audiences) pairs never share a key. The raw token is
 //     not retained.
