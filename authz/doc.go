@@ -15,7 +15,7 @@
 //     (user, UID, sorted groups, extra, every attribute, field and label
 //     selectors), located by a seeded hash and compared in full on every
 //     hit, so two different reviews never share an entry; concurrent misses
-//     are coalesced under an HMAC-SHA-256 of the same encoding;
+//     are coalesced under a keyed SHA-256 (cache.Keyer) of the same encoding;
 //   - no caching of requests whose caller-controlled attributes, selectors
 //     included, are large (kubernetes#141457);
 //   - one SubjectAccessReview for any number of concurrent identical misses;

@@ -175,7 +175,7 @@ var keyBufPool = sync.Pool{New: func() any { b := make([]byte, 0, 1024); return 
 //     full-key compare on every hit). A collision can only cost a miss.
 //   - the review key (keys.review) coalesces concurrent misses in a
 //     [cache.Group], where a collision would hand one review's answer to
-//     another: it is an HMAC-SHA-256 under a random per-process key
+//     another: it is a SHA-256 keyed by a random per-process secret
 //     ([cache.Keyer]), computed on misses only.
 type keys struct {
 	seed1, seed2 maphash.Seed
