@@ -8,6 +8,8 @@ import (
 	"github.com/prometheus/client_golang/prometheus/testutil"
 	sdktrace "go.opentelemetry.io/otel/sdk/trace"
 	"go.opentelemetry.io/otel/sdk/trace/tracetest"
+	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/status"
 	"google.golang.org/protobuf/types/known/wrapperspb"
 
 	"github.com/reviewauth/reviewauth/metrics"
@@ -74,5 +76,19 @@ reviewauth_decisions_total{outcome="unavailable",transport="http"} 0
 	}
 	if strings.Join(got, "\n") != strings.Join(want2, "\n") {
 		t.Fatalf("spans:\n%s\nwant:\n%s", strings.Join(got, "\n"), strings.Join(want2, "\n"))
+	}
+}
+
+// TestUnavailableMessageIsGeneric: the cause of an outage (which names the
+// API server's address) is logged, not sent to the caller.
+func TestUnavailableMessageIsGeneric(t *testing.T) {
+	t.Parallel()
+	conn := serve(t, testOptions(nil))
+	for _, tok := range []string{outageToken, echoToken} {
+		err := conn.Invoke(withBearer(t.Context(), tok), methodGet, newRequest("", "ns", "a"), new(wrapperspb.StringValue))
+		st, _ := status.FromError(err)
+		if st.Code() != codes.Unavailable || st.Message() != "grpcauth: the authentication or authorization service is unavailable; retry later" {
+			t.Errorf("token %s: status = %v %q; want Unavailable with the generic message", tok[:4], st.Code(), st.Message())
+		}
 	}
 }

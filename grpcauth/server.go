@@ -16,6 +16,7 @@ import (
 	"k8s.io/apiserver/pkg/authentication/user"
 	"k8s.io/apiserver/pkg/authorization/authorizer"
 	"k8s.io/apiserver/pkg/endpoints/request"
+	"k8s.io/klog/v2"
 
 	"go.opentelemetry.io/otel/attribute"
 	otelcodes "go.opentelemetry.io/otel/codes"
@@ -307,7 +308,7 @@ func (c *checker) authenticateAndAuthorize(ctx context.Context, rule Rule, req a
 	}
 	resp, ok, err := c.authn.AuthenticateToken(ctx, token)
 	if err != nil {
-		return nil, toStatus(err, token)
+		return nil, toStatus(ctx, err, token)
 	}
 	if !ok || resp == nil || resp.User == nil {
 		return nil, errRejected
@@ -316,11 +317,11 @@ func (c *checker) authenticateAndAuthorize(ctx context.Context, rule Rule, req a
 	if rule.Attributes != nil {
 		attrs, err = rule.Attributes(ctx, req, resp.User)
 		if err != nil {
-			return nil, toStatus(err, token)
+			return nil, toStatus(ctx, err, token)
 		}
 	}
 	if err := authz.Check(ctx, c.authz, attrs...); err != nil {
-		return nil, toStatus(err, token)
+		return nil, toStatus(ctx, err, token)
 	}
 	return resp.User, nil
 }
@@ -340,8 +341,10 @@ func stripAuthorization(ctx context.Context) context.Context {
 // Unauthenticated, denial to PermissionDenied, a bad request to
 // InvalidArgument, and anything else (outage, unknown error) to Unavailable,
 // so that no error is ever mistaken for an allow. The token, should any
-// component have put it in its error, is redacted from the message.
-func toStatus(err error, token string) error {
+// component have put it in its error, is redacted from the message. An
+// Unavailable status carries a generic message: the cause (which may name
+// the API server's address) is logged, not sent to the caller.
+func toStatus(ctx context.Context, err error, token string) error {
 	code := codes.Unavailable
 	switch {
 	case errors.Is(err, reviewauth.ErrUnavailable):
@@ -357,8 +360,14 @@ func toStatus(err error, token string) error {
 	if token != "" && strings.Contains(msg, token) {
 		msg = strings.ReplaceAll(msg, token, "[redacted]")
 	}
+	if code == codes.Unavailable {
+		klog.FromContext(ctx).Error(errors.New(msg), "grpcauth: could not authenticate or authorize the call")
+		return errUnavailable
+	}
 	return status.Error(code, "grpcauth: "+msg)
 }
+
+var errUnavailable = status.Error(codes.Unavailable, "grpcauth: the authentication or authorization service is unavailable; retry later")
 
 // authStream authenticates a stream on its first received message.
 type authStream struct {
