@@ -41,6 +41,9 @@ if [ "$fuzztime" != "0" ]; then
   done
 fi
 
+step "go vet (test/e2e)"
+(cd test/e2e && go vet ./...) || fail "go vet test/e2e"
+
 if [ "${REVIEWAUTH_E2E:-1}" != "0" ] && [ -f test/e2e/run.sh ]; then
   step "end-to-end suite against kube-apiserver v1.37.2 and etcd v3.6.16"
   bash test/e2e/run.sh || fail "e2e"
