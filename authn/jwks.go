@@ -148,15 +148,13 @@ func (v *JWKSVerifier) keysFor(ctx context.Context, kid string) (map[string]cryp
 		keys := v.keys
 		_, known := keys[kid]
 		stale := keys == nil || now.Sub(v.fetchedAt) >= v.opts.RefreshInterval || (!known && kid != "")
-		mayFetch := v.triedAt.IsZero() || now.Sub(v.triedAt) >= v.opts.MinRefreshInterval
-		if !stale || !mayFetch {
+		if !stale {
 			v.mu.Unlock()
-			if keys == nil {
-				return nil, errCannotTell
-			}
 			return keys, nil
 		}
 		if wait := v.fetching; wait != nil {
+			// A fetch is running: wait for it rather than give up, so a
+			// burst of tokens at start-up costs one fetch and no reviews.
 			v.mu.Unlock()
 			select {
 			case <-wait:
@@ -164,6 +162,13 @@ func (v *JWKSVerifier) keysFor(ctx context.Context, kid string) (map[string]cryp
 			case <-ctx.Done():
 				return nil, ctx.Err()
 			}
+		}
+		if mayFetch := v.triedAt.IsZero() || now.Sub(v.triedAt) >= v.opts.MinRefreshInterval; !mayFetch {
+			v.mu.Unlock()
+			if keys == nil {
+				return nil, errCannotTell
+			}
+			return keys, nil
 		}
 		done := make(chan struct{})
 		v.fetching = done
