@@ -15,6 +15,7 @@ import (
 	"k8s.io/klog/v2"
 
 	"github.com/reviewauth/reviewauth/authn"
+	"github.com/reviewauth/reviewauth/authtest"
 )
 
 // logSink collects every log line at every verbosity.
@@ -86,5 +87,31 @@ func TestTokenNeverLeaks(t *testing.T) {
 				t.Fatalf("logs contain the token:\n%s", logs)
 			}
 		})
+	}
+}
+
+// TestClientGoNeverLogsTheToken runs real reviews through client-go with a
+// logger at verbosity 10, where client-go logs request and response bodies,
+// and checks that the token reaches no log line.
+func TestClientGoNeverLogsTheToken(t *testing.T) {
+	t.Parallel()
+	srv := authtest.Start(t)
+	a := newAuth(t, srv, authn.Options{Audiences: []string{aud}, Backoff: wait.Backoff{Steps: 1, Duration: time.Nanosecond}})
+	var sink logSink
+	ctx := sink.context()
+	good := srv.MintToken(backup, []string{aud}, time.Now().Add(time.Hour))
+	other := srv.MintToken(backup, []string{"other"}, time.Now().Add(time.Hour))
+	srv.InjectFault(authtest.TokenReviews, authtest.Fault{Status: 500, Times: 1})
+	for _, tok := range []string{good, other, good} {
+		a.AuthenticateToken(ctx, tok)
+	}
+	logs := sink.all()
+	if logs == "" {
+		t.Fatalf("no log lines at all: the test would prove nothing")
+	}
+	for _, tok := range []string{good, other} {
+		if strings.Contains(logs, tok) || strings.Contains(logs, tok[len(tok)-40:]) {
+			t.Fatalf("logs contain a token:\n%s", logs)
+		}
 	}
 }

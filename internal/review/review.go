@@ -105,7 +105,7 @@ func (r *Retrier) Do(ctx context.Context, redact func(string) string, attempt fu
 		}
 		ctx, retryAfterHeader := withRetryAfterRecorder(ctx)
 		start := r.clock.Now()
-		err := attempt(ctx)
+		err := attempt(quiet(ctx))
 		r.release()
 		attempts++
 		code := statusCode(err)
