@@ -21,6 +21,10 @@ func quiet(ctx context.Context) context.Context {
 	if sink == nil {
 		return ctx
 	}
+	// The wrapper adds one frame between the caller and the sink.
+	if cd, ok := sink.(logr.CallDepthLogSink); ok {
+		sink = cd.WithCallDepth(1)
+	}
 	return klog.NewContext(ctx, logr.New(cappedSink{LogSink: sink, max: MaxClientVerbosity}))
 }
 
@@ -29,6 +33,10 @@ type cappedSink struct {
 	logr.LogSink
 	max int
 }
+
+// Init does nothing: the wrapped sink was initialised by its own logger,
+// and it may be shared by many goroutines.
+func (s cappedSink) Init(logr.RuntimeInfo) {}
 
 func (s cappedSink) Enabled(level int) bool { return level <= s.max && s.LogSink.Enabled(level) }
 
