@@ -23,6 +23,6 @@
 //     and no goroutine growth. SOAK_DURATION (a Go duration, default 10s)
 //     sets its length.
 //
-// THREATS.md in this directory is the threat model: each threat, what the
+// The README's "Threat model" section lists each threat, what the
 // library guarantees, and the tests that prove it.
 package reliability
