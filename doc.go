@@ -12,6 +12,8 @@
 //	    -> authz: may they do this?    authorizer.Attributes -> authorizer.Decision
 //	    -> your handler, with the identity in request.UserFrom(ctx)
 //
+// The packages:
+//
 //   - authn asks the API server with TokenReviews for this service's
 //     audiences, and caches identities (never past the token's exp) and
 //     rejections, under a keyed SHA-256 of the token.

@@ -68,7 +68,6 @@ func main() {
 	klog.Flush()
 }
 
-
 type config struct {
 	upstream, listen  string
 	certFile, keyFile string
@@ -216,7 +215,6 @@ func run(ctx context.Context, args []string, stdout io.Writer) error {
 	}
 	return nil
 }
-
 
 // decision is filled in as a request goes through the middleware.
 type decision struct {
