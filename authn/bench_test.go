@@ -14,6 +14,7 @@ import (
 
 	"github.com/reviewauth/reviewauth/authn"
 	"github.com/reviewauth/reviewauth/authtest"
+	"github.com/reviewauth/reviewauth/metrics"
 )
 
 // benchTokenSize is the size of the service-account JWT a real kube-apiserver
@@ -130,4 +131,34 @@ func BenchmarkTokenHitParallel(b *testing.B) {
 			}
 		})
 	})
+}
+
+// BenchmarkTokenHitMetrics is BenchmarkTokenHit's reviewauth case with
+// metrics off and on: cache counters are read at scrape time, so a hit
+// should cost the same.
+func BenchmarkTokenHitMetrics(b *testing.B) {
+	srv := authtest.Start(b)
+	token := jwtOfSize(b, benchTokenSize)
+	srv.AddToken(token, backup, []string{aud}, time.Now().Add(24*time.Hour))
+	for _, bc := range []struct {
+		name string
+		m    *metrics.Metrics
+	}{{"off", nil}, {"on", metrics.New()}} {
+		a, err := authn.NewForConfig(srv.Config(), authn.Options{Audiences: []string{aud}, SuccessTTL: time.Hour, Metrics: bc.m})
+		if err != nil {
+			b.Fatal(err)
+		}
+		ctx := context.Background()
+		if _, ok, err := a.AuthenticateToken(ctx, token); !ok || err != nil {
+			b.Fatalf("warming up: (%v, %v)", ok, err)
+		}
+		b.Run(bc.name, func(b *testing.B) {
+			b.ReportAllocs()
+			for b.Loop() {
+				if _, ok, _ := a.AuthenticateToken(ctx, token); !ok {
+					b.Fatal("not authenticated")
+				}
+			}
+		})
+	}
 }
