@@ -32,12 +32,14 @@ done
 
 if [ "$fuzztime" != "0" ]; then
   for m in "${modules[@]}"; do
-    while read -r pkg; do
-      for target in $(cd "$m" && go test -list '^Fuzz' "$pkg" | grep '^Fuzz' || true); do
-        step "fuzz $pkg $target ($fuzztime)"
-        (cd "$m" && go test -run '^$' -fuzz "^${target}\$" -fuzztime "$fuzztime" "$pkg") || fail "fuzz $pkg $target"
+    # The module's own packages (not those of nested modules) that have fuzz targets.
+    for dir in $(cd "$m" && go list -f '{{.Dir}}' ./...); do
+      targets=$(grep -h '^func Fuzz' "$dir"/*_test.go 2>/dev/null | sed 's/^func \(Fuzz[A-Za-z0-9_]*\).*/\1/' || true)
+      for target in $targets; do
+        step "fuzz ${dir#"$root"/} $target ($fuzztime)"
+        (cd "$dir" && go test -run '^$' -fuzz "^${target}\$" -fuzztime "$fuzztime" .) || fail "fuzz ${dir#"$root"/} $target"
       done
-    done < <(cd "$m" && grep -rl --include='*_test.go' '^func Fuzz' . | xargs -r -n1 dirname | sort -u)
+    done
   done
 fi
 
