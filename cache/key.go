@@ -59,29 +59,56 @@ func NewKeyer() *Keyer {
 	return k
 }
 
-// TokenKey returns the key for a bearer token reviewed for audiences: the
-// audiences (count-prefixed, each length-prefixed, in the order given), then
-// the length-prefixed token. Callers that treat audiences as a set should
-// pass them in a canonical order. TokenKey does not allocate. When the
-// audiences are fixed, [Keyer.ForAudiences] computes the same key in one
-// SHA-256 pass over the token alone.
+// TokenKey returns the key for a bearer token reviewed for audiences. It
+// is a two-level keyed hash: a sub-key is derived from the audiences
+// (count-prefixed, each length-prefixed, in the order given), and the key is
+// SHA-256 of that sub-key's block followed by the length-prefixed token.
+// Callers that treat audiences as a set should pass them in a canonical
+// order. TokenKey does not allocate. When the audiences are fixed,
+// [Keyer.ForAudiences] derives the sub-key once, and computes the same key
+// in one SHA-256 pass over the token alone: no more blocks than hashing the
+// bare token.
 func (k *Keyer) TokenKey(token string, audiences []string) Key {
+	h := k.pool.Get().(*Hash)
+	h.block = k.audienceKey(audiences)
+	h.mac.Reset()
+	h.mac.Write(h.block[:])
+	return h.finishToken(token)
+}
+
+// audienceKey returns the SHA-256 block that keys the tokens of audiences:
+// a sub-key derived under the Keyer's secret, then a domain tag.
+func (k *Keyer) audienceKey(audiences []string) (block [sha256.BlockSize]byte) {
 	h := k.NewHash()
+	h.WriteByte('A') // domain: audience sub-keys
 	h.WriteStrings(audiences)
-	h.WriteString(token)
+	sub := h.Sum()
+	copy(block[:], sub[:])
+	block[sha256.BlockSize-1] = 'T' // domain: token keys
+	return block
+}
+
+// finishToken writes the length-prefixed token and returns the key.
+func (h *Hash) finishToken(token string) Key {
+	n := binary.PutUvarint(h.scratch[:], uint64(len(token)))
+	h.mac.Write(h.scratch[:n])
+	if len(token) > 0 {
+		h.mac.Write(unsafe.Slice(unsafe.StringData(token), len(token)))
+	}
 	return h.Sum()
 }
 
 // ForAudiences returns a [TokenKeyer] for audiences: its Key(token) equals
-// k.TokenKey(token, audiences), with the audiences hashed once, here.
+// k.TokenKey(token, audiences), with the audiences' sub-key derived once,
+// here.
 func (k *Keyer) ForAudiences(audiences []string) *TokenKeyer {
-	h := k.NewHash()
-	h.WriteStrings(audiences)
-	state, err := h.mac.(encoding.BinaryMarshaler).MarshalBinary()
+	sub := k.audienceKey(audiences)
+	d := sha256.New()
+	d.Write(sub[:])
+	state, err := d.(encoding.BinaryMarshaler).MarshalBinary()
 	if err != nil {
 		panic("cache: saving the keyed SHA-256 state: " + err.Error())
 	}
-	h.keyer.pool.Put(h)
 	return &TokenKeyer{keyer: k, state: state}
 }
 
@@ -89,19 +116,18 @@ func (k *Keyer) ForAudiences(audiences []string) *TokenKeyer {
 // for concurrent use.
 type TokenKeyer struct {
 	keyer *Keyer
-	state []byte // after the secret and the audiences
+	state []byte // SHA-256 state after the audiences' sub-key block
 }
 
 // Key returns the key of token, as [Keyer.TokenKey] with the TokenKeyer's
 // audiences. It does not allocate, and hashes only the token and its
-// length.
+// varint length.
 func (t *TokenKeyer) Key(token string) Key {
 	h := t.keyer.pool.Get().(*Hash)
 	if err := h.mac.(encoding.BinaryUnmarshaler).UnmarshalBinary(t.state); err != nil {
 		panic("cache: restoring the keyed SHA-256 state: " + err.Error())
 	}
-	h.WriteString(token)
-	return h.Sum()
+	return h.finishToken(token)
 }
 
 // NewHash returns a pooled keyed hash, ready for writes. Finish it with
@@ -125,6 +151,7 @@ type Hash struct {
 	mac     hash.Hash
 	scratch [binary.MaxVarintLen64]byte
 	out     [sha256.Size]byte
+	block   [sha256.BlockSize]byte
 }
 
 // WriteUint64 writes v in a fixed 8-byte encoding.
