@@ -27,6 +27,8 @@ type Key [32]byte
 // second, outer pass (BenchmarkTokenKey); keys never leave the process, so
 // HMAC's protection against length extension of a published tag is not
 // needed. The secret's block is hashed once, when the Keyer is created.
+// Token keys are keyed the same way, in two levels (see [Keyer.TokenKey]):
+// the audiences first derive a sub-key, which then keys the token.
 //
 // Keys are stable for the life of one Keyer and unrelated across Keyers
 // (and across processes), so an attacker who can choose inputs cannot
