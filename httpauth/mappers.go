@@ -90,6 +90,70 @@ func (k kubeletMapper) Attributes(r *http.Request, u user.Info) ([]authorizer.At
 	}), nil
 }
 
+// AnyOf returns an attribute set that is allowed when any of alts is: the
+// middleware asks about them in order and the first Allow wins, as the
+// kubelet asks about nodes/pods before nodes/proxy. When every alternative
+// is denied, the request is denied with the last one's reason; when one
+// cannot be checked, the request is answered 503 at once, without asking
+// the rest. Given to an authorizer directly, an AnyOf is its first
+// alternative, the narrowest. AnyOf panics with no alternatives.
+func AnyOf(alts ...authorizer.Attributes) authorizer.Attributes {
+	if len(alts) == 0 {
+		panic("httpauth: AnyOf with no alternatives")
+	}
+	return &anyOf{Attributes: alts[0], alts: alts}
+}
+
+type anyOf struct {
+	authorizer.Attributes
+	alts []authorizer.Attributes
+}
+
+// KubeletFineGrained returns the mapper of the kubelet's node API with
+// fine-grained authorization (KEP-2862, GA in Kubernetes 1.36). It maps like
+// [Kubelet], and also:
+//
+//	/spec, /spec/*                   nodes/spec
+//	/pods, /runningPods, and below   nodes/pods, else nodes/proxy
+//	/healthz, /healthz/*             nodes/healthz, else nodes/proxy
+//	/configz, /configz/*             nodes/configz, else nodes/proxy
+//
+// For the last three, a caller allowed either the fine-grained subresource
+// or nodes/proxy is allowed ([AnyOf]), as the kubelet does, so existing
+// nodes/proxy grants keep working while new ones can be narrower. The mapper
+// is safe for concurrent use.
+func KubeletFineGrained(nodeName string) AttributesMapper {
+	return kubeletFineMapper{node: nodeName}
+}
+
+type kubeletFineMapper struct{ node string }
+
+func (k kubeletFineMapper) Attributes(r *http.Request, u user.Info) ([]authorizer.Attributes, error) {
+	verb, err := ResourceVerb(r.Method)
+	if err != nil {
+		return nil, err
+	}
+	p := r.URL.Path
+	rec := func(sub string) *authorizer.AttributesRecord {
+		return &authorizer.AttributesRecord{User: u, Verb: verb, APIVersion: "v1", Resource: "nodes",
+			Subresource: sub, Name: k.node, ResourceRequest: true, Path: p}
+	}
+	var fine string
+	switch {
+	case isSubpath(p, "/spec"):
+		return []authorizer.Attributes{rec("spec")}, nil
+	case isSubpath(p, "/pods"), isSubpath(p, "/runningPods"):
+		fine = "pods"
+	case isSubpath(p, "/healthz"):
+		fine = "healthz"
+	case isSubpath(p, "/configz"):
+		fine = "configz"
+	default:
+		return []authorizer.Attributes{rec(kubeletSubresource(p))}, nil
+	}
+	return []authorizer.Attributes{AnyOf(rec(fine), rec("proxy"))}, nil
+}
+
 // one holds a single attribute set and the slice that returns it, so that a
 // mapper allocates once per request.
 type one struct {

@@ -1,6 +1,7 @@
 package httpauth
 
 import (
+	"context"
 	"errors"
 	"fmt"
 	"net/http"
@@ -233,7 +234,7 @@ func (m *middleware) serve(next http.Handler, w http.ResponseWriter, r *http.Req
 		return metrics.OutcomeDenied
 	}
 	for _, a := range attrs {
-		err := authz.Check(r.Context(), m.opts.Authorizer, a)
+		a, err := checkSet(r.Context(), m.opts.Authorizer, a)
 		if err == nil {
 			continue
 		}
@@ -347,4 +348,24 @@ func logDecision(logger klog.Logger, v int, r *http.Request, username, decision 
 		return
 	}
 	l.Info("httpauth: request "+decision, "user", username, "method", r.Method, "path", r.URL.Path)
+}
+
+// checkSet authorizes one attribute set, or the alternatives of an [AnyOf]
+// in order, the first Allow winning. It returns the attributes to blame in
+// a denial: the last alternative tried. An error that is not a denial stops
+// at once: a later alternative is not asked.
+func checkSet(ctx context.Context, az authorizer.UnconditionalAuthorizer, a authorizer.Attributes) (authorizer.Attributes, error) {
+	alts, ok := a.(*anyOf)
+	if !ok {
+		return a, authz.Check(ctx, az, a)
+	}
+	var err error
+	for _, alt := range alts.alts {
+		err = authz.Check(ctx, az, alt)
+		if err == nil || !errors.Is(err, reviewauth.ErrDenied) {
+			return alt, err
+		}
+		a = alt
+	}
+	return a, err
 }
