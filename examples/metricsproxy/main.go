@@ -72,6 +72,7 @@ type config struct {
 	upstream, listen  string
 	certFile, keyFile string
 	allowPaths        []string
+	fineGrained       bool
 	review            serving.Flags
 	certs             httpauth.Flags
 }
@@ -85,6 +86,7 @@ func parseFlags(args []string, output io.Writer) (*config, error) {
 	fs.StringVar(&c.certFile, "tls-cert-file", "", "serving certificate (PEM); a self-signed one is generated when unset")
 	fs.StringVar(&c.keyFile, "tls-private-key-file", "", "private key of --tls-cert-file (PEM)")
 	fs.StringSliceVar(&c.allowPaths, "allow-path", nil, "path served without authentication or authorization, exact or with a trailing * (repeatable), such as /healthz")
+	fs.BoolVar(&c.fineGrained, "kubelet-fine-grained-authz", false, "map paths like a kubelet with fine-grained authorization (KEP-2862): /spec to nodes/spec, and /pods, /healthz, /configz to their own subresource or else nodes/proxy")
 	c.review.AddFlags(fs) // --kubeconfig, --audience, --node-name, --authentication-*, --authorization-*, --metrics-listen
 	c.certs.AddFlags(fs)  // --client-ca-file
 	if err := fs.Parse(args); err != nil {
@@ -131,6 +133,9 @@ func run(ctx context.Context, args []string, stdout io.Writer) error {
 		Attributes:       httpauth.Kubelet(c.review.Authz.NodeName),
 		AlwaysAllowPaths: c.allowPaths,
 		Metrics:          built.Metrics,
+	}
+	if c.fineGrained {
+		opts.Attributes = httpauth.KubeletFineGrained(c.review.Authz.NodeName)
 	}
 	tlsConfig := &tls.Config{MinVersion: tls.VersionTLS12}
 	if c.certs.ClientCAFile != "" {
