@@ -378,3 +378,38 @@ func TestMetricsEndpoint(t *testing.T) {
 		t.Errorf("/metrics contains the token")
 	}
 }
+
+func TestFineGrainedFlag(t *testing.T) {
+	api := authtest.Start(t)
+	kubeconfig := filepath.Join(t.TempDir(), "kubeconfig")
+	if err := api.WriteKubeconfig(kubeconfig); err != nil {
+		t.Fatal(err)
+	}
+	reader := &user.DefaultInfo{Name: "pods-reader"}
+	api.SetPolicy(authtest.Rules(authtest.Rule{Users: []string{reader.Name}, Verbs: []string{"get"}, APIGroups: []string{""}, Resources: []string{"nodes"}, Subresources: []string{"pods"}}))
+	token := api.MintToken(reader, []string{"metricsproxy"}, time.Now().Add(time.Hour))
+	upSrv := httptest.NewServer(&upstream{})
+	t.Cleanup(upSrv.Close)
+	client := &http.Client{Transport: &http.Transport{TLSClientConfig: &tls.Config{InsecureSkipVerify: true}}}
+	t.Cleanup(client.CloseIdleConnections)
+	for _, tt := range []struct {
+		flag bool
+		want int
+	}{{false, http.StatusForbidden}, {true, http.StatusOK}} {
+		args := []string{"--upstream", upSrv.URL, "--kubeconfig", kubeconfig, "--audience", "metricsproxy", "--node-name", "node-1"}
+		if tt.flag {
+			args = append(args, "--kubelet-fine-grained-authz")
+		}
+		base := startProxy(t, args...)
+		req, _ := http.NewRequest("GET", base+"/pods", nil)
+		req.Header.Set("Authorization", "Bearer "+token)
+		resp, err := client.Do(req)
+		if err != nil {
+			t.Fatal(err)
+		}
+		resp.Body.Close()
+		if resp.StatusCode != tt.want {
+			t.Errorf("fine-grained %v: GET /pods with only nodes/pods = %d; want %d", tt.flag, resp.StatusCode, tt.want)
+		}
+	}
+}
