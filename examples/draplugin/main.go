@@ -25,23 +25,15 @@ package main
 
 import (
 	"context"
-	"crypto/ecdsa"
-	"crypto/elliptic"
-	"crypto/rand"
 	"crypto/tls"
-	"crypto/x509"
-	"crypto/x509/pkix"
-	"encoding/pem"
 	"errors"
 	"fmt"
 	"io"
-	"math/big"
 	"net"
 	"os"
 	"os/signal"
 	"strings"
 	"syscall"
-	"time"
 
 	"github.com/spf13/pflag"
 	"google.golang.org/grpc"
@@ -141,7 +133,7 @@ func run(ctx context.Context, args []string, ready func(net.Addr)) error {
 		if lis, err = net.Listen("tcp", c.listen); err != nil {
 			return err
 		}
-		cert, err := certificate(c)
+		cert, err := serving.Certificate(c.certFile, c.keyFile, c.selfSignedCA, "draplugin", nil)
 		if err != nil {
 			lis.Close()
 			return err
@@ -168,37 +160,4 @@ func run(ctx context.Context, args []string, ready func(net.Addr)) error {
 	}
 	srv.GracefulStop()
 	return <-errc
-}
-
-// certificate loads the configured TLS certificate or makes a self-signed
-// one for the loopback addresses, written to c.selfSignedCA when set.
-func certificate(c config) (tls.Certificate, error) {
-	if c.certFile != "" {
-		return tls.LoadX509KeyPair(c.certFile, c.keyFile)
-	}
-	key, err := ecdsa.GenerateKey(elliptic.P256(), rand.Reader)
-	if err != nil {
-		return tls.Certificate{}, err
-	}
-	serial, err := rand.Int(rand.Reader, new(big.Int).Lsh(big.NewInt(1), 127))
-	if err != nil {
-		return tls.Certificate{}, err
-	}
-	tmpl := &x509.Certificate{
-		SerialNumber: serial, Subject: pkix.Name{CommonName: "draplugin (self-signed)"},
-		NotBefore: time.Now().Add(-time.Minute), NotAfter: time.Now().Add(365 * 24 * time.Hour),
-		KeyUsage: x509.KeyUsageDigitalSignature | x509.KeyUsageCertSign, ExtKeyUsage: []x509.ExtKeyUsage{x509.ExtKeyUsageServerAuth},
-		BasicConstraintsValid: true, IsCA: true,
-		DNSNames: []string{"localhost"}, IPAddresses: []net.IP{net.IPv4(127, 0, 0, 1), net.IPv6loopback},
-	}
-	der, err := x509.CreateCertificate(rand.Reader, tmpl, tmpl, &key.PublicKey, key)
-	if err != nil {
-		return tls.Certificate{}, err
-	}
-	if c.selfSignedCA != "" {
-		if err := os.WriteFile(c.selfSignedCA, pem.EncodeToMemory(&pem.Block{Type: "CERTIFICATE", Bytes: der}), 0o644); err != nil {
-			return tls.Certificate{}, err
-		}
-	}
-	return tls.Certificate{Certificate: [][]byte{der}, PrivateKey: key}, nil
 }

@@ -27,16 +27,10 @@ package main
 
 import (
 	"context"
-	"crypto/ecdsa"
-	"crypto/elliptic"
-	"crypto/rand"
 	"crypto/tls"
-	"crypto/x509"
-	"crypto/x509/pkix"
 	"errors"
 	"fmt"
 	"io"
-	"math/big"
 	"net"
 	"net/http"
 	"net/http/httputil"
@@ -155,7 +149,7 @@ func run(ctx context.Context, args []string, stdout io.Writer) error {
 		}
 		tlsConfig.Certificates = []tls.Certificate{cert}
 	} else {
-		cert, err := selfSigned(time.Now())
+		cert, err := serving.Certificate("", "", "", "metricsproxy", nil)
 		if err != nil {
 			return err
 		}
@@ -282,33 +276,4 @@ func markAuthorized(next http.Handler) http.Handler {
 	})
 }
 
-// selfSigned returns a serving certificate for localhost, valid for a year.
-func selfSigned(now time.Time) (tls.Certificate, error) {
-	key, err := ecdsa.GenerateKey(elliptic.P256(), rand.Reader)
-	if err != nil {
-		return tls.Certificate{}, fmt.Errorf("metricsproxy: generating a key: %w", err)
-	}
-	serial, err := rand.Int(rand.Reader, new(big.Int).Lsh(big.NewInt(1), 127))
-	if err != nil {
-		return tls.Certificate{}, fmt.Errorf("metricsproxy: generating a serial: %w", err)
-	}
-	host, _ := os.Hostname()
-	tmpl := &x509.Certificate{
-		SerialNumber: serial,
-		Subject:      pkix.Name{CommonName: "metricsproxy"},
-		NotBefore:    now.Add(-time.Minute),
-		NotAfter:     now.Add(365 * 24 * time.Hour),
-		KeyUsage:     x509.KeyUsageDigitalSignature,
-		ExtKeyUsage:  []x509.ExtKeyUsage{x509.ExtKeyUsageServerAuth},
-		DNSNames:     []string{"localhost"},
-		IPAddresses:  []net.IP{net.IPv4(127, 0, 0, 1), net.IPv6loopback},
-	}
-	if host != "" {
-		tmpl.DNSNames = append(tmpl.DNSNames, host)
-	}
-	der, err := x509.CreateCertificate(rand.Reader, tmpl, tmpl, &key.PublicKey, key)
-	if err != nil {
-		return tls.Certificate{}, fmt.Errorf("metricsproxy: self-signing: %w", err)
-	}
-	return tls.Certificate{Certificate: [][]byte{der}, PrivateKey: key}, nil
-}
+

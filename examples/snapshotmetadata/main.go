@@ -113,7 +113,7 @@ func run(ctx context.Context, args []string, backend Backend, ready func(net.Add
 		return err
 	}
 	defer lis.Close()
-	cert, err := serverCertificate(c, lis.Addr())
+	cert, err := serving.Certificate(c.certFile, c.keyFile, c.selfSignedCA, "snapshotmetadata", lis.Addr())
 	if err != nil {
 		return err
 	}
