@@ -275,5 +275,3 @@ func markAuthorized(next http.Handler) http.Handler {
 		next.ServeHTTP(w, r)
 	})
 }
-
-
