@@ -53,7 +53,7 @@ type Options struct {
 	// Authorizer decides every attribute set a [Rule] builds. It is
 	// typically an *authz.Authorizer, possibly combined with authz.All.
 	// When nil, every call that needs a check fails with codes.Unavailable.
-	Authorizer authorizer.Authorizer
+	Authorizer authorizer.UnconditionalAuthorizer
 
 	// Rules maps a full method name ("/package.Service/Method") to its rule.
 	// A method without a rule, and not skipped, is denied with
@@ -204,7 +204,7 @@ var (
 
 type checker struct {
 	authn    authenticator.Token
-	authz    authorizer.Authorizer
+	authz    authorizer.UnconditionalAuthorizer
 	rules    map[string]Rule
 	exact    map[string]struct{}
 	prefixes []string
