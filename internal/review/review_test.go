@@ -7,6 +7,8 @@ import (
 	"testing"
 	"time"
 
+	"go.uber.org/goleak"
+
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	"k8s.io/apimachinery/pkg/util/wait"
 	clocktesting "k8s.io/utils/clock/testing"
@@ -14,6 +16,8 @@ import (
 	"github.com/reviewauth/reviewauth"
 	"github.com/reviewauth/reviewauth/internal/review"
 )
+
+func TestMain(m *testing.M) { goleak.VerifyTestMain(m) }
 
 // TestStepsBoundRetriesEvenPastCap: wait.Backoff zeroes Steps once Cap is
 // reached; the retrier must still make exactly Steps retries, each wait
