@@ -1,0 +1,80 @@
+package metrics_test
+
+import (
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/prometheus/client_golang/prometheus"
+	"github.com/prometheus/client_golang/prometheus/testutil"
+	"go.uber.org/goleak"
+
+	"github.com/reviewauth/reviewauth/cache"
+	"github.com/reviewauth/reviewauth/metrics"
+)
+
+func TestMain(m *testing.M) { goleak.VerifyTestMain(m) }
+
+// TestNilIsANoOp: a nil *Metrics records nothing and never panics, so that
+// packages can call it unconditionally.
+func TestNilIsANoOp(t *testing.T) {
+	var m *metrics.Metrics
+	m.ReviewAttempt("TokenReview", 201, time.Millisecond)
+	m.ReviewRetry("TokenReview")
+	m.ReviewInFlight("TokenReview", 1)
+	m.Decision("http", metrics.OutcomeAllowed)
+	m.StaleServe("token")
+	m.AddCache("token", func() cache.Stats { return cache.Stats{} }, nil)
+}
+
+// TestNamesFollowConventions lints every metric with Prometheus' own linter
+// and registers on a pedantic registry.
+func TestNamesFollowConventions(t *testing.T) {
+	m := metrics.New()
+	m.ReviewAttempt("TokenReview", 201, 3*time.Millisecond)
+	m.AddCache("token", func() cache.Stats { return cache.Stats{Hits: 1} }, func() uint64 { return 2 })
+	problems, err := testutil.CollectAndLint(m)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, p := range problems {
+		t.Errorf("lint: %s: %s", p.Metric, p.Text)
+	}
+	reg := prometheus.NewPedanticRegistry()
+	if err := reg.Register(m); err != nil {
+		t.Fatalf("Register() = %v", err)
+	}
+	if _, err := reg.Gather(); err != nil {
+		t.Fatalf("Gather() = %v", err)
+	}
+}
+
+// TestCachesWithOneNameAreSummed: two authenticators report one series.
+func TestCachesWithOneNameAreSummed(t *testing.T) {
+	m := metrics.New()
+	m.AddCache("token", func() cache.Stats { return cache.Stats{Hits: 2, Misses: 1, Entries: 3} }, func() uint64 { return 1 })
+	m.AddCache("token", func() cache.Stats { return cache.Stats{Hits: 5, Evictions: 4, Entries: 1} }, func() uint64 { return 2 })
+	want := `
+# HELP reviewauth_cache_hits_total Lookups that found a live entry, by cache.
+# TYPE reviewauth_cache_hits_total counter
+reviewauth_cache_hits_total{cache="token"} 7
+# HELP reviewauth_cache_evictions_total Live entries dropped to make room, by cache.
+# TYPE reviewauth_cache_evictions_total counter
+reviewauth_cache_evictions_total{cache="token"} 4
+# HELP reviewauth_cache_entries Entries held now, by cache.
+# TYPE reviewauth_cache_entries gauge
+reviewauth_cache_entries{cache="token"} 4
+# HELP reviewauth_cache_coalesced_total Lookups that waited for a review another caller had started instead of sending their own, by cache.
+# TYPE reviewauth_cache_coalesced_total counter
+reviewauth_cache_coalesced_total{cache="token"} 3
+`
+	if err := testutil.CollectAndCompare(m, strings.NewReader(want), "reviewauth_cache_hits_total", "reviewauth_cache_evictions_total", "reviewauth_cache_entries", "reviewauth_cache_coalesced_total"); err != nil {
+		t.Fatal(err)
+	}
+}
+
+func TestLatencyBucketsStartAt1ms(t *testing.T) {
+	if metrics.Buckets[0] != 0.001 {
+		t.Fatalf("first bucket = %v; want 0.001 (1 ms)", metrics.Buckets[0])
+	}
+}
