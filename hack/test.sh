@@ -14,8 +14,10 @@ cd "$(dirname "$0")/.."
 root=$(pwd)
 fuzztime=${FUZZTIME:-10s}
 status=0
-step() { printf '\n== %s\n' "$*"; }
-fail() { echo "FAILED: $*"; status=1; }
+steps=0
+failures=0
+step() { steps=$((steps + 1)); printf '\n== %s\n' "$*"; }
+fail() { echo "FAILED: $*"; status=1; failures=$((failures + 1)); }
 
 modules=(. examples)
 
@@ -51,6 +53,7 @@ if [ "${REVIEWAUTH_E2E:-1}" != "0" ] && [ -f test/e2e/run.sh ]; then
   bash test/e2e/run.sh || fail "e2e"
 fi
 
-step "summary"
+printf '\n== summary\n'
 if [ $status -ne 0 ]; then echo "some steps failed"; else echo "all steps passed"; fi
+echo "steps: $((steps - failures)) passed, $failures failed"
 exit $status
