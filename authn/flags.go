@@ -5,28 +5,14 @@ import (
 	"fmt"
 
 	"github.com/spf13/pflag"
-	"k8s.io/client-go/rest"
 
 	"github.com/reviewauth/reviewauth/internal/review"
 )
 
-// ClientOptions says how to reach the API server that reviews tokens. It is
-// configured from flags users know from k8s.io/apiserver's delegated
-// authentication options.
-type ClientOptions struct {
-	// Kubeconfig is the path of a kubeconfig file for the API server that
-	// answers TokenReviews. Empty means the in-cluster configuration.
-	Kubeconfig string
-	// QPS and Burst limit the review client. Zero means [DefaultQPS] and
-	// [DefaultBurst].
-	QPS   float32
-	Burst int
-}
-
-// RESTConfig loads the configuration o describes.
-func (o ClientOptions) RESTConfig() (*rest.Config, error) {
-	return review.RESTConfig(o.Kubeconfig, o.QPS, o.Burst)
-}
+// ClientOptions says how to reach the API server that answers
+// TokenReviews: a kubeconfig path (empty means in-cluster) and the client's
+// QPS and burst (zero means [DefaultQPS] and [DefaultBurst]).
+type ClientOptions = review.ClientOptions
 
 // Flags is Options plus the client to review with, as set from the command
 // line. The zero value has every default; AddFlags registers its flags,

@@ -7,27 +7,14 @@ import (
 
 	"github.com/spf13/pflag"
 	"k8s.io/apiserver/pkg/authorization/authorizer"
-	"k8s.io/client-go/rest"
 
 	"github.com/reviewauth/reviewauth/internal/review"
 )
 
 // ClientOptions says how to reach the API server that answers
-// SubjectAccessReviews.
-type ClientOptions struct {
-	// Kubeconfig is the path of a kubeconfig file. Empty means the
-	// in-cluster configuration.
-	Kubeconfig string
-	// QPS and Burst limit the review client. Zero means [DefaultQPS] and
-	// [DefaultBurst].
-	QPS   float32
-	Burst int
-}
-
-// RESTConfig loads the configuration o describes.
-func (o ClientOptions) RESTConfig() (*rest.Config, error) {
-	return review.RESTConfig(o.Kubeconfig, o.QPS, o.Burst)
-}
+// SubjectAccessReviews: a kubeconfig path (empty means in-cluster) and the
+// client's QPS and burst (zero means [DefaultQPS] and [DefaultBurst]).
+type ClientOptions = review.ClientOptions
 
 // Flags is Options plus the local decisions and the client, as set from
 // the command line with the flag names of k8s.io/apiserver's delegated

@@ -95,11 +95,7 @@ func run(ctx context.Context, args []string, ready func(net.Addr)) error {
 	if err != nil {
 		return err
 	}
-	built, err := c.review.Build()
-	if err != nil {
-		return err
-	}
-	waitMetrics, err := serving.ServeMetrics(ctx, c.review.MetricsListen, built.Registry, os.Stdout)
+	built, waitMetrics, err := c.review.Start(ctx, os.Stdout)
 	if err != nil {
 		return err
 	}

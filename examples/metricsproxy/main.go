@@ -117,10 +117,11 @@ func run(ctx context.Context, args []string, stdout io.Writer) error {
 		return fmt.Errorf("metricsproxy: --upstream %q is not an http(s) URL", c.upstream)
 	}
 
-	built, err := c.review.Build()
+	built, waitMetrics, err := c.review.Start(ctx, stdout)
 	if err != nil {
 		return fmt.Errorf("metricsproxy: %w", err)
 	}
+	defer waitMetrics()
 	opts := httpauth.Options{
 		Authenticator:    built.Authenticator,
 		Authorizer:       built.Authorizer,
@@ -189,12 +190,6 @@ func run(ctx context.Context, args []string, stdout io.Writer) error {
 		return fmt.Errorf("metricsproxy: %w", err)
 	}
 	klog.InfoS("Serving", "address", ln.Addr().String(), "upstream", upstream.Redacted(), "node", c.review.Authz.NodeName, "audiences", built.Authenticator.Audiences(), "alwaysAllowPaths", c.allowPaths)
-	waitMetrics, err := serving.ServeMetrics(ctx, c.review.MetricsListen, built.Registry, stdout)
-	if err != nil {
-		ln.Close()
-		return fmt.Errorf("metricsproxy: %w", err)
-	}
-	defer waitMetrics()
 
 	errc := make(chan error, 1)
 	go func() { errc <- srv.ServeTLS(ln, "", "") }()

@@ -98,11 +98,7 @@ func run(ctx context.Context, args []string, backend Backend, ready func(net.Add
 	if err != nil {
 		return err
 	}
-	built, err := c.review.Build()
-	if err != nil {
-		return err
-	}
-	waitMetrics, err := serving.ServeMetrics(ctx, c.review.MetricsListen, built.Registry, os.Stdout)
+	built, waitMetrics, err := c.review.Start(ctx, os.Stdout)
 	if err != nil {
 		return err
 	}

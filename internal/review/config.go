@@ -23,3 +23,20 @@ func RESTConfig(path string, qps float32, burst int) (*rest.Config, error) {
 	cfg.QPS, cfg.Burst = qps, burst
 	return cfg, nil
 }
+
+// ClientOptions says how to reach the API server that answers reviews:
+// authn.ClientOptions and authz.ClientOptions are this type.
+type ClientOptions struct {
+	// Kubeconfig is the path of a kubeconfig file. Empty means the
+	// in-cluster configuration.
+	Kubeconfig string
+	// QPS and Burst limit the review client. Zero means the package's
+	// DefaultQPS and DefaultBurst (200 and 400).
+	QPS   float32
+	Burst int
+}
+
+// RESTConfig loads the configuration o describes.
+func (o ClientOptions) RESTConfig() (*rest.Config, error) {
+	return RESTConfig(o.Kubeconfig, o.QPS, o.Burst)
+}

@@ -91,10 +91,27 @@ func (f *Flags) Build() (*Built, error) {
 	return &Built{Authenticator: an, Authorizer: chain, SAR: sar, Metrics: m, Registry: reg}, nil
 }
 
-// ServeMetrics serves reg at /metrics on addr until ctx is done, and writes
-// "metrics on http://ADDR/metrics" to out. It returns at once; the returned
-// function waits for the server to stop. An empty addr serves nothing.
-func ServeMetrics(ctx context.Context, addr string, reg *prometheus.Registry, out io.Writer) (wait func(), err error) {
+// Start is Build followed by ServeMetrics on --metrics-listen, writing the
+// metrics address to out. Defer wait: it stops the metrics server
+// and waits for it.
+func (f *Flags) Start(ctx context.Context, out io.Writer) (b *Built, wait func(), err error) {
+	b, err = f.Build()
+	if err != nil {
+		return nil, nil, err
+	}
+	wait, err = ServeMetrics(ctx, f.MetricsListen, b.Registry, out)
+	if err != nil {
+		return nil, nil, err
+	}
+	return b, wait, nil
+}
+
+// ServeMetrics serves reg at /metrics on addr and writes
+// "metrics on http://ADDR/metrics" to out. It returns at once; the server
+// runs until ctx is done or stop is called, and stop waits for it to end,
+// so it is safe to defer on every return path. An empty addr serves
+// nothing.
+func ServeMetrics(ctx context.Context, addr string, reg *prometheus.Registry, out io.Writer) (stop func(), err error) {
 	if addr == "" {
 		return func() {}, nil
 	}
@@ -106,22 +123,20 @@ func ServeMetrics(ctx context.Context, addr string, reg *prometheus.Registry, ou
 	mux.Handle("/metrics", promhttp.HandlerFor(reg, promhttp.HandlerOpts{}))
 	srv := &http.Server{Handler: mux, ReadHeaderTimeout: 10 * time.Second}
 	fmt.Fprintf(out, "metrics on http://%s/metrics\n", ln.Addr())
-	done := make(chan struct{})
+	ctx, cancel := context.WithCancel(ctx)
+	served := make(chan struct{})
 	go func() {
-		defer close(done)
+		defer close(served)
 		_ = srv.Serve(ln)
 	}()
 	stopped := make(chan struct{})
 	go func() {
 		defer close(stopped)
-		select {
-		case <-ctx.Done():
-		case <-done:
-		}
-		sctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
-		defer cancel()
+		<-ctx.Done()
+		sctx, scancel := context.WithTimeout(context.Background(), 5*time.Second)
+		defer scancel()
 		_ = srv.Shutdown(sctx)
-		<-done
+		<-served
 	}()
-	return func() { <-stopped }, nil
+	return func() { cancel(); <-stopped }, nil
 }
