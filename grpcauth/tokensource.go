@@ -16,6 +16,8 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/klog/v2"
 	"k8s.io/utils/clock"
+
+	"github.com/reviewauth/reviewauth/cache"
 )
 
 // TokenSource supplies the bearer token a client presents. Token returns a
@@ -208,6 +210,11 @@ type TokenRequestOptions struct {
 	// a failure, while the cached token is still valid. Zero means 10
 	// seconds.
 	RetryInterval time.Duration
+	// Timeout bounds each TokenRequest, which runs detached from the
+	// callers' contexts (see [TokenRequestSource]). Zero means
+	// cache.DefaultLoadTimeout, 10 seconds: client-go's own request to the
+	// API server, retries included, fits in it.
+	Timeout time.Duration
 	// Clock is the time source. Nil means the real clock.
 	Clock clock.PassiveClock
 }
@@ -221,27 +228,37 @@ type TokenRequestOptions struct {
 // expired, Token returns the refresh error instead. It never returns an
 // expired token.
 //
-// Concurrent callers share one TokenRequest: callers that need to wait for
-// it give up when their own context is done. It starts no goroutine and is
-// safe for concurrent use.
+// Concurrent callers share one TokenRequest, through a cache.Group as the
+// authenticator's reviews do: the request runs detached from every caller's
+// cancellation, under its own [TokenRequestOptions.Timeout]; each caller
+// stops waiting when its own context is done (and then gets the cached token
+// if it is still valid, or its context's error), and the request is
+// cancelled only when every caller waiting for it has left. One caller's
+// cancellation never fails the others. The request runs on the one
+// goroutine cache.Group starts for it; TokenRequestSource starts no other.
+// It is safe for concurrent use.
 type TokenRequestSource struct {
 	client TokenCreator
 	opts   TokenRequestOptions
+	group  cache.Group[grantedToken]
 
 	mu         sync.Mutex
 	token      string
 	exp        time.Time
 	refreshAt  time.Time
 	retryAfter time.Time
-	inflight   *tokenCall
+	refreshing bool // a TokenRequest is in flight
 }
 
-type tokenCall struct {
-	done  chan struct{}
+// grantedToken is the result of one TokenRequest.
+type grantedToken struct {
 	token string
 	exp   time.Time
-	err   error
 }
+
+// refreshKey is the cache.Group key of the TokenRequest: a source only ever
+// asks for one kind of token, so one key suffices.
+var refreshKey cache.Key
 
 var _ TokenSource = (*TokenRequestSource)(nil)
 
@@ -260,11 +277,16 @@ func NewTokenRequestSource(client TokenCreator, opts TokenRequestOptions) (*Toke
 	if opts.RetryInterval <= 0 {
 		opts.RetryInterval = 10 * time.Second
 	}
+	if opts.Timeout <= 0 {
+		opts.Timeout = cache.DefaultLoadTimeout
+	}
 	if opts.Clock == nil {
 		opts.Clock = clock.RealClock{}
 	}
 	opts.Audiences = append([]string(nil), opts.Audiences...)
-	return &TokenRequestSource{client: client, opts: opts}, nil
+	s := &TokenRequestSource{client: client, opts: opts}
+	s.group.Timeout = opts.Timeout
+	return s, nil
 }
 
 // Token returns a valid token, fetching a new one when the cached one is
@@ -272,58 +294,65 @@ func NewTokenRequestSource(client TokenCreator, opts TokenRequestOptions) (*Toke
 func (s *TokenRequestSource) Token(ctx context.Context) (string, error) {
 	s.mu.Lock()
 	now := s.opts.Clock.Now()
-	valid := s.token != "" && now.Before(s.exp)
-	if valid && (now.Before(s.refreshAt) || now.Before(s.retryAfter) || s.inflight != nil) {
+	if s.token != "" && now.Before(s.exp) && (now.Before(s.refreshAt) || now.Before(s.retryAfter) || s.refreshing) {
 		// Fresh, or a refresh failed recently, or another caller is
 		// refreshing: the cached token is still good.
 		tok := s.token
 		s.mu.Unlock()
 		return tok, nil
 	}
-	if c := s.inflight; c != nil {
-		s.mu.Unlock()
-		select {
-		case <-c.done:
-			return s.result(ctx, c)
-		case <-ctx.Done():
-			return "", fmt.Errorf("grpcauth: waiting for TokenRequest: %w", ctx.Err())
-		}
-	}
-	c := &tokenCall{done: make(chan struct{})}
-	s.inflight = c
 	s.mu.Unlock()
 
-	c.token, c.exp, c.err = s.request(ctx, now)
-
-	s.mu.Lock()
-	s.inflight = nil
-	if c.err == nil {
-		s.token, s.exp = c.token, c.exp
-		s.refreshAt = refreshPoint(now, c.exp)
-		s.retryAfter = time.Time{}
-	} else {
-		s.retryAfter = s.opts.Clock.Now().Add(s.opts.RetryInterval)
-	}
-	s.mu.Unlock()
-	close(c.done)
-	return s.result(ctx, c)
-}
-
-// result turns a finished call into Token's answer: its token, or the
-// still-valid cached token, or its error.
-func (s *TokenRequestSource) result(ctx context.Context, c *tokenCall) (string, error) {
-	if c.err == nil {
-		return c.token, nil
+	g, _, err := s.group.Do(ctx, refreshKey, s.refresh)
+	if err == nil {
+		return g.token, nil
 	}
 	s.mu.Lock()
 	tok, exp := s.token, s.exp
 	s.mu.Unlock()
 	if tok != "" && s.opts.Clock.Now().Before(exp) {
-		klog.FromContext(ctx).Error(c.err, "Refreshing the service account token failed; using the cached token until it expires",
-			"serviceAccount", s.opts.ServiceAccount, "expires", exp)
+		if ctx.Err() == nil {
+			klog.FromContext(ctx).Error(err, "Refreshing the service account token failed; using the cached token until it expires",
+				"serviceAccount", s.opts.ServiceAccount, "expires", exp)
+		}
 		return tok, nil
 	}
-	return "", c.err
+	if ctxErr := ctx.Err(); ctxErr != nil && errors.Is(err, ctxErr) {
+		return "", fmt.Errorf("grpcauth: waiting for TokenRequest: %w", err)
+	}
+	return "", err
+}
+
+// refresh makes one TokenRequest on behalf of every caller waiting for it,
+// and stores its result. ctx is cache.Group's detached context.
+func (s *TokenRequestSource) refresh(ctx context.Context) (grantedToken, error) {
+	s.mu.Lock()
+	now := s.opts.Clock.Now()
+	if s.token != "" && now.Before(s.exp) && (now.Before(s.refreshAt) || now.Before(s.retryAfter)) {
+		// A request that ended between this caller's look at the cache
+		// and its call to the Group already did the work.
+		g := grantedToken{token: s.token, exp: s.exp}
+		s.mu.Unlock()
+		return g, nil
+	}
+	s.refreshing = true
+	s.mu.Unlock()
+	tok, exp, err := s.request(ctx, now)
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	s.refreshing = false
+	switch {
+	case err == nil:
+		s.token, s.exp = tok, exp
+		s.refreshAt = refreshPoint(now, exp)
+		s.retryAfter = time.Time{}
+	case errors.Is(ctx.Err(), context.Canceled):
+		// Every caller left: nobody learnt anything about the API
+		// server, so the next caller may try at once.
+	default:
+		s.retryAfter = s.opts.Clock.Now().Add(s.opts.RetryInterval)
+	}
+	return grantedToken{token: tok, exp: exp}, err
 }
 
 func (s *TokenRequestSource) request(ctx context.Context, now time.Time) (string, time.Time, error) {

@@ -184,6 +184,11 @@ type fakeCreator struct {
 	block   chan struct{}
 	entered chan struct{}
 	once    sync.Once
+	// exited, when set, receives the context's error when a blocked
+	// CreateToken returns.
+	exited chan error
+	// observe, when set, is called with every request's context.
+	observe func(context.Context)
 
 	mu   sync.Mutex
 	last *authenticationv1.TokenRequest
@@ -195,11 +200,17 @@ func (f *fakeCreator) CreateToken(ctx context.Context, name string, tr *authenti
 	f.mu.Lock()
 	f.last, f.name = tr.DeepCopy(), name
 	f.mu.Unlock()
+	if f.observe != nil {
+		f.observe(ctx)
+	}
 	if f.block != nil {
 		f.once.Do(func() { close(f.entered) })
 		select {
 		case <-f.block:
 		case <-ctx.Done():
+			if f.exited != nil {
+				f.exited <- ctx.Err()
+			}
 			return nil, ctx.Err()
 		}
 	}
@@ -308,5 +319,171 @@ func TestNewTokenRequestSourceValidates(t *testing.T) {
 	}
 	if _, err := grpcauth.NewTokenRequestSource(&fakeCreator{}, grpcauth.TokenRequestOptions{}); err == nil {
 		t.Errorf("NewTokenRequestSource(_, no ServiceAccount) = _, nil; want an error")
+	}
+}
+
+// waitSignal is a context that closes waiting the first time its Done
+// method is asked for: a caller blocked in a select on ctx.Done() has
+// reached its wait.
+type waitSignal struct {
+	context.Context
+	once    sync.Once
+	waiting chan struct{}
+}
+
+func newWaitSignal(ctx context.Context) *waitSignal {
+	return &waitSignal{Context: ctx, waiting: make(chan struct{})}
+}
+
+func (w *waitSignal) Done() <-chan struct{} {
+	w.once.Do(func() { close(w.waiting) })
+	return w.Context.Done()
+}
+
+// TestTokenRequestSourceLeaderCancelled: the caller that started a
+// TokenRequest gives up; another caller waiting for the same request still
+// gets its token, and only one TokenRequest is made. The request must not
+// run on the first caller's context.
+func TestTokenRequestSourceLeaderCancelled(t *testing.T) {
+	t.Parallel()
+	clk := clocktesting.NewFakePassiveClock(t0)
+	fc := &fakeCreator{clk: clk, block: make(chan struct{}), entered: make(chan struct{})}
+	src, err := grpcauth.NewTokenRequestSource(fc, grpcauth.TokenRequestOptions{ServiceAccount: "backup", Clock: clk})
+	if err != nil {
+		t.Fatal(err)
+	}
+	actx, cancelA := context.WithCancel(t.Context())
+	aDone := make(chan error, 1)
+	go func() {
+		_, err := src.Token(actx)
+		aDone <- err
+	}()
+	<-fc.entered // A's TokenRequest is in flight
+
+	bctx := newWaitSignal(t.Context())
+	type result struct {
+		tok string
+		err error
+	}
+	bDone := make(chan result, 1)
+	go func() {
+		tok, err := src.Token(bctx)
+		bDone <- result{tok, err}
+	}()
+	<-bctx.waiting // B waits for A's request
+
+	cancelA()
+	if err := <-aDone; err == nil {
+		t.Errorf("Token() of the cancelled caller = nil error; want its context's error")
+	}
+	close(fc.block)
+	b := <-bDone
+	if b.err != nil || b.tok != "token-1" {
+		t.Errorf("Token() of the waiting caller = %q, %v; want token-1", b.tok, b.err)
+	}
+	if n := fc.calls.Load(); n != 1 {
+		t.Errorf("CreateToken calls = %d; want 1", n)
+	}
+}
+
+// TestTokenRequestSourceAbandonedRequestIsCancelled: when every caller has
+// given up, the TokenRequest's context is cancelled, so that it does not
+// run on for its whole timeout.
+func TestTokenRequestSourceAbandonedRequestIsCancelled(t *testing.T) {
+	t.Parallel()
+	clk := clocktesting.NewFakePassiveClock(t0)
+	fc := &fakeCreator{clk: clk, block: make(chan struct{}), entered: make(chan struct{}), exited: make(chan error, 1)}
+	src, err := grpcauth.NewTokenRequestSource(fc, grpcauth.TokenRequestOptions{ServiceAccount: "backup", Clock: clk})
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx, cancel := context.WithCancel(t.Context())
+	done := make(chan error, 1)
+	go func() {
+		_, err := src.Token(ctx)
+		done <- err
+	}()
+	<-fc.entered
+	cancel()
+	if err := <-done; !errors.Is(err, context.Canceled) {
+		t.Errorf("Token() of the only, cancelled caller = %v; want context.Canceled", err)
+	}
+	if err := <-fc.exited; !errors.Is(err, context.Canceled) {
+		t.Errorf("TokenRequest context error = %v; want context.Canceled once every caller left", err)
+	}
+}
+
+// TestTokenRequestSourceTimeout: the shared TokenRequest runs under its own
+// deadline, whatever the callers' contexts say.
+func TestTokenRequestSourceTimeout(t *testing.T) {
+	t.Parallel()
+	for _, tt := range []struct {
+		name    string
+		timeout time.Duration
+		want    time.Duration
+	}{
+		{name: "default", want: 10 * time.Second},
+		{name: "set", timeout: 3 * time.Second, want: 3 * time.Second},
+	} {
+		t.Run(tt.name, func(t *testing.T) {
+			t.Parallel()
+			clk := clocktesting.NewFakePassiveClock(t0)
+			var left time.Duration
+			var hasDeadline bool
+			creator := creatorFunc(func(ctx context.Context) {
+				var d time.Time
+				d, hasDeadline = ctx.Deadline()
+				left = time.Until(d)
+			})
+			src, err := grpcauth.NewTokenRequestSource(creator.with(clk), grpcauth.TokenRequestOptions{ServiceAccount: "backup", Clock: clk, Timeout: tt.timeout})
+			if err != nil {
+				t.Fatal(err)
+			}
+			// The caller has no deadline at all.
+			if _, err := src.Token(context.Background()); err != nil {
+				t.Fatal(err)
+			}
+			if !hasDeadline || left > tt.want || left < tt.want-time.Second {
+				t.Errorf("TokenRequest deadline: set %v, %v left; want %v", hasDeadline, left, tt.want)
+			}
+		})
+	}
+}
+
+// creatorFunc is a TokenCreator that calls f with the request's context and
+// grants a 10-minute token.
+type creatorFunc func(ctx context.Context)
+
+func (f creatorFunc) with(clk *clocktesting.FakePassiveClock) grpcauth.TokenCreator {
+	return &fakeCreator{clk: clk, observe: f}
+}
+
+// TestTokenRequestSourceLateCallers: callers that find no token, and reach
+// the shared request only after it has ended, take its token instead of
+// starting another request. Many rounds, so that some callers land in that
+// window.
+func TestTokenRequestSourceLateCallers(t *testing.T) {
+	t.Parallel()
+	for round := range 500 {
+		clk := clocktesting.NewFakePassiveClock(t0)
+		fc := &fakeCreator{clk: clk, block: make(chan struct{}), entered: make(chan struct{})}
+		src, err := grpcauth.NewTokenRequestSource(fc, grpcauth.TokenRequestOptions{ServiceAccount: "backup", Clock: clk})
+		if err != nil {
+			t.Fatal(err)
+		}
+		var wg sync.WaitGroup
+		for range 8 {
+			wg.Go(func() {
+				if tok, err := src.Token(t.Context()); tok != "token-1" {
+					t.Errorf("round %d: Token() = %q, %v; want token-1", round, tok, err)
+				}
+			})
+		}
+		<-fc.entered
+		close(fc.block)
+		wg.Wait()
+		if n := fc.calls.Load(); n != 1 {
+			t.Fatalf("round %d: CreateToken calls = %d; want 1", round, n)
+		}
 	}
 }
