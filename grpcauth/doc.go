@@ -35,5 +35,8 @@
 // asks the TokenRequest API for a token with the server's audience and
 // refreshes it before it expires. [PerRPCCredentials] sends the token on
 // gRPC calls (over TLS, or local credentials on a Unix socket) and
-// [RoundTripper] on HTTP requests.
+// [RoundTripper] on HTTP requests. Neither sends a token to a server it was
+// not meant for: [PerRPCCredentials] binds itself to the first server it
+// is used with, [RoundTripper] refuses the token to redirects that leave
+// the caller's host, and [OnlyTo] names the servers explicitly.
 package grpcauth

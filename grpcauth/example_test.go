@@ -9,6 +9,7 @@ import (
 	"net/http/httptest"
 	"os"
 	"path/filepath"
+	"strings"
 
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/credentials/insecure"
@@ -129,4 +130,26 @@ func ExampleRoundTripper() {
 	fmt.Println(string(b))
 	// Output:
 	// got Bearer t0k3n
+}
+
+// OnlyTo binds credentials to the servers they are meant for. Here the API
+// redirects elsewhere: the redirected request goes out without the token.
+// For gRPC: grpcauth.PerRPCCredentials(src, grpcauth.OnlyTo("snap.example:443")).
+func ExampleOnlyTo() {
+	src := grpcauth.TokenSourceFunc(func(context.Context) (string, error) { return "t0k3n", nil })
+	base := &hostsTransport{} // answers in memory, redirecting to ?next=
+	client := &http.Client{Transport: grpcauth.RoundTripper(src, base, grpcauth.OnlyTo("api.example"))}
+	resp, err := client.Get("https://api.example/start?next=https://elsewhere.example/")
+	if err != nil {
+		fmt.Println(err)
+		return
+	}
+	_ = resp.Body.Close()
+	for _, s := range base.seen {
+		host, auth, _ := strings.Cut(s, " ")
+		fmt.Printf("%s Authorization=%q\n", host, auth)
+	}
+	// Output:
+	// https://api.example Authorization="Bearer t0k3n"
+	// https://elsewhere.example Authorization=""
 }
