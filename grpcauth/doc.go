@@ -11,8 +11,15 @@
 // message) and which authorizer.Attributes the call needs, built from the
 // request message ([Resource], [JoinAttributes], or any [AttributesFunc]).
 // Every attribute set must be allowed. A method without a rule is denied;
-// health and reflection can be skipped with [HealthAndReflection]. Streams
-// are checked on their first received message, before the handler sees it.
+// health and reflection can be skipped with [HealthAndReflection]. A stream
+// is checked before its handler starts: with its token from the metadata,
+// and, when the check needs the request message, with the first message,
+// which the interceptor receives itself when the method's request type is
+// in the protobuf registry (generated code registers it) and hands to the
+// handler's first RecvMsg. For other streams the handler starts first and
+// whatever it sets or sends is held until its first RecvMsg has passed the
+// check, and dropped if it failed (see [StreamServerInterceptor]). Nothing
+// reaches a caller that is refused but the status.
 // The handler finds the caller's user.Info with [UserFrom] or
 // request.UserFrom; the "authorization" metadata entry is removed from its
 // context unless [Options.KeepAuthorizationMetadata] is set.

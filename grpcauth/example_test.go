@@ -2,6 +2,7 @@ package grpcauth_test
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"io"
 	"net"
@@ -10,6 +11,7 @@ import (
 	"os"
 	"path/filepath"
 	"strings"
+	"sync/atomic"
 
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/credentials/insecure"
@@ -152,4 +154,81 @@ func ExampleOnlyTo() {
 	// Output:
 	// https://api.example Authorization="Bearer t0k3n"
 	// https://elsewhere.example Authorization=""
+}
+
+// A server-streaming method whose token travels in the request, as in the
+// SnapshotMetadata API. The method's request type is in the protobuf
+// registry, so the interceptor receives the request itself and starts the
+// handler only for a caller it allows: a refused caller gets the status and
+// nothing else, not even the header the handler would have set.
+func ExampleStreamServerInterceptor() {
+	opts := grpcauth.Options{
+		Authenticator: authenticator.TokenFunc(func(_ context.Context, token string) (*authenticator.Response, bool, error) {
+			if token != "alice-token" {
+				return nil, false, &reviewauth.RejectedError{Reason: "invalid bearer token"}
+			}
+			return &authenticator.Response{User: &user.DefaultInfo{Name: "alice"}}, true, nil
+		}),
+		Authorizer: authorizer.AuthorizerFunc(func(context.Context, authorizer.Attributes) (authorizer.Decision, string, error) {
+			return authorizer.DecisionAllow, "", nil
+		}),
+		Rules: map[string]grpcauth.Rule{
+			methodList: {
+				Token: grpcauth.FromField("security_token"),
+				Attributes: grpcauth.Resource{
+					Verb: "list", APIGroup: "example.com", Resource: "things", NamespaceField: "namespace",
+				}.Attributes,
+			},
+		},
+	}
+	lis := bufconn.Listen(1 << 16)
+	srv := grpc.NewServer(grpc.ChainStreamInterceptor(grpcauth.StreamServerInterceptor(opts)))
+	var started atomic.Int32
+	srv.RegisterService(&grpc.ServiceDesc{
+		ServiceName: "grpcauth.test.Svc",
+		HandlerType: (*any)(nil),
+		Streams: []grpc.StreamDesc{{StreamName: "List", ServerStreams: true, Handler: func(_ any, ss grpc.ServerStream) error {
+			started.Add(1)
+			_ = ss.SetHeader(metadata.Pairs("x-items", "2"))
+			if err := ss.RecvMsg(newRequest("", "", "")); err != nil {
+				return err
+			}
+			u, _ := grpcauth.UserFrom(ss.Context())
+			_ = ss.SendMsg(wrapperspb.String("thing-1 for " + u.GetName()))
+			return ss.SendMsg(wrapperspb.String("thing-2 for " + u.GetName()))
+		}}},
+	}, nil)
+	go func() { _ = srv.Serve(lis) }()
+	defer srv.Stop()
+	conn, _ := grpc.NewClient("passthrough:///example",
+		grpc.WithContextDialer(func(ctx context.Context, _ string) (net.Conn, error) { return lis.DialContext(ctx) }),
+		grpc.WithTransportCredentials(insecure.NewCredentials()))
+	defer conn.Close()
+
+	list := func(token string) {
+		cs, _ := conn.NewStream(context.Background(), &grpc.StreamDesc{ServerStreams: true}, methodList)
+		_ = cs.SendMsg(newRequest(token, "team-a", ""))
+		_ = cs.CloseSend()
+		var got []string
+		var err error
+		for {
+			m := new(wrapperspb.StringValue)
+			if err = cs.RecvMsg(m); err != nil {
+				break
+			}
+			got = append(got, m.GetValue())
+		}
+		if errors.Is(err, io.EOF) {
+			err = nil
+		}
+		header, _ := cs.Header()
+		fmt.Printf("%s: %v %q x-items=%q\n", token, status.Code(err), got, header.Get("x-items"))
+	}
+	list("alice-token")
+	list("mallory-token")
+	fmt.Println("handler started", started.Load(), "time(s)")
+	// Output:
+	// alice-token: OK ["thing-1 for alice" "thing-2 for alice"] x-items=["2"]
+	// mallory-token: Unauthenticated [] x-items=[]
+	// handler started 1 time(s)
 }

@@ -3,15 +3,15 @@ package grpcauth
 import (
 	"context"
 	"errors"
-	"io"
+	"reflect"
 	"strings"
-	"sync"
 	"sync/atomic"
 
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/metadata"
 	"google.golang.org/grpc/status"
+	"google.golang.org/protobuf/reflect/protoreflect"
 	"k8s.io/apiserver/pkg/authentication/authenticator"
 	"k8s.io/apiserver/pkg/authentication/user"
 	"k8s.io/apiserver/pkg/authorization/authorizer"
@@ -91,7 +91,10 @@ const TracerName = "github.com/reviewauth/reviewauth/grpcauth"
 // Rule says how the calls of one method are authenticated and authorized.
 type Rule struct {
 	// Token finds the bearer token of a call. Nil means [FromMetadata]: the
-	// "authorization: Bearer <token>" metadata entry.
+	// "authorization: Bearer <token>" metadata entry. A streaming call whose
+	// token is in the metadata (Token nil or [FromMetadata]) is
+	// authenticated before its handler starts; any other extractor is given
+	// the stream's first message (see [StreamServerInterceptor]).
 	Token TokenExtractor
 
 	// Attributes builds the attribute sets to authorize from the request
@@ -101,6 +104,15 @@ type Rule struct {
 	// error. Nil, or a builder that returns no sets, denies every call:
 	// a rule must say what it authorizes.
 	Attributes AttributesFunc
+
+	// AttributesIgnoreMessage declares that Attributes does not read the
+	// request message: it is then always called with a nil req, on unary
+	// and streaming calls alike. With the token in the metadata too (Token
+	// nil or [FromMetadata]), a streaming call is then authenticated and
+	// authorized before its handler starts, without waiting for a message.
+	// False, the default, suits [Resource] and every builder that reads a
+	// field of the request.
+	AttributesIgnoreMessage bool
 }
 
 // TokenExtractor returns the bearer token carried by a call, and false when
@@ -155,12 +167,12 @@ func UnaryServerInterceptor(opts Options) grpc.UnaryServerInterceptor {
 		if c.skipped(info.FullMethod) {
 			return handler(ctx, req)
 		}
-		rule, ok := c.rules[info.FullMethod]
+		r, ok := c.rules[info.FullMethod]
 		if !ok {
 			c.metrics.Decision("grpc", metrics.OutcomeDenied)
 			return nil, errUnknownMethod
 		}
-		ctx, err := c.check(ctx, info.FullMethod, rule, req)
+		ctx, err := c.check(ctx, info.FullMethod, r, req)
 		if err != nil {
 			return nil, err
 		}
@@ -168,44 +180,17 @@ func UnaryServerInterceptor(opts Options) grpc.UnaryServerInterceptor {
 	}
 }
 
-// StreamServerInterceptor returns an interceptor that authenticates and
-// authorizes streaming calls according to opts. The check runs on the first
-// message the handler receives, before the handler sees it: the single
-// request of a server stream, the first message of a client or bidirectional
-// stream. If it fails, that RecvMsg, and every later one, returns the status
-// error; the handler's SendMsg and SendHeader fail until the check has
-// passed, so nothing reaches an unauthenticated caller. After the check,
-// the stream's Context carries the identity (see [UserFrom]).
-//
-// Unknown methods are denied before the handler runs. Status codes are those
-// of [UnaryServerInterceptor]. The interceptor is safe for concurrent use.
-func StreamServerInterceptor(opts Options) grpc.StreamServerInterceptor {
-	c := newChecker(opts)
-	return func(srv any, ss grpc.ServerStream, info *grpc.StreamServerInfo, handler grpc.StreamHandler) error {
-		if c.skipped(info.FullMethod) {
-			return handler(srv, ss)
-		}
-		rule, ok := c.rules[info.FullMethod]
-		if !ok {
-			c.metrics.Decision("grpc", metrics.OutcomeDenied)
-			return errUnknownMethod
-		}
-		return handler(srv, &authStream{ServerStream: ss, c: c, rule: rule, method: info.FullMethod})
-	}
-}
-
 var (
 	errUnknownMethod  = status.Error(codes.PermissionDenied, "grpcauth: method is not allowed")
 	errNoToken        = status.Error(codes.Unauthenticated, "grpcauth: no bearer token")
 	errRejected       = status.Error(codes.Unauthenticated, "grpcauth: invalid bearer token")
-	errNotYetAuthed   = status.Error(codes.Unauthenticated, "grpcauth: stream not authenticated yet: receive the first message first")
-	errNoFirstMessage = status.Error(codes.Unauthenticated, "grpcauth: stream ended before a message could be authenticated")
+	errNoFirstMessage = status.Error(codes.Unauthenticated, "grpcauth: the stream ended before a message could be checked")
 )
 
 type checker struct {
 	authn    authenticator.Token
 	authz    authorizer.UnconditionalAuthorizer
-	rules    map[string]Rule
+	rules    map[string]*rule
 	exact    map[string]struct{}
 	prefixes []string
 	keepMD   bool
@@ -213,11 +198,25 @@ type checker struct {
 	tracer   trace.Tracer
 }
 
+// rule is a Rule with what the stream interceptor needs to know about it,
+// worked out once.
+type rule struct {
+	Rule
+	// tokenInMetadata: the token is read from the metadata, so the call
+	// can be authenticated before any message arrives.
+	tokenInMetadata bool
+	// needsMessage: the check needs the stream's first message.
+	needsMessage bool
+	// input is the method's request type from the protobuf registry,
+	// nil until found.
+	input atomic.Pointer[protoreflect.MessageType]
+}
+
 func newChecker(o Options) *checker {
 	c := &checker{
 		authn:   o.Authenticator,
 		authz:   o.Authorizer,
-		rules:   make(map[string]Rule, len(o.Rules)),
+		rules:   make(map[string]*rule, len(o.Rules)),
 		exact:   map[string]struct{}{},
 		keepMD:  o.KeepAuthorizationMetadata,
 		metrics: o.Metrics,
@@ -226,7 +225,12 @@ func newChecker(o Options) *checker {
 		c.tracer = o.TracerProvider.Tracer(TracerName)
 	}
 	for m, r := range o.Rules {
-		c.rules[m] = r
+		cr := &rule{Rule: r, tokenInMetadata: r.Token == nil || isFromMetadata(r.Token)}
+		cr.needsMessage = !cr.tokenInMetadata || !r.AttributesIgnoreMessage
+		if mt := inputType(m); mt != nil {
+			cr.input.Store(&mt)
+		}
+		c.rules[m] = cr
 	}
 	for _, s := range o.Skip {
 		if strings.HasSuffix(s, "/") {
@@ -236,6 +240,13 @@ func newChecker(o Options) *checker {
 		}
 	}
 	return c
+}
+
+// isFromMetadata reports whether f is the extractor [FromMetadata] returns.
+// Funcs are not comparable; their code pointers are, and FromMetadata
+// always returns the same top-level function.
+func isFromMetadata(f TokenExtractor) bool {
+	return reflect.ValueOf(f).Pointer() == reflect.ValueOf(TokenExtractor(fromMetadata)).Pointer()
 }
 
 func (c *checker) skipped(method string) bool {
@@ -253,14 +264,29 @@ func (c *checker) skipped(method string) bool {
 // check authenticates and authorizes one call and returns the context for
 // the handler, or a status error. It records the outcome and, with a
 // tracer, a span around the check (not around the handler).
-func (c *checker) check(ctx context.Context, method string, rule Rule, req any) (context.Context, error) {
-	cctx := ctx
-	var span trace.Span
-	if c.tracer != nil {
-		cctx, span = c.tracer.Start(ctx, "reviewauth.grpcauth", trace.WithAttributes(attribute.String("rpc.method", method)))
-		defer span.End()
+func (c *checker) check(ctx context.Context, method string, r *rule, req any) (context.Context, error) {
+	cctx, span := c.begin(ctx, method)
+	u, token, err := c.authenticate(cctx, r, req)
+	if err == nil {
+		err = c.authorize(cctx, r, req, u, token)
 	}
-	u, err := c.authenticateAndAuthorize(cctx, rule, req)
+	if err := c.record(span, err); err != nil {
+		return nil, err
+	}
+	return c.withUser(ctx, u), nil
+}
+
+// begin starts the span of a check, when there is a tracer.
+func (c *checker) begin(ctx context.Context, method string) (context.Context, trace.Span) {
+	if c.tracer == nil {
+		return ctx, nil
+	}
+	return c.tracer.Start(ctx, "reviewauth.grpcauth", trace.WithAttributes(attribute.String("rpc.method", method)))
+}
+
+// record counts the outcome of a check, notes it on span and ends span. It
+// returns err.
+func (c *checker) record(span trace.Span, err error) error {
 	outcome := outcomeOf(err)
 	c.metrics.Decision("grpc", outcome)
 	if span != nil {
@@ -268,14 +294,25 @@ func (c *checker) check(ctx context.Context, method string, rule Rule, req any) 
 		if outcome == metrics.OutcomeUnavailable {
 			span.SetStatus(otelcodes.Error, "review unavailable")
 		}
+		span.End()
 	}
-	if err != nil {
-		return nil, err
+	return err
+}
+
+// abandon ends the span of a check that ended without a decision: the
+// stream broke before its first message arrived.
+func abandon(span trace.Span) {
+	if span != nil {
+		span.End()
 	}
+}
+
+// withUser returns the handler's context of an allowed call.
+func (c *checker) withUser(ctx context.Context, u user.Info) context.Context {
 	if !c.keepMD {
 		ctx = stripAuthorization(ctx)
 	}
-	return request.WithUser(ctx, u), nil
+	return request.WithUser(ctx, u)
 }
 
 // outcomeOf names the outcome of a check for metrics and spans.
@@ -294,36 +331,46 @@ func outcomeOf(err error) string {
 	}
 }
 
-func (c *checker) authenticateAndAuthorize(ctx context.Context, rule Rule, req any) (user.Info, error) {
-	extract := rule.Token
+// authenticate finds the call's token (in req or the metadata) and
+// authenticates it. It returns the token too, for redaction.
+func (c *checker) authenticate(ctx context.Context, r *rule, req any) (user.Info, string, error) {
+	extract := r.Token
 	if extract == nil {
-		extract = FromMetadata()
+		extract = fromMetadata
 	}
 	token, ok := extract(ctx, req)
 	if !ok || token == "" {
-		return nil, errNoToken
+		return nil, "", errNoToken
 	}
 	if c.authn == nil || c.authz == nil {
-		return nil, status.Error(codes.Unavailable, "grpcauth: server has no authenticator or authorizer configured")
+		return nil, "", status.Error(codes.Unavailable, "grpcauth: server has no authenticator or authorizer configured")
 	}
 	resp, ok, err := c.authn.AuthenticateToken(ctx, token)
 	if err != nil {
-		return nil, toStatus(ctx, err, token)
+		return nil, "", toStatus(ctx, err, token)
 	}
 	if !ok || resp == nil || resp.User == nil {
-		return nil, errRejected
+		return nil, "", errRejected
 	}
+	return resp.User, token, nil
+}
+
+// authorize checks every attribute set the rule builds for u and req.
+func (c *checker) authorize(ctx context.Context, r *rule, req any, u user.Info, token string) error {
 	var attrs []authorizer.Attributes
-	if rule.Attributes != nil {
-		attrs, err = rule.Attributes(ctx, req, resp.User)
-		if err != nil {
-			return nil, toStatus(ctx, err, token)
+	if r.Attributes != nil {
+		if r.AttributesIgnoreMessage {
+			req = nil
+		}
+		var err error
+		if attrs, err = r.Attributes(ctx, req, u); err != nil {
+			return toStatus(ctx, err, token)
 		}
 	}
 	if err := authz.Check(ctx, c.authz, attrs...); err != nil {
-		return nil, toStatus(ctx, err, token)
+		return toStatus(ctx, err, token)
 	}
-	return resp.User, nil
+	return nil
 }
 
 func stripAuthorization(ctx context.Context) context.Context {
@@ -368,79 +415,3 @@ func toStatus(ctx context.Context, err error, token string) error {
 }
 
 var errUnavailable = status.Error(codes.Unavailable, "grpcauth: the authentication or authorization service is unavailable; retry later")
-
-// authStream authenticates a stream on its first received message.
-type authStream struct {
-	grpc.ServerStream
-	c      *checker
-	rule   Rule
-	method string
-
-	mu   sync.Mutex                      // serializes the first RecvMsg
-	err  error                           // result of a failed check, written before done
-	done atomic.Bool                     // the check ran
-	ctx  atomic.Pointer[context.Context] // authenticated context, nil until the check passed
-}
-
-func (s *authStream) Context() context.Context {
-	if p := s.ctx.Load(); p != nil {
-		return *p
-	}
-	return s.ServerStream.Context()
-}
-
-func (s *authStream) RecvMsg(m any) error {
-	if s.done.Load() {
-		if s.err != nil {
-			return s.err
-		}
-		return s.ServerStream.RecvMsg(m)
-	}
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	if s.done.Load() {
-		if s.err != nil {
-			return s.err
-		}
-		return s.ServerStream.RecvMsg(m)
-	}
-	err := s.ServerStream.RecvMsg(m)
-	if err != nil {
-		if errors.Is(err, io.EOF) {
-			// The caller closed its side without sending anything to
-			// authenticate: nothing may be served.
-			s.err = errNoFirstMessage
-			s.done.Store(true)
-			return s.err
-		}
-		return err
-	}
-	ctx, cerr := s.c.check(s.ServerStream.Context(), s.method, s.rule, m)
-	if cerr != nil {
-		s.err = cerr
-		s.done.Store(true)
-		return cerr
-	}
-	s.ctx.Store(&ctx)
-	s.done.Store(true)
-	return nil
-}
-
-func (s *authStream) authorized() bool { return s.ctx.Load() != nil }
-
-func (s *authStream) SendMsg(m any) error {
-	if !s.authorized() {
-		if s.done.Load() && s.err != nil {
-			return s.err
-		}
-		return errNotYetAuthed
-	}
-	return s.ServerStream.SendMsg(m)
-}
-
-func (s *authStream) SendHeader(md metadata.MD) error {
-	if !s.authorized() {
-		return errNotYetAuthed
-	}
-	return s.ServerStream.SendHeader(md)
-}

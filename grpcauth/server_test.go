@@ -3,6 +3,7 @@ package grpcauth_test
 import (
 	"context"
 	"errors"
+	"fmt"
 	"io"
 	"strings"
 	"sync/atomic"
@@ -45,7 +46,7 @@ var callCases = []callCase{
 	{name: "missing namespace", token: aliceToken, namespace: "", object: "a", want: codes.InvalidArgument},
 }
 
-// tokenPlaces are the two places a rule can read the token from.
+// tokenPlaces are the places a rule can read the token from.
 var tokenPlaces = []struct {
 	name    string
 	extract grpcauth.TokenExtractor
@@ -55,6 +56,15 @@ var tokenPlaces = []struct {
 	{
 		name:    "metadata",
 		extract: nil, // the default
+		call: func(ctx context.Context, c callCase) (context.Context, any) {
+			return withBearer(ctx, c.token), newRequest("", c.namespace, c.object)
+		},
+	},
+	{
+		// FromMetadata named explicitly: the stream interceptor must
+		// recognise it as the default.
+		name:    "metadata-explicit",
+		extract: grpcauth.FromMetadata(),
 		call: func(ctx context.Context, c callCase) (context.Context, any) {
 			return withBearer(ctx, c.token), newRequest("", c.namespace, c.object)
 		},
@@ -420,13 +430,13 @@ func TestMisconfiguredServerFailsClosed(t *testing.T) {
 	}
 }
 
-// fakeStream is a grpc.ServerStream that replays msgs and records what the
-// handler sends.
+// fakeStream is a grpc.ServerStream that replays msgs and records what
+// reaches it.
 type fakeStream struct {
 	grpc.ServerStream
 	ctx  context.Context
 	msgs []string // tokens of the messages to receive
-	sent int
+	ops  []string // what reached the stream, in order
 }
 
 func (f *fakeStream) Context() context.Context { return f.ctx }
@@ -438,57 +448,166 @@ func (f *fakeStream) RecvMsg(m any) error {
 	f.msgs = f.msgs[1:]
 	return nil
 }
-func (f *fakeStream) SendMsg(any) error            { f.sent++; return nil }
-func (f *fakeStream) SendHeader(metadata.MD) error { f.sent++; return nil }
-func (f *fakeStream) SetHeader(metadata.MD) error  { return nil }
-func (f *fakeStream) SetTrailer(metadata.MD)       {}
+func (f *fakeStream) SendMsg(m any) error          { f.ops = append(f.ops, fmt.Sprint(m)); return nil }
+func (f *fakeStream) SendHeader(metadata.MD) error { f.ops = append(f.ops, "send-header"); return nil }
+func (f *fakeStream) SetHeader(metadata.MD) error  { f.ops = append(f.ops, "set-header"); return nil }
+func (f *fakeStream) SetTrailer(metadata.MD)       { f.ops = append(f.ops, "set-trailer") }
 
-func TestStreamHandlerCannotSendBeforeAuthentication(t *testing.T) {
+// TestStreamHeldUntilChecked drives the interceptor directly on a method
+// whose request type is not in the protobuf registry: the handler starts
+// before the check, and what it sends is held until its first RecvMsg has
+// passed the check, and dropped if it failed.
+//
+// It replaces TestStreamHandlerCannotSendBeforeAuthentication, which
+// expected SendMsg and SendHeader to fail before the first RecvMsg: they
+// are held now (and SetHeader and SetTrailer, which went straight through,
+// too), and a registered method does not start its handler before the
+// check at all (TestStreamNothingReachesARefusedCaller).
+func TestStreamHeldUntilChecked(t *testing.T) {
 	t.Parallel()
 	interceptor := grpcauth.StreamServerInterceptor(testOptions(grpcauth.FromField("security_token")))
 	newMsg := func() any { return dynamicpb.NewMessage(requestDesc) }
-	info := &grpc.StreamServerInfo{FullMethod: methodChat, IsClientStream: true, IsServerStream: true}
-
-	ss := &fakeStream{ctx: context.Background(), msgs: []string{aliceToken}}
-	err := interceptor(nil, ss, info, func(_ any, s grpc.ServerStream) error {
-		if err := s.SendMsg("early"); status.Code(err) != codes.Unauthenticated {
-			t.Errorf("SendMsg() before the first RecvMsg = %v; want code Unauthenticated", err)
+	info := &grpc.StreamServerInfo{FullMethod: "/" + unregisteredPkg + ".Svc/Chat", IsClientStream: true, IsServerStream: true}
+	early := func(s grpc.ServerStream, n int) {
+		s.SetTrailer(nil)
+		if err := s.SetHeader(nil); err != nil {
+			t.Errorf("SetHeader() before the first RecvMsg = %v; want nil (held)", err)
 		}
-		if err := s.SendHeader(nil); status.Code(err) != codes.Unauthenticated {
-			t.Errorf("SendHeader() before the first RecvMsg = %v; want code Unauthenticated", err)
+		if err := s.SendHeader(nil); err != nil {
+			t.Errorf("SendHeader() before the first RecvMsg = %v; want nil (held)", err)
 		}
-		if _, ok := grpcauth.UserFrom(s.Context()); ok {
-			t.Errorf("UserFrom(Context()) before the first RecvMsg = _, true; want false")
-		}
-		if err := s.RecvMsg(newMsg()); err != nil {
-			return err
-		}
-		if u, ok := grpcauth.UserFrom(s.Context()); !ok || u.GetName() != "alice" {
-			t.Errorf("UserFrom(Context()) after the first RecvMsg = %v, %v; want alice", u, ok)
-		}
-		return s.SendMsg("late")
-	})
-	if err != nil {
-		t.Fatalf("interceptor() = %v; want nil", err)
-	}
-	if ss.sent != 1 {
-		t.Errorf("messages reaching the transport = %d; want 1 (only after authentication)", ss.sent)
-	}
-
-	// A failed check sticks: later receives fail too.
-	ss = &fakeStream{ctx: context.Background(), msgs: []string{bobToken, aliceToken}}
-	_ = interceptor(nil, ss, info, func(_ any, s grpc.ServerStream) error {
-		for i := 0; i < 2; i++ {
-			if err := s.RecvMsg(newMsg()); status.Code(err) != codes.PermissionDenied {
-				t.Errorf("RecvMsg() #%d after a denied first message = %v; want code PermissionDenied", i+1, err)
+		for i := range n {
+			if err := s.SendMsg(fmt.Sprintf("early-%d", i)); err != nil {
+				t.Errorf("SendMsg() #%d before the first RecvMsg = %v; want nil (held)", i+1, err)
 			}
 		}
-		if err := s.SendMsg("x"); status.Code(err) != codes.PermissionDenied {
-			t.Errorf("SendMsg() after a denied first message = %v; want code PermissionDenied", err)
+	}
+
+	tests := []struct {
+		name    string
+		tokens  []string // of the messages the caller sends
+		handler func(t *testing.T, s grpc.ServerStream) error
+		want    codes.Code
+		ops     string // what reached the transport
+	}{{
+		name:   "allowed",
+		tokens: []string{aliceToken},
+		handler: func(t *testing.T, s grpc.ServerStream) error {
+			early(s, 2)
+			if _, ok := grpcauth.UserFrom(s.Context()); ok {
+				t.Errorf("UserFrom(Context()) before the first RecvMsg = _, true; want false")
+			}
+			if err := s.RecvMsg(newMsg()); err != nil {
+				return err
+			}
+			if u, ok := grpcauth.UserFrom(s.Context()); !ok || u.GetName() != "alice" {
+				t.Errorf("UserFrom(Context()) after the first RecvMsg = %v, %v; want alice", u, ok)
+			}
+			return s.SendMsg("late")
+		},
+		want: codes.OK,
+		ops:  "set-header,send-header,early-0,early-1,set-trailer,late",
+	}, {
+		name:   "denied sticks and drops everything",
+		tokens: []string{bobToken, aliceToken},
+		handler: func(t *testing.T, s grpc.ServerStream) error {
+			early(s, 2)
+			for i := range 2 {
+				if err := s.RecvMsg(newMsg()); status.Code(err) != codes.PermissionDenied {
+					t.Errorf("RecvMsg() #%d after a denied first message = %v; want code PermissionDenied", i+1, err)
+				}
+			}
+			if err := s.SendMsg("x"); status.Code(err) != codes.PermissionDenied {
+				t.Errorf("SendMsg() after a denied first message = %v; want code PermissionDenied", err)
+			}
+			if err := s.SetHeader(nil); status.Code(err) != codes.PermissionDenied {
+				t.Errorf("SetHeader() after a denied first message = %v; want code PermissionDenied", err)
+			}
+			s.SetTrailer(nil)
+			return nil // the call fails anyway
+		},
+		want: codes.PermissionDenied,
+	}, {
+		name:   "handler returns without receiving",
+		tokens: []string{aliceToken},
+		handler: func(t *testing.T, s grpc.ServerStream) error {
+			early(s, 1)
+			return nil
+		},
+		want: codes.Internal,
+	}, {
+		name:   "no first message",
+		tokens: nil,
+		handler: func(t *testing.T, s grpc.ServerStream) error {
+			early(s, 1)
+			return s.RecvMsg(newMsg())
+		},
+		want: codes.Unauthenticated,
+	}, {
+		name:   "MaxHeldMessages held",
+		tokens: []string{aliceToken},
+		handler: func(t *testing.T, s grpc.ServerStream) error {
+			for i := range grpcauth.MaxHeldMessages {
+				if err := s.SendMsg(i); err != nil {
+					t.Errorf("SendMsg() #%d = %v; want nil", i+1, err)
+				}
+			}
+			return s.RecvMsg(newMsg())
+		},
+		want: codes.OK,
+		ops:  "0,1,2,3,4,5,6,7,8,9,10,11,12,13,14,15",
+	}, {
+		name:   "MaxHeldMessages+1 fails",
+		tokens: []string{aliceToken},
+		handler: func(t *testing.T, s grpc.ServerStream) error {
+			for i := range grpcauth.MaxHeldMessages {
+				_ = s.SendMsg(i)
+			}
+			if err := s.SendMsg(grpcauth.MaxHeldMessages); status.Code(err) != codes.Internal {
+				t.Errorf("SendMsg() #%d = %v; want code Internal", grpcauth.MaxHeldMessages+1, err)
+			}
+			return s.RecvMsg(newMsg())
+		},
+		want: codes.OK,
+		ops:  "0,1,2,3,4,5,6,7,8,9,10,11,12,13,14,15",
+	}}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			t.Parallel()
+			ss := &fakeStream{ctx: context.Background(), msgs: tt.tokens}
+			err := interceptor(nil, ss, info, func(_ any, s grpc.ServerStream) error { return tt.handler(t, s) })
+			if status.Code(err) != tt.want {
+				t.Errorf("interceptor() = %v; want code %v", err, tt.want)
+			}
+			if got := strings.Join(ss.ops, ","); got != tt.ops {
+				t.Errorf("reached the transport: %q; want %q", got, tt.ops)
+			}
+		})
+	}
+}
+
+// TestStreamHeldHandlerDoesNotSeeToken: a handler that starts before the
+// check finds no "authorization" metadata in its context, before or after
+// its first RecvMsg.
+func TestStreamHeldHandlerDoesNotSeeToken(t *testing.T) {
+	t.Parallel()
+	interceptor := grpcauth.StreamServerInterceptor(testOptions(nil))
+	info := &grpc.StreamServerInfo{FullMethod: "/" + unregisteredPkg + ".Svc/Chat", IsClientStream: true, IsServerStream: true}
+	ctx := metadata.NewIncomingContext(context.Background(), metadata.Pairs("authorization", "Bearer "+aliceToken))
+	ss := &fakeStream{ctx: ctx, msgs: []string{""}}
+	err := interceptor(nil, ss, info, func(_ any, s grpc.ServerStream) error {
+		if v := metadata.ValueFromIncomingContext(s.Context(), "authorization"); len(v) != 0 {
+			t.Errorf("authorization metadata before the first RecvMsg = %q; want none", v)
+		}
+		if err := s.RecvMsg(dynamicpb.NewMessage(requestDesc)); err != nil {
+			return err
+		}
+		if v := metadata.ValueFromIncomingContext(s.Context(), "authorization"); len(v) != 0 {
+			t.Errorf("authorization metadata after the first RecvMsg = %q; want none", v)
 		}
 		return nil
 	})
-	if ss.sent != 0 {
-		t.Errorf("messages reaching the transport after a denial = %d; want 0", ss.sent)
+	if err != nil {
+		t.Fatalf("interceptor() = %v", err)
 	}
 }

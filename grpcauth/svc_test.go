@@ -18,6 +18,7 @@ import (
 	"google.golang.org/protobuf/proto"
 	"google.golang.org/protobuf/reflect/protodesc"
 	"google.golang.org/protobuf/reflect/protoreflect"
+	"google.golang.org/protobuf/reflect/protoregistry"
 	"google.golang.org/protobuf/types/descriptorpb"
 	"google.golang.org/protobuf/types/dynamicpb"
 	"google.golang.org/protobuf/types/known/wrapperspb"
@@ -33,7 +34,7 @@ func TestMain(m *testing.M) {
 	goleak.VerifyTestMain(m)
 }
 
-// The test service is described at run time, so that the tests need no
+// The test services are described at run time, so that the tests need no
 // generated code:
 //
 //	message Request { string security_token = 1; string namespace = 2; string name = 3; }
@@ -44,21 +45,43 @@ func TestMain(m *testing.M) {
 //	  rpc Chat(stream Request) returns (stream google.protobuf.StringValue);
 //	  rpc Upload(stream Request) returns (google.protobuf.StringValue);
 //	}
+//	service Probe { // handlers that act before their first RecvMsg
+//	  rpc LeakServer(Request) returns (stream google.protobuf.StringValue);
+//	  rpc LeakClient(stream Request) returns (google.protobuf.StringValue);
+//	  rpc LeakBidi(stream Request) returns (stream google.protobuf.StringValue);
+//	}
+//
+// The file is registered in protoregistry.GlobalFiles and its Request in
+// GlobalTypes, as generated code registers itself, so that the stream
+// interceptor can find the methods' input type. The same services are
+// also served under the package grpcauth.unregistered, which the registry
+// does not know: there the interceptor must hold what the handler sends.
 const (
 	methodGet    = "/grpcauth.test.Svc/Get"
 	methodList   = "/grpcauth.test.Svc/List"
 	methodChat   = "/grpcauth.test.Svc/Chat"
 	methodUpload = "/grpcauth.test.Svc/Upload"
 	methodNop    = "/grpcauth.test.Svc/Nop"
+
+	registeredPkg   = "grpcauth.test"
+	unregisteredPkg = "grpcauth.unregistered"
 )
 
-var requestDesc = func() protoreflect.MessageDescriptor {
+var testFile = func() protoreflect.FileDescriptor {
 	str := descriptorpb.FieldDescriptorProto_TYPE_STRING.Enum()
 	opt := descriptorpb.FieldDescriptorProto_LABEL_OPTIONAL.Enum()
+	method := func(name string, clientStreams, serverStreams bool) *descriptorpb.MethodDescriptorProto {
+		return &descriptorpb.MethodDescriptorProto{
+			Name: proto.String(name), InputType: proto.String(".grpcauth.test.Request"),
+			OutputType:      proto.String(".google.protobuf.StringValue"),
+			ClientStreaming: proto.Bool(clientStreams), ServerStreaming: proto.Bool(serverStreams),
+		}
+	}
 	fdp := &descriptorpb.FileDescriptorProto{
-		Name:    proto.String("grpcauth_test.proto"),
-		Package: proto.String("grpcauth.test"),
-		Syntax:  proto.String("proto3"),
+		Name:       proto.String("grpcauth_test.proto"),
+		Package:    proto.String(registeredPkg),
+		Syntax:     proto.String("proto3"),
+		Dependency: []string{"google/protobuf/wrappers.proto"},
 		MessageType: []*descriptorpb.DescriptorProto{{
 			Name: proto.String("Request"),
 			Field: []*descriptorpb.FieldDescriptorProto{
@@ -67,13 +90,33 @@ var requestDesc = func() protoreflect.MessageDescriptor {
 				{Name: proto.String("name"), Number: proto.Int32(3), Type: str, Label: opt, JsonName: proto.String("name")},
 			},
 		}},
+		Service: []*descriptorpb.ServiceDescriptorProto{{
+			Name: proto.String("Svc"),
+			Method: []*descriptorpb.MethodDescriptorProto{
+				method("Nop", false, false), method("Get", false, false), method("List", false, true),
+				method("Chat", true, true), method("Upload", true, false),
+			},
+		}, {
+			Name: proto.String("Probe"),
+			Method: []*descriptorpb.MethodDescriptorProto{
+				method("LeakServer", false, true), method("LeakClient", true, false), method("LeakBidi", true, true),
+			},
+		}},
 	}
-	fd, err := protodesc.NewFile(fdp, nil)
+	fd, err := protodesc.NewFile(fdp, protoregistry.GlobalFiles)
 	if err != nil {
 		panic(err)
 	}
-	return fd.Messages().ByName("Request")
+	if err := protoregistry.GlobalFiles.RegisterFile(fd); err != nil {
+		panic(err)
+	}
+	if err := protoregistry.GlobalTypes.RegisterMessage(dynamicpb.NewMessageType(fd.Messages().ByName("Request"))); err != nil {
+		panic(err)
+	}
+	return fd
 }()
+
+var requestDesc = testFile.Messages().ByName("Request")
 
 // newRequest returns a Request message with the given fields.
 func newRequest(token, namespace, name string) *dynamicpb.Message {
@@ -98,103 +141,110 @@ func whoami(ctx context.Context) string {
 	return u.GetName()
 }
 
-var svcDesc = grpc.ServiceDesc{
-	ServiceName: "grpcauth.test.Svc",
-	HandlerType: (*any)(nil),
-	Methods: []grpc.MethodDesc{{
-		// Nop answers with an empty message, for benchmarks.
-		MethodName: "Nop",
-		Handler: func(_ any, ctx context.Context, dec func(any) error, ic grpc.UnaryServerInterceptor) (any, error) {
-			req := dynamicpb.NewMessage(requestDesc)
-			if err := dec(req); err != nil {
-				return nil, err
-			}
-			h := func(context.Context, any) (any, error) { return &wrapperspb.StringValue{}, nil }
-			if ic == nil {
-				return h(ctx, req)
-			}
-			return ic(ctx, req, &grpc.UnaryServerInfo{FullMethod: methodNop}, h)
-		},
-	}, {
-		MethodName: "Get",
-		Handler: func(_ any, ctx context.Context, dec func(any) error, ic grpc.UnaryServerInterceptor) (any, error) {
-			req := dynamicpb.NewMessage(requestDesc)
-			if err := dec(req); err != nil {
-				return nil, err
-			}
-			h := func(ctx context.Context, _ any) (any, error) {
-				// Report whether the authorization metadata reached the handler.
-				md, _ := metadata.FromIncomingContext(ctx)
-				return wrapperspb.String(whoami(ctx) + " md=" + strings.Join(md.Get("authorization"), ",")), nil
-			}
-			if ic == nil {
-				return h(ctx, req)
-			}
-			return ic(ctx, req, &grpc.UnaryServerInfo{FullMethod: methodGet}, h)
-		},
-	}},
-	Streams: []grpc.StreamDesc{
-		{
-			StreamName:    "List",
-			ServerStreams: true,
-			Handler: func(_ any, ss grpc.ServerStream) error {
+// svcDesc is the Svc service, registered in the protobuf registry.
+var svcDesc = newSvcDesc(registeredPkg)
+
+// newSvcDesc returns the Svc service of package pkg.
+func newSvcDesc(pkg string) grpc.ServiceDesc {
+	service := pkg + ".Svc"
+	return grpc.ServiceDesc{
+		ServiceName: service,
+		HandlerType: (*any)(nil),
+		Methods: []grpc.MethodDesc{{
+			// Nop answers with an empty message, for benchmarks.
+			MethodName: "Nop",
+			Handler: func(_ any, ctx context.Context, dec func(any) error, ic grpc.UnaryServerInterceptor) (any, error) {
 				req := dynamicpb.NewMessage(requestDesc)
-				if err := ss.RecvMsg(req); err != nil {
-					return err
+				if err := dec(req); err != nil {
+					return nil, err
 				}
-				for i := 0; i < 3; i++ {
-					if err := ss.SendMsg(wrapperspb.String(whoami(ss.Context()))); err != nil {
-						return err
-					}
+				h := func(context.Context, any) (any, error) { return &wrapperspb.StringValue{}, nil }
+				if ic == nil {
+					return h(ctx, req)
 				}
-				return nil
+				return ic(ctx, req, &grpc.UnaryServerInfo{FullMethod: "/" + service + "/Nop"}, h)
 			},
-		},
-		{
-			StreamName:    "Chat",
-			ServerStreams: true,
-			ClientStreams: true,
-			Handler: func(_ any, ss grpc.ServerStream) error {
-				for {
+		}, {
+			MethodName: "Get",
+			Handler: func(_ any, ctx context.Context, dec func(any) error, ic grpc.UnaryServerInterceptor) (any, error) {
+				req := dynamicpb.NewMessage(requestDesc)
+				if err := dec(req); err != nil {
+					return nil, err
+				}
+				h := func(ctx context.Context, _ any) (any, error) {
+					// Report whether the authorization metadata reached the handler.
+					md, _ := metadata.FromIncomingContext(ctx)
+					return wrapperspb.String(whoami(ctx) + " md=" + strings.Join(md.Get("authorization"), ",")), nil
+				}
+				if ic == nil {
+					return h(ctx, req)
+				}
+				return ic(ctx, req, &grpc.UnaryServerInfo{FullMethod: "/" + service + "/Get"}, h)
+			},
+		}},
+		Streams: []grpc.StreamDesc{
+			{
+				StreamName:    "List",
+				ServerStreams: true,
+				Handler: func(_ any, ss grpc.ServerStream) error {
 					req := dynamicpb.NewMessage(requestDesc)
-					err := ss.RecvMsg(req)
-					if errors.Is(err, io.EOF) {
-						return nil
-					}
-					if err != nil {
+					if err := ss.RecvMsg(req); err != nil {
 						return err
 					}
-					name, _ := grpcauth.StringField(req, "name")
-					if err := ss.SendMsg(wrapperspb.String(whoami(ss.Context()) + ":" + name)); err != nil {
-						return err
+					for i := 0; i < 3; i++ {
+						if err := ss.SendMsg(wrapperspb.String(whoami(ss.Context()))); err != nil {
+							return err
+						}
 					}
-				}
+					return nil
+				},
+			},
+			{
+				StreamName:    "Chat",
+				ServerStreams: true,
+				ClientStreams: true,
+				Handler: func(_ any, ss grpc.ServerStream) error {
+					for {
+						req := dynamicpb.NewMessage(requestDesc)
+						err := ss.RecvMsg(req)
+						if errors.Is(err, io.EOF) {
+							return nil
+						}
+						if err != nil {
+							return err
+						}
+						name, _ := grpcauth.StringField(req, "name")
+						if err := ss.SendMsg(wrapperspb.String(whoami(ss.Context()) + ":" + name)); err != nil {
+							return err
+						}
+					}
+				},
+			},
+			{
+				StreamName:    "Upload",
+				ClientStreams: true,
+				Handler: func(_ any, ss grpc.ServerStream) error {
+					n := 0
+					for {
+						req := dynamicpb.NewMessage(requestDesc)
+						err := ss.RecvMsg(req)
+						if errors.Is(err, io.EOF) {
+							break
+						}
+						if err != nil {
+							return err
+						}
+						n++
+					}
+					return ss.SendMsg(wrapperspb.String(whoami(ss.Context()) + " sent " + string(rune('0'+n))))
+				},
 			},
 		},
-		{
-			StreamName:    "Upload",
-			ClientStreams: true,
-			Handler: func(_ any, ss grpc.ServerStream) error {
-				n := 0
-				for {
-					req := dynamicpb.NewMessage(requestDesc)
-					err := ss.RecvMsg(req)
-					if errors.Is(err, io.EOF) {
-						break
-					}
-					if err != nil {
-						return err
-					}
-					n++
-				}
-				return ss.SendMsg(wrapperspb.String(whoami(ss.Context()) + " sent " + string(rune('0'+n))))
-			},
-		},
-	},
+	}
 }
 
 // serve starts a server with the interceptors built from opts, the test
-// service and the health service on a bufconn listener, and returns a client
+// service (registered and unregistered) and the health service on a bufconn listener, and returns a client
 // connection to it.
 func serve(t testing.TB, opts grpcauth.Options) *grpc.ClientConn {
 	return serveBench(t, &opts)
@@ -212,6 +262,8 @@ func serveBench(t testing.TB, opts *grpcauth.Options) *grpc.ClientConn {
 	}
 	srv := grpc.NewServer(sopts...)
 	srv.RegisterService(&svcDesc, nil)
+	unregistered := newSvcDesc(unregisteredPkg)
+	srv.RegisterService(&unregistered, nil)
 	healthpb.RegisterHealthServer(srv, health.NewServer())
 	go func() { _ = srv.Serve(lis) }()
 	conn, err := grpc.NewClient("passthrough:///bufnet",
@@ -271,10 +323,16 @@ var getThing = grpcauth.Resource{Verb: "get", APIGroup: "example.com", Resource:
 
 func testOptions(token grpcauth.TokenExtractor) grpcauth.Options {
 	rule := grpcauth.Rule{Token: token, Attributes: getThing}
+	rules := map[string]grpcauth.Rule{}
+	for _, pkg := range []string{registeredPkg, unregisteredPkg} {
+		for _, m := range []string{"/Svc/Get", "/Svc/List", "/Svc/Chat", "/Svc/Upload", "/Probe/LeakServer", "/Probe/LeakClient", "/Probe/LeakBidi"} {
+			rules["/"+pkg+"."+m[1:]] = rule
+		}
+	}
 	return grpcauth.Options{
 		Authenticator: fakeAuthn,
 		Authorizer:    fakeAuthz,
-		Rules:         map[string]grpcauth.Rule{methodGet: rule, methodList: rule, methodChat: rule, methodUpload: rule},
+		Rules:         rules,
 		Skip:          grpcauth.HealthAndReflection,
 	}
 }
