@@ -7,6 +7,7 @@ import (
 	"time"
 
 	"google.golang.org/grpc"
+	healthpb "google.golang.org/grpc/health/grpc_health_v1"
 	"google.golang.org/grpc/metadata"
 	"google.golang.org/protobuf/proto"
 	"google.golang.org/protobuf/types/dynamicpb"
@@ -200,8 +201,11 @@ func (s *benchStream) RecvMsg(m any) error {
 // BenchmarkStreamInterceptorDirect measures the stream interceptor alone,
 // called directly on a server-streaming call (one request, three answers)
 // with a stream that costs next to nothing, so that transport noise does not
-// hide its cost; the variants are those of BenchmarkStreamInterceptor, and
-// none calls the handler without the interceptor.
+// hide its cost. The variants are those of BenchmarkStreamInterceptor, plus
+// the token in the metadata with attributes from the message
+// (metadata-registry), and the same with a generated request type
+// (grpc's HealthCheckRequest, the token in its service field) instead of
+// the test's dynamic one; none calls the handler without the interceptor.
 func BenchmarkStreamInterceptorDirect(b *testing.B) {
 	s := authtest.Start(b)
 	s.SetPolicy(allowBackup)
@@ -212,22 +216,30 @@ func BenchmarkStreamInterceptorDirect(b *testing.B) {
 		"content-type", "application/grpc", ":authority", "bufnet"))
 	fixed := grpcauth.Resource{Verb: "get", APIGroup: "example.com", Resource: "things", Namespace: "default", Name: "a"}.Attributes
 	unregisteredList := "/" + unregisteredPkg + ".Svc/List"
-	handler := func(_ any, ss grpc.ServerStream) error {
-		if err := ss.RecvMsg(dynamicpb.NewMessage(requestDesc)); err != nil {
-			return err
-		}
-		for range 3 {
-			if err := ss.SendMsg(nil); err != nil {
+	handler := func(newMsg func() any) grpc.StreamHandler {
+		return func(_ any, ss grpc.ServerStream) error {
+			if err := ss.RecvMsg(newMsg()); err != nil {
 				return err
 			}
+			for range 3 {
+				if err := ss.SendMsg(nil); err != nil {
+					return err
+				}
+			}
+			return nil
 		}
-		return nil
+	}
+	dynamic := func() any { return dynamicpb.NewMessage(requestDesc) }
+	generated := func() any { return new(healthpb.HealthCheckRequest) }
+	fromService := func() grpcauth.Rule {
+		return grpcauth.Rule{Token: grpcauth.FromField("service"), Attributes: fixed}
 	}
 	for _, bc := range []struct {
 		name   string
 		rule   func() grpcauth.Rule // nil: no interceptor
 		method string
 		md     bool
+		gen    bool // the generated HealthCheckRequest, its token in "service"
 	}{
 		{name: "none", method: methodList},
 		{name: "metadata-before-handler", method: methodList, md: true, rule: func() grpcauth.Rule {
@@ -242,19 +254,27 @@ func BenchmarkStreamInterceptorDirect(b *testing.B) {
 		{name: "message-held", method: unregisteredList, rule: func() grpcauth.Rule {
 			return grpcauth.Rule{Token: grpcauth.FromField("security_token"), Attributes: getThing}
 		}},
+		{name: "generated-none", method: healthpb.Health_Watch_FullMethodName, gen: true},
+		{name: "generated-message-registry", method: healthpb.Health_Watch_FullMethodName, gen: true, rule: fromService},
+		{name: "generated-message-held", method: "/grpcauth.unregistered.Health/Watch", gen: true, rule: fromService},
 	} {
 		b.Run(bc.name, func(b *testing.B) {
-			ctx, req := msgCtx, newRequest(tok, "default", "a")
-			if bc.md {
+			var req proto.Message = newRequest(tok, "default", "a")
+			ctx, h := msgCtx, handler(dynamic)
+			switch {
+			case bc.md:
 				ctx, req = mdCtx, newRequest("", "default", "a")
+			case bc.gen:
+				req, h = &healthpb.HealthCheckRequest{Service: tok}, handler(generated)
 			}
 			info := &grpc.StreamServerInfo{FullMethod: bc.method, IsServerStream: true}
-			run := func(ss grpc.ServerStream) error { return handler(nil, ss) }
+			run := func(ss grpc.ServerStream) error { return h(nil, ss) }
 			if bc.rule != nil {
 				opts := realOptions(b, s, nil)
 				opts.Rules[bc.method] = bc.rule()
+				opts.Skip = nil // health is checked here
 				ic := grpcauth.StreamServerInterceptor(opts)
-				run = func(ss grpc.ServerStream) error { return ic(nil, ss, info, handler) }
+				run = func(ss grpc.ServerStream) error { return ic(nil, ss, info, h) }
 			}
 			ss := &benchStream{ctx: ctx, req: req}
 			if err := run(ss); err != nil {
