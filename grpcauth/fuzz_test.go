@@ -2,10 +2,13 @@ package grpcauth_test
 
 import (
 	"context"
+	"net/http"
+	"net/url"
 	"strings"
 	"testing"
 	"unicode/utf8"
 
+	"google.golang.org/grpc"
 	"google.golang.org/grpc/metadata"
 	"google.golang.org/protobuf/proto"
 	"google.golang.org/protobuf/types/dynamicpb"
@@ -95,6 +98,83 @@ func FuzzFromField(f *testing.F) {
 			if tok, ok := grpcauth.FromField("value")(context.Background(), &iv); ok {
 				t.Fatalf("FromField(value)(Int64Value %x) = %q, true; want false for a non-string field", wire, tok)
 			}
+		}
+	})
+}
+
+// FuzzOnlyTo parses OnlyTo entries and request hosts: the token goes to a
+// host only if its name is the entry's, ignoring case, and always goes to
+// the very host named.
+func FuzzOnlyTo(f *testing.F) {
+	for _, s := range [][2]string{
+		{"a.example", "a.example"}, {"a.example", "A.EXAMPLE:443"}, {"a.example:443", "a.example"},
+		{"a.example", "x.a.example"}, {"[::1]:8443", "[::1]:8443"}, {"::1", "[::1]"}, {"a.example:", "a.example"},
+		{"a.example:8443", "a.example:8443"}, {"", "a.example"}, {"a.example/", "a.example"}, {"a.example:https", "a.example"},
+		{"%61.example", "a.example"}, {"a.example.", "a.example"}, {"A.example", "a.example:0443"},
+	} {
+		f.Add(s[0], s[1])
+	}
+	f.Fuzz(func(t *testing.T, entry, host string) {
+		u, err := url.Parse("https://" + host + "/")
+		if err != nil || u.Host != host {
+			return
+		}
+		base := &hostsTransport{}
+		rt := grpcauth.RoundTripper(staticToken("tok-1"), base, grpcauth.OnlyTo(entry))
+		resp, err := rt.RoundTrip(&http.Request{Method: http.MethodGet, URL: u, Header: http.Header{}})
+		if err != nil {
+			t.Fatalf("RoundTrip(%q) = %v", host, err)
+		}
+		_ = resp.Body.Close()
+		sent := strings.HasSuffix(base.seen[0], " Bearer tok-1")
+		e := url.URL{Host: entry}
+		if sent && !strings.EqualFold(e.Hostname(), u.Hostname()) {
+			t.Fatalf("OnlyTo(%q) sent the token to host %q", entry, host)
+		}
+		if sent && strings.ContainsAny(entry, "/?#@ ") {
+			t.Fatalf("OnlyTo(%q), not a host[:port], sent the token to %q", entry, host)
+		}
+		if entry == host && !sent && u.Hostname() != "" && (u.Port() == "" || strings.Trim(u.Port(), "0123456789") == "") &&
+			!strings.ContainsAny(u.Hostname(), "[]:") {
+			t.Fatalf("OnlyTo(%q) did not send the token to the very host %q", entry, host)
+		}
+	})
+}
+
+// FuzzStreamContentType: the interceptor receives the first message itself
+// (so nothing the handler sends before its first RecvMsg is held) only for
+// the proto codec's content types.
+func FuzzStreamContentType(f *testing.F) {
+	for _, s := range []string{
+		"application/grpc", "application/grpc+proto", "application/grpc;proto", "APPLICATION/GRPC+PROTO",
+		"application/grpc+json", "application/grpc+", "application/grpcx", "application/grpc+protox", "text/plain", "",
+	} {
+		f.Add(s)
+	}
+	interceptor := grpcauth.StreamServerInterceptor(testOptions(grpcauth.FromField("security_token")))
+	info := &grpc.StreamServerInfo{FullMethod: methodChat, IsClientStream: true, IsServerStream: true}
+	f.Fuzz(func(t *testing.T, contentType string) {
+		ctx := metadata.NewIncomingContext(context.Background(), metadata.MD{"content-type": []string{contentType}})
+		ss := &fakeStream{ctx: ctx, msgs: []string{aliceToken}}
+		var early bool
+		err := interceptor(nil, ss, info, func(_ any, s grpc.ServerStream) error {
+			_ = s.SendMsg("early")
+			early = len(ss.ops) == 1
+			return s.RecvMsg(newRequest("", "", ""))
+		})
+		if err != nil {
+			t.Fatalf("interceptor(content-type %q) = %v", contentType, err)
+		}
+		if strings.Join(ss.ops, ",") != "early" {
+			t.Fatalf("interceptor(content-type %q) sent %q; want the one message", contentType, ss.ops)
+		}
+		want := false
+		switch strings.ToLower(contentType) {
+		case "application/grpc", "application/grpc+proto", "application/grpc;proto":
+			want = true
+		}
+		if early != want {
+			t.Fatalf("content-type %q: handler started after the check = %v; want %v", contentType, early, want)
 		}
 	})
 }
