@@ -76,54 +76,59 @@ const (
 // through the TokenReview, which alone checks expiry, audiences and that the
 // pod or secret the token is bound to still exists.
 //
-// Tokens are parsed and signatures checked with go-jose
+// Tokens and key sets are parsed, and signatures checked, with go-jose
 // (gopkg.in/go-jose/go-jose.v2), the library and version the API server
-// itself signs and verifies service-account tokens with. The decision, per
-// token:
+// signs and verifies service-account tokens with. Per token:
 //
-//	token                                               answer
-//	not a compact JWS (three base64url parts, a JSON    refused: only JWTs are
-//	  header of at most 2 KiB), or a crit or b64 header   accepted with the
-//	                                                      verifier enabled
-//	alg other than RS256, ES256, ES384, ES512           refused: the API server
-//	  (none, HS256, PS256, EdDSA, ...)                    signs with no other
-//	no key set yet, or fetching it fails                cannot tell: reviewed
-//	kid in the key set, a key of that kid whose type    accepted (then reviewed)
-//	  fits alg (RSA for RS256; P-256, P-384, P-521 for
-//	  ES256, ES384, ES512) verifies the signature
-//	kid in the key set, no key of it fits alg           refused
-//	kid in the key set, no fitting key verifies         refused
-//	kid not in the key set                              refresh when allowed,
-//	                                                      then decide as above;
-//	                                                      still unknown: cannot
-//	                                                      tell, reviewed
-//	no kid, a key that fits alg verifies (the API       accepted (then reviewed)
-//	  server tries every key in that case too)
-//	no kid, no key verifies                             refused
+//	token                                          answer
+//	-----                                          ------
+//	not a compact JWS (three base64url parts,      refused: with the verifier,
+//	a JSON header of at most 2 KiB), or a crit     only JWTs are accepted
+//	or b64 header
+//	alg not RS256, ES256, ES384 or ES512 (none,    refused: the API server
+//	HS256, PS256, EdDSA, ...)                      signs with no other
+//	no key set yet, or it cannot be fetched        cannot tell: reviewed
+//	kid in the key set, and a key of that kid      accepted, then reviewed
+//	that fits alg (RSA: RS256; P-256, P-384,
+//	P-521: ES256, ES384, ES512) verifies it
+//	kid in the key set, no key of it fits alg      refused
+//	kid in the key set, no fitting key verifies    refused
+//	kid not in the key set                         refreshed when allowed and
+//	                                               decided as above; still
+//	                                               unknown: cannot tell,
+//	                                               reviewed
+//	no kid, a key that fits alg verifies it (the   accepted, then reviewed
+//	API server tries every key then too)
+//	no kid, no key verifies it                     refused
 //
-// A "cannot tell" is never a refusal, so it is never cached: an attacker who
-// sends tokens with random key ids uses up the refresh allowance, but a
-// genuine token signed with a key rotated in meanwhile is reviewed and
-// accepted. Such an attacker costs one review per distinct token (bounded
-// by [Options.MaxInFlight] and cached as a rejection by the review), as
-// without the verifier; forged tokens naming a key the verifier knows cost
-// none. An unknown kid is not proof of forgery: the API server also accepts
-// tokens signed by external-signer keys it leaves out of its key set, by
-// keys added after the last fetch, and, for a TokenReview, JWTs of any
-// configured OIDC issuer. The API server has put a kid in every token it
-// signed since Kubernetes 1.16 (an external signer must), so a token without
-// one was signed, if genuine, by a long-published key. Keys the verifier
-// cannot use (other types, RSA outside 2048 to 8192 bits, malformed) are skipped, and a
-// token naming one is reviewed.
+// Keys the verifier cannot use (other types, RSA outside 2048 to 8192 bits,
+// "use" other than "sig", malformed) are skipped, and where one of them
+// could have signed the token (its kid, or no kid), "refused" becomes
+// "cannot tell".
+//
+// "Cannot tell" is never a refusal, so it is never cached. An unknown kid is
+// not proof of forgery: the API server also accepts tokens signed by keys
+// added since the last fetch, by external-signer keys it leaves out of its
+// key set, and, in a TokenReview, JWTs from any OIDC issuer it trusts. So an
+// attacker sending tokens with random key ids uses up the refresh allowance
+// but locks no one out: a genuine token signed with a key rotated in
+// meanwhile is reviewed and accepted. Each such token costs one review, as
+// it would without the verifier (bounded by [Options.MaxInFlight], and the
+// review's rejection is cached); forged tokens naming a key in the key set
+// cost none. A token without a kid is refused when no key verifies it: the
+// API server puts a kid in every token it signs, and an external signer
+// must, so a genuine token without one predates kids and was signed by a key
+// the cluster has long published.
 //
 // Keys are fetched on first use and refreshed every RefreshInterval, or
 // sooner when a token names an unknown key id, but no fetch starts less than
-// MinRefreshInterval after the previous one. Tokens that need the key set
-// while a fetch is in flight wait for it, within their own deadline. One
-// fetch runs at a time, on a goroutine of its own, detached from any one
-// caller's cancellation and bounded by 5 s; it is cancelled when every
-// caller waiting for it has given up (see [cache.Group]). The key set may
-// hold at most 32 keys in at most 64 KiB; a larger one is not used.
+// MinRefreshInterval after the previous one. A token with nothing to be
+// checked with (no key set yet, or an unknown kid) waits for a fetch in
+// flight, within its own deadline. One fetch runs at a time, on a goroutine
+// of its own, detached from the cancellation of the caller that started it
+// and bounded by 5 s; it is cancelled when every caller waiting for it has
+// given up (see [cache.Group]). A key set over 64 KiB or 32 keys is not
+// used. Refusal reasons never quote the token.
 //
 // The caller of the API server needs get on the non-resource URL
 // /openid/v1/jwks (the system:service-account-issuer-discovery ClusterRole).
@@ -251,18 +256,13 @@ func parseJWS(token string) (*jose.JSONWebSignature, error) {
 	// go-jose also reads the JSON serialization and strips whitespace; the
 	// API server signs neither. Check the compact shape first, which also
 	// keeps junk away from the JSON parser.
-	dots := 0
+	if strings.Count(token, ".") != 2 {
+		return nil, errors.New("not a JWT")
+	}
 	for i := 0; i < len(token); i++ {
-		switch c := token[i]; {
-		case c == '.':
-			dots++
-		case 'A' <= c && c <= 'Z', 'a' <= c && c <= 'z', '0' <= c && c <= '9', c == '-', c == '_':
-		default:
+		if !compactJWS[token[i]] {
 			return nil, errors.New("not a JWT")
 		}
-	}
-	if dots != 2 {
-		return nil, errors.New("not a JWT")
 	}
 	if n := strings.IndexByte(token, '.'); n == 0 || n > (maxJWSHeader*4+2)/3 {
 		return nil, errors.New("malformed or oversized JWT header")
@@ -278,6 +278,14 @@ func parseJWS(token string) (*jose.JSONWebSignature, error) {
 	}
 	return jws, nil
 }
+
+// compactJWS is the alphabet of a compact JWS: base64url and the dots.
+var compactJWS = func() (t [256]bool) {
+	for _, c := range []byte("ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789-_.") {
+		t[c] = true
+	}
+	return t
+}()
 
 // keysFor returns the key set to check a token naming kid with, fetching it
 // when there is none, when it is stale, or when kid is not in it, within the
@@ -364,12 +372,14 @@ func (s *keySet) known(kid string) bool {
 	return ok || s.unusable[kid]
 }
 
-// parseJWKS parses a JSON Web Key Set with go-jose, one key at a time: a key
-// it cannot use (an unknown type, a private or symmetric key, an RSA key
-// outside 2048 to 8192 bits, a curve other than P-256, P-384, P-521, an "alg" that
-// does not fit the key, a "use" other than "sig", or a malformed entry) is
-// skipped, and tokens naming it are reviewed. A document that is not a key
-// set, or past maxJWKSSize or maxJWKSKeys, is an error.
+// parseJWKS parses a JSON Web Key Set with go-jose, one key at a time, so
+// that one entry it cannot use does not spoil the others (go-jose's
+// JSONWebKeySet refuses the whole set). An entry it cannot use (an unknown
+// type, a private or symmetric key, an RSA key outside 2048 to 8192 bits, a
+// curve other than P-256, P-384, P-521, an "alg" that does not fit the key,
+// a "use" other than "sig", or a malformed entry) is skipped, and tokens it
+// could have signed are reviewed. A document that is not a key set, or past
+// maxJWKSSize or maxJWKSKeys, is an error.
 func parseJWKS(raw []byte) (*keySet, error) {
 	if len(raw) > maxJWKSSize {
 		return nil, fmt.Errorf("authn: JWKS larger than %d bytes", maxJWKSSize)
