@@ -12,10 +12,14 @@ import (
 	"encoding/pem"
 	"errors"
 	"fmt"
+	"net/http"
+	"net/http/httptest"
 	"strings"
+	"sync"
 	"testing"
 	"time"
 
+	"k8s.io/client-go/rest"
 	clocktesting "k8s.io/utils/clock/testing"
 
 	"github.com/reviewauth/reviewauth"
@@ -642,4 +646,58 @@ func mustEC(t *testing.T) *ecdsa.PrivateKey {
 		t.Fatal(err)
 	}
 	return key
+}
+
+// TestNewJWKSVerifierOverHTTP runs the verifier's real client-go fetch
+// against a real HTTP server: the key set is read up to its size limit, and
+// a refused or oversized answer leaves the verifier unable to tell, never
+// refusing.
+func TestNewJWKSVerifierOverHTTP(t *testing.T) {
+	t.Parallel()
+	k := testKeys()
+	genuine := signGenuine(k.p256, claims)
+	pad := func(n int) []byte {
+		raw := jwksOf(k.p256)
+		return append(raw, []byte(strings.Repeat(" ", n-len(raw)))...)
+	}
+	for _, tt := range []struct {
+		name   string
+		status int
+		body   []byte
+		want   outcome
+	}{
+		{"key set", http.StatusOK, jwksOf(k.p256), accepted},
+		{"key set at the size limit", http.StatusOK, pad(authn.MaxJWKSSize), accepted},
+		{"key set 1 byte over the size limit", http.StatusOK, pad(authn.MaxJWKSSize + 1), cannotTell},
+		{"forbidden (no RBAC for /openid/v1/jwks)", http.StatusForbidden, []byte(`{"kind":"Status","apiVersion":"v1","status":"Failure","reason":"Forbidden","code":403}`), cannotTell},
+		{"server error", http.StatusInternalServerError, nil, cannotTell},
+	} {
+		t.Run(tt.name, func(t *testing.T) {
+			t.Parallel()
+			var paths []string
+			var mu sync.Mutex
+			srv := httptest.NewTLSServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+				mu.Lock()
+				paths = append(paths, r.Method+" "+r.URL.Path)
+				mu.Unlock()
+				w.Header().Set("Content-Type", "application/json")
+				w.WriteHeader(tt.status)
+				w.Write(tt.body)
+			}))
+			defer srv.Close()
+			cfg := &rest.Config{Host: srv.URL, TLSClientConfig: rest.TLSClientConfig{Insecure: true}}
+			v, err := authn.NewJWKSVerifier(cfg, authn.JWKSOptions{Clock: clocktesting.NewFakeClock(time.Now())})
+			if err != nil {
+				t.Fatal(err)
+			}
+			if got := outcomeOf(v.Verify(context.Background(), genuine)); got != tt.want {
+				t.Errorf("Verify(genuine) %s; want %s", got, tt.want)
+			}
+			mu.Lock()
+			defer mu.Unlock()
+			if len(paths) != 1 || paths[0] != "GET /openid/v1/jwks" {
+				t.Errorf("requests = %q; want one GET /openid/v1/jwks (no retries)", paths)
+			}
+		})
+	}
 }
