@@ -252,6 +252,17 @@ func (v *JWKSVerifier) Verify(ctx context.Context, token string) error {
 
 // parseJWS parses a compact JWS without trusting anything in it. Its errors
 // never quote the token.
+//
+// go-jose costs more than the hand-written JOSE this verifier used before;
+// it is kept because the signature check dominates the path a flood of
+// forged tokens takes, and the hand-written code had the algorithm
+// confusions go-jose plus keyAlgorithm rule out. BenchmarkJWKSVerify, CPU
+// time per token (AMD EPYC, -cpu 1), go-jose vs hand-written: forged RS256
+// 95 vs 61 µs, forged ES256 155 vs 98 µs, unknown kid (parse only; go-jose
+// v2 rebuilds the token rune by rune to strip whitespace) 34 vs 4 µs, not a
+// JWT 0.3 vs 0.2 µs. A TokenReview, which every one of them would cost
+// otherwise, is a round trip and far more work for the API server, and a
+// repeated token is answered from the rejection cache.
 func parseJWS(token string) (*jose.JSONWebSignature, error) {
 	// go-jose also reads the JSON serialization and strips whitespace; the
 	// API server signs neither. Check the compact shape first, which also
