@@ -2,10 +2,24 @@ package authn_test
 
 import (
 	"context"
+	"crypto"
+	"crypto/ecdsa"
+	"crypto/elliptic"
+	"crypto/rand"
+	"crypto/rsa"
+	"crypto/x509"
+	"encoding/json"
+	"encoding/pem"
 	"errors"
+	"fmt"
+	"net/http"
+	"net/http/httptest"
+	"strings"
+	"sync"
 	"testing"
 	"time"
 
+	"k8s.io/client-go/rest"
 	clocktesting "k8s.io/utils/clock/testing"
 
 	"github.com/reviewauth/reviewauth"
@@ -22,6 +36,345 @@ func newPreVerified(t *testing.T, srv *authtest.Server, clk *clocktesting.FakeCl
 	return newAuth(t, srv, authn.Options{Audiences: []string{aud}, PreVerifier: v, Clock: clk})
 }
 
+// outcome is what a PreVerifier's answer means to the Authenticator.
+type outcome string
+
+const (
+	accepted   outcome = "accepted (reviewed)"
+	refused    outcome = "refused as forged"
+	cannotTell outcome = "cannot tell (reviewed)"
+)
+
+func outcomeOf(err error) outcome {
+	switch {
+	case err == nil:
+		return accepted
+	case errors.Is(err, reviewauth.ErrUnauthenticated):
+		return refused
+	default:
+		return cannotTell
+	}
+}
+
+// forgedWithKid returns a token naming the key id of genuine, with other
+// claims and a signature that no key made.
+func forgedWithKid(genuine string, claims map[string]any) string {
+	payload, _ := json.Marshal(claims)
+	sig := make([]byte, len(splitDots(genuine)[2])*3/4)
+	rand.Read(sig)
+	return splitDots(genuine)[0] + "." + b64.EncodeToString(payload) + "." + b64.EncodeToString(sig)
+}
+
+// randomKidToken returns a JWT naming a random key id, as an attacker sends
+// to make the verifier refresh.
+func randomKidToken() string {
+	kid := make([]byte, 32)
+	rand.Read(kid)
+	sig := make([]byte, 256)
+	rand.Read(sig)
+	payload, _ := json.Marshal(map[string]any{"sub": "system:serviceaccount:apps:backup", "aud": []string{aud}})
+	return b64.EncodeToString([]byte(header("RS256", b64.EncodeToString(kid)))) + "." + b64.EncodeToString(payload) + "." + b64.EncodeToString(sig)
+}
+
+var claims = map[string]any{"iss": "https://kubernetes.default.svc", "sub": "system:serviceaccount:apps:backup", "aud": []string{aud}}
+
+// headerOfSize returns a JOSE header naming kid with alg, exactly n bytes
+// long.
+func headerOfSize(alg, kid string, n int) string {
+	h := header(alg, kid)
+	pad := n - len(h) - len(`,"pad":""`)
+	return h[:len(h)-1] + `,"pad":"` + strings.Repeat("x", pad) + `"}`
+}
+
+// TestJWKSDecisions checks every row of JWKSVerifier's decision table
+// against a key set served the way the API server serves it, with tokens
+// signed the way it signs them (go-jose), and hand-made tokens that a
+// careless verifier accepts.
+func TestJWKSDecisions(t *testing.T) {
+	t.Parallel()
+	k := testKeys()
+	jwks := newJWKSServer(k.rsa, k.p256, k.p384, k.p521)
+	clk := clocktesting.NewFakeClock(time.Now())
+	v := authn.NewJWKSVerifierFunc(jwks.fetch, authn.JWKSOptions{Clock: clk})
+	ctx := context.Background()
+	if err := v.Verify(ctx, signGenuine(k.p256, claims)); err != nil {
+		t.Fatalf("Verify(genuine ES256) = %v; want nil", err)
+	}
+	other, err := ecdsa.GenerateKey(elliptic.P256(), rand.Reader)
+	if err != nil {
+		t.Fatal(err)
+	}
+	der, err := x509.MarshalPKIXPublicKey(k.rsa.priv.Public())
+	if err != nil {
+		t.Fatal(err)
+	}
+	pemKey := pem.EncodeToMemory(&pem.Block{Type: "PUBLIC KEY", Bytes: der})
+	swapped := swapPayload(signGenuine(k.rsa, claims), signGenuine(k.rsa, map[string]any{"sub": "system:serviceaccount:kube-system:admin"}))
+
+	tests := []struct {
+		name  string
+		token string
+		want  outcome
+	}{
+		// A kid in the key set, the algorithm that fits its key.
+		{"RS256 genuine", signGenuine(k.rsa, claims), accepted},
+		{"ES256 genuine", signGenuine(k.p256, claims), accepted},
+		{"ES384 genuine", signGenuine(k.p384, claims), accepted},
+		{"ES512 genuine", signGenuine(k.p521, claims), accepted},
+		{"RS256 payload swapped under a genuine signature", swapped, refused},
+		{"ES256 signed by another key", signRaw(header("ES256", k.p256.kid), claims, other, crypto.SHA256, false), refused},
+		{"ES256 signature bytes random", forgedWithKid(signGenuine(k.p256, claims), claims), refused},
+
+		// A kid in the key set, an algorithm that does not fit its key,
+		// with a signature that is valid for the key and that hash.
+		{"ES256 header, P-384 key's kid, signed by it over SHA-256", signRaw(header("ES256", k.p384.kid), claims, k.p384.priv, crypto.SHA256, false), refused},
+		{"ES384 header, P-256 key's kid, signed by it over SHA-384", signRaw(header("ES384", k.p256.kid), claims, k.p256.priv, crypto.SHA384, false), refused},
+		{"ES512 header, P-384 key's kid", signRaw(header("ES512", k.p384.kid), claims, k.p384.priv, crypto.SHA512, false), refused},
+		{"RS256 header, EC key's kid", signRaw(header("RS256", k.p256.kid), claims, k.rsa.priv, crypto.SHA256, false), refused},
+		{"ES256 header, RSA key's kid", signRaw(header("ES256", k.rsa.kid), claims, k.p256.priv, crypto.SHA256, false), refused},
+
+		// Algorithms the API server never signs with.
+		{"alg none", signRaw(header("none", k.rsa.kid), claims, nil, 0, false), refused},
+		{"alg none without kid", signRaw(header("none", ""), claims, nil, 0, false), refused},
+		{"HS256 keyed with the RSA public key (DER)", signRaw(header("HS256", k.rsa.kid), claims, der, crypto.SHA256, false), refused},
+		{"HS256 keyed with the RSA public key (PEM)", signRaw(header("HS256", k.rsa.kid), claims, pemKey, crypto.SHA256, false), refused},
+		{"HS256 keyed with the RSA public key, no kid", signRaw(header("HS256", ""), claims, pemKey, crypto.SHA256, false), refused},
+		{"PS256 by the RSA key", signRaw(header("PS256", k.rsa.kid), claims, k.rsa.priv, crypto.SHA256, true), refused},
+		{"RS384 by the RSA key", signRaw(header("RS384", k.rsa.kid), claims, k.rsa.priv, crypto.SHA384, false), refused},
+
+		// No kid: every key that fits is tried.
+		{"no kid, ES256 by a published key", signRaw(header("ES256", ""), claims, k.p256.priv, crypto.SHA256, false), accepted},
+		{"no kid, RS256 by a published key", signRaw(header("RS256", ""), claims, k.rsa.priv, crypto.SHA256, false), accepted},
+		{"no kid, RS256 by an unpublished key", signRaw(header("RS256", ""), claims, k.rsa2.priv, crypto.SHA256, false), refused},
+
+		// A kid not in the key set, no refresh allowed: review it.
+		{"unknown kid, genuinely signed by a key not yet fetched", signGenuine(k.rsa2, claims), cannotTell},
+		{"unknown random kid", randomKidToken(), cannotTell},
+		{"authtest.MintJWT", authtest.MintJWT(claims), cannotTell},
+
+		// Not a compact JWS.
+		{"empty", "", refused},
+		{"opaque token", "0123456789abcdef0123456789abcdef", refused},
+		{"two parts", "eyJhbGciOiJSUzI1NiJ9.e30", refused},
+		{"four parts", signGenuine(k.p256, claims) + ".e30", refused},
+		{"empty header", "." + splitDots(signGenuine(k.p256, claims))[1] + "." + splitDots(signGenuine(k.p256, claims))[2], refused},
+		{"JSON serialization", `{"payload":"e30","protected":"eyJhbGciOiJFUzI1NiJ9","signature":"AA"}`, refused},
+		{"header not JSON", b64.EncodeToString([]byte("not json")) + ".e30.AA", refused},
+		{"padded base64", signGenuine(k.p256, claims) + "==", refused},
+		{"whitespace inside", strings.Replace(signGenuine(k.p256, claims), ".", ". ", 1), refused},
+		{"b64 header", signRaw(`{"alg":"ES256","kid":"`+k.p256.kid+`","b64":false,"crit":["b64"]}`, claims, k.p256.priv, crypto.SHA256, false), refused},
+		{"crit header", signRaw(`{"alg":"ES256","kid":"`+k.p256.kid+`","crit":["exp"]}`, claims, k.p256.priv, crypto.SHA256, false), refused},
+		{"header at the size limit", signRaw(headerOfSize("ES256", k.p256.kid, authn.MaxJWSHeader), claims, k.p256.priv, crypto.SHA256, false), accepted},
+		{"header 1 byte over the size limit", signRaw(headerOfSize("ES256", k.p256.kid, authn.MaxJWSHeader+1), claims, k.p256.priv, crypto.SHA256, false), refused},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			t.Parallel()
+			err := v.Verify(ctx, tt.token)
+			if got := outcomeOf(err); got != tt.want {
+				t.Errorf("Verify() = %v (%s); want %s", err, got, tt.want)
+			}
+			if err != nil && strings.Contains(err.Error(), splitDots(tt.token)[0]) && splitDots(tt.token)[0] != "" {
+				t.Errorf("Verify() error %q quotes the token", err)
+			}
+		})
+	}
+	t.Cleanup(func() {
+		if n := jwks.count.Load(); n != 1 {
+			t.Errorf("JWKS fetches = %d; want 1 (the clock did not move past MinRefreshInterval)", n)
+		}
+	})
+}
+
+// TestJWKSRandomKidFloodDuringRotation is the attack of issue #11, item 11:
+// an attacker sends tokens with random key ids all the time, so that every
+// refresh the verifier may make is spent on them, and the cluster rotates
+// its signing key just after one of those refreshes. Genuine tokens signed
+// with the new key must be accepted at every moment (through the review,
+// until the next refresh brings the key), never refused, and never answered
+// from a cached rejection.
+func TestJWKSRandomKidFloodDuringRotation(t *testing.T) {
+	t.Parallel()
+	clk := clocktesting.NewFakeClock(time.Now())
+	srv := authtest.Start(t)
+	a := newPreVerified(t, srv, clk)
+	ctx := context.Background()
+
+	const (
+		seconds    = 125 // of fake time, in 1s steps
+		attackRate = 5   // attacker tokens per second
+		rotateAt   = 30  // right after the attacker's refresh at 30s
+	)
+	genuine, attacks := 0, 0
+	for s := 0; s < seconds; s++ {
+		for range attackRate {
+			attacks++
+			if _, ok, err := a.AuthenticateToken(ctx, randomKidToken()); ok || !errors.Is(err, reviewauth.ErrUnauthenticated) {
+				t.Fatalf("%ds: attacker token: (%v, %v); want ErrUnauthenticated", s, ok, err)
+			}
+		}
+		if s == rotateAt {
+			srv.RotateSigningKey()
+		}
+		tok := srv.MintToken(backup, []string{aud}, time.Time{})
+		genuine++
+		// Twice: the second answer must not come from a cached rejection.
+		for try := range 2 {
+			if _, ok, err := a.AuthenticateToken(ctx, tok); !ok || err != nil {
+				t.Fatalf("%ds (rotated at %ds), try %d: genuine token: (%v, %v); want authenticated", s, rotateAt, try, ok, err)
+			}
+		}
+		clk.Step(time.Second)
+	}
+	// Fetches: the first, then one per MinRefreshInterval at most.
+	if n, max := srv.Count(authtest.JWKS), 1+seconds/30; n > max {
+		t.Errorf("JWKS fetches = %d; want at most %d", n, max)
+	}
+	// Each distinct token is reviewed once: the attacker's cost the API
+	// server what they would without the verifier, and no more.
+	if n := srv.Count(authtest.TokenReviews); n != genuine+attacks {
+		t.Errorf("TokenReviews = %d; want %d (one per distinct token)", n, genuine+attacks)
+	}
+}
+
+// TestJWKSRefreshBounds checks MinRefreshInterval and RefreshInterval at
+// their edges, and that a refresh brings a rotated key into use.
+func TestJWKSRefreshBounds(t *testing.T) {
+	t.Parallel()
+	k := testKeys()
+	jwks := newJWKSServer(k.p256)
+	clk := clocktesting.NewFakeClock(time.Now())
+	const minRefresh, refresh = 30 * time.Second, 10 * time.Minute
+	v := authn.NewJWKSVerifierFunc(jwks.fetch, authn.JWKSOptions{Clock: clk, MinRefreshInterval: minRefresh, RefreshInterval: refresh})
+	ctx := context.Background()
+	old, rotated := signGenuine(k.p256, claims), signGenuine(k.rsa, claims)
+	check := func(step string, token string, want outcome, wantFetches int32) {
+		t.Helper()
+		if got := outcomeOf(v.Verify(ctx, token)); got != want {
+			t.Errorf("%s: Verify() %s; want %s", step, got, want)
+		}
+		if n := jwks.count.Load(); n != wantFetches {
+			t.Errorf("%s: JWKS fetches = %d; want %d", step, n, wantFetches)
+		}
+	}
+	check("first use", old, accepted, 1)
+	jwks.set(jwksOf(k.rsa, k.p256), nil) // the cluster rotates
+	check("rotated key at once", rotated, cannotTell, 1)
+	clk.Step(minRefresh - time.Nanosecond)
+	check("rotated key 1ns before MinRefreshInterval", rotated, cannotTell, 1)
+	clk.Step(time.Nanosecond)
+	check("rotated key at MinRefreshInterval", rotated, accepted, 2)
+	check("forged with the rotated key's kid", forgedWithKid(rotated, claims), refused, 2)
+	clk.Step(refresh - time.Nanosecond)
+	check("known key 1ns before RefreshInterval", old, accepted, 2)
+	clk.Step(time.Nanosecond)
+	check("known key at RefreshInterval", old, accepted, 3)
+	// A key retired by the cluster is unknown after the next refresh.
+	jwks.set(jwksOf(k.rsa), nil)
+	clk.Step(refresh)
+	check("retired key after a refresh", old, cannotTell, 4)
+}
+
+// TestJWKSKeySetUnavailable: with no key set, or a key set that cannot be
+// used, every token is reviewed; a failed refresh keeps the last good set.
+func TestJWKSKeySetUnavailable(t *testing.T) {
+	t.Parallel()
+	k := testKeys()
+	genuine := signGenuine(k.p256, claims)
+	forged := forgedWithKid(genuine, claims)
+	oversized := append(jwksOf(k.p256), make([]byte, authn.MaxJWKSSize)...)
+	for _, tt := range []struct {
+		name string
+		raw  []byte
+		err  error
+	}{
+		{"fetch fails", nil, errors.New("connection refused")},
+		{"not a key set", []byte(`<html>`), nil},
+		{"key set over the size limit", oversized, nil},
+	} {
+		t.Run(tt.name, func(t *testing.T) {
+			t.Parallel()
+			jwks := &jwksServer{}
+			jwks.set(tt.raw, tt.err)
+			clk := clocktesting.NewFakeClock(time.Now())
+			v := authn.NewJWKSVerifierFunc(jwks.fetch, authn.JWKSOptions{Clock: clk})
+			for _, tok := range []string{genuine, forged} {
+				if got := outcomeOf(v.Verify(context.Background(), tok)); got != cannotTell {
+					t.Errorf("Verify() %s; want %s", got, cannotTell)
+				}
+			}
+			if got := outcomeOf(v.Verify(context.Background(), "opaque")); got != refused {
+				t.Errorf("Verify(opaque) %s; want %s: only JWTs are accepted with the verifier", got, refused)
+			}
+			if n := jwks.count.Load(); n != 1 {
+				t.Errorf("JWKS fetches = %d; want 1", n)
+			}
+			// Once the key set is served, forgeries are refused again.
+			jwks.set(jwksOf(k.p256), nil)
+			clk.Step(30 * time.Second)
+			if got := outcomeOf(v.Verify(context.Background(), forged)); got != refused {
+				t.Errorf("after recovery: Verify(forged) %s; want %s", got, refused)
+			}
+			// And a failed refresh keeps that set.
+			jwks.set(nil, errors.New("connection refused"))
+			clk.Step(10 * time.Minute)
+			if got := outcomeOf(v.Verify(context.Background(), forged)); got != refused {
+				t.Errorf("after a failed refresh: Verify(forged) %s; want %s", got, refused)
+			}
+			if got := outcomeOf(v.Verify(context.Background(), genuine)); got != accepted {
+				t.Errorf("after a failed refresh: Verify(genuine) %s; want %s", got, accepted)
+			}
+		})
+	}
+}
+
+// TestJWKSSkippedKeys: a token naming a key the verifier cannot use is
+// reviewed, not refused.
+func TestJWKSSkippedKeys(t *testing.T) {
+	t.Parallel()
+	k := testKeys()
+	weak := newClusterKey(mustRSA(t, 1024), "RS256")
+	weakToken := signRaw(header("RS256", weak.kid), claims, weak.priv, crypto.SHA256, false)
+	for _, tt := range []struct {
+		name  string
+		jwks  []byte
+		token string
+		want  outcome
+	}{
+		{"kid of a 1024-bit RSA key", jwksOf(k.p256, weak), weakToken, cannotTell},
+		{"no kid, signed by a skipped key", jwksOf(k.p256, weak), signRaw(header("RS256", ""), claims, weak.priv, crypto.SHA256, false), cannotTell},
+		{"kid shared by a usable and a skipped key", sharedKid(k.p256, weak), signRaw(header("RS256", k.p256.kid), claims, weak.priv, crypto.SHA256, false), cannotTell},
+		{"kid shared, the usable key signed", sharedKid(k.p256, weak), signRaw(header("ES256", k.p256.kid), claims, k.p256.priv, crypto.SHA256, false), accepted},
+		{"kid of an encryption key", []byte(`{"keys":[{"kty":"EC","use":"enc","kid":"` + k.p256.kid + `","crv":"P-256",` + ecXY(k.p256) + `}]}`), signGenuine(k.p256, claims), cannotTell},
+		{"no kid, nothing skipped, none verifies", jwksOf(k.p256), signRaw(header("ES256", ""), claims, mustEC(t), crypto.SHA256, false), refused},
+	} {
+		t.Run(tt.name, func(t *testing.T) {
+			t.Parallel()
+			jwks := &jwksServer{}
+			jwks.set(tt.jwks, nil)
+			v := authn.NewJWKSVerifierFunc(jwks.fetch, authn.JWKSOptions{Clock: clocktesting.NewFakeClock(time.Now())})
+			if got := outcomeOf(v.Verify(context.Background(), tt.token)); got != tt.want {
+				t.Errorf("Verify() %s; want %s", got, tt.want)
+			}
+		})
+	}
+}
+
+// sharedKid serves a and b under a's kid, as the API server allows.
+func sharedKid(a, b clusterKey) []byte {
+	b.kid = a.kid
+	return jwksOf(a, b)
+}
+
+// ecXY returns the "x" and "y" members of an EC key's JWK.
+func ecXY(k clusterKey) string {
+	var set struct{ Keys []struct{ X, Y string } }
+	if err := json.Unmarshal(jwksOf(k), &set); err != nil {
+		panic(err)
+	}
+	return fmt.Sprintf(`"x":%q,"y":%q`, set.Keys[0].X, set.Keys[0].Y)
+}
+
 func TestJWKSPreVerification(t *testing.T) {
 	t.Parallel()
 	clk := clocktesting.NewFakeClock(time.Now())
@@ -36,10 +389,15 @@ func TestJWKSPreVerification(t *testing.T) {
 	if n := srv.Count(authtest.TokenReviews); n != 1 {
 		t.Fatalf("TokenReviews for a genuine token = %d; want 1: pre-verified tokens are still reviewed", n)
 	}
-	tests := []struct{ name, token string }{
-		{"forged signature", authtest.MintJWT(map[string]any{"sub": "system:serviceaccount:apps:backup", "aud": []string{aud}})},
-		{"opaque token", "0123456789abcdef0123456789abcdef"},
-		{"payload swapped under a genuine signature", swapPayload(genuine, srv.MintToken(backup, []string{"other"}, time.Time{}))},
+	tests := []struct {
+		name        string
+		token       string
+		wantReviews int
+	}{
+		{"forged signature under the cluster's key id", forgedWithKid(genuine, map[string]any{"sub": "system:serviceaccount:apps:backup", "aud": []string{aud}}), 0},
+		{"opaque token", "0123456789abcdef0123456789abcdef", 0},
+		{"payload swapped under a genuine signature", swapPayload(genuine, srv.MintToken(backup, []string{"other"}, time.Time{})), 0},
+		{"unknown key id: reviewed, and rejected by the review", authtest.MintJWT(map[string]any{"sub": "system:serviceaccount:apps:backup", "aud": []string{aud}}), 1},
 	}
 	for _, tt := range tests {
 		before := srv.Count(authtest.TokenReviews)
@@ -47,8 +405,8 @@ func TestJWKSPreVerification(t *testing.T) {
 		if ok || !errors.Is(err, reviewauth.ErrUnauthenticated) {
 			t.Errorf("%s: (%v, %v); want ErrUnauthenticated", tt.name, ok, err)
 		}
-		if n := srv.Count(authtest.TokenReviews) - before; n != 0 {
-			t.Errorf("%s: %d TokenReviews; want 0", tt.name, n)
+		if n := srv.Count(authtest.TokenReviews) - before; n != tt.wantReviews {
+			t.Errorf("%s: %d TokenReviews; want %d", tt.name, n, tt.wantReviews)
 		}
 	}
 	if n := srv.Count(authtest.JWKS); n != 1 {
@@ -96,19 +454,21 @@ func TestJWKSRotationAndBoundedRefresh(t *testing.T) {
 	if n := srv.Count(authtest.JWKS); n != 2 {
 		t.Fatalf("JWKS fetches = %d; want 2", n)
 	}
-	// A flood of tokens with unknown kids fetches no more often than
-	// MinRefreshInterval.
-	for i := 0; i < 100; i++ {
-		forged := authtest.MintJWT(map[string]any{"i": i})
-		if _, ok, _ := a.AuthenticateToken(ctx, forged); ok {
-			t.Fatal("forged token authenticated")
+	// A flood of tokens naming the cluster's key without its signature
+	// costs no review; a flood of unknown kids fetches no more often than
+	// MinRefreshInterval, and costs one review per token.
+	for i := range 100 {
+		for _, forged := range []string{forgedWithKid(rotated, map[string]any{"i": i}), authtest.MintJWT(map[string]any{"i": i})} {
+			if _, ok, _ := a.AuthenticateToken(ctx, forged); ok {
+				t.Fatal("forged token authenticated")
+			}
 		}
 	}
 	if n := srv.Count(authtest.JWKS); n != 2 {
 		t.Errorf("JWKS fetches during a flood of unknown kids = %d; want still 2", n)
 	}
-	if n := srv.Count(authtest.TokenReviews); n != 2 {
-		t.Errorf("TokenReviews = %d; want 2: forged tokens are never reviewed", n)
+	if n := srv.Count(authtest.TokenReviews); n != 2+100 {
+		t.Errorf("TokenReviews = %d; want %d: 2 genuine, 100 unknown kids, 0 for forgeries of a known kid", n, 2+100)
 	}
 }
 
@@ -123,7 +483,7 @@ func TestJWKSUnavailableFallsBackToReview(t *testing.T) {
 	if _, ok, err := a.AuthenticateToken(ctx, genuine); !ok || err != nil {
 		t.Fatalf("genuine token with JWKS down: (%v, %v); want success through the TokenReview", ok, err)
 	}
-	forged := authtest.MintJWT(map[string]any{"sub": "x"})
+	forged := forgedWithKid(genuine, map[string]any{"sub": "x"})
 	if _, ok, err := a.AuthenticateToken(ctx, forged); ok || !errors.Is(err, reviewauth.ErrUnauthenticated) {
 		t.Fatalf("forged token with JWKS down: (%v, %v); want rejected by the TokenReview", ok, err)
 	}
@@ -132,7 +492,7 @@ func TestJWKSUnavailableFallsBackToReview(t *testing.T) {
 	}
 	srv.ClearFaults()
 	clk.Step(30 * time.Second)
-	forged2 := authtest.MintJWT(map[string]any{"sub": "y"})
+	forged2 := forgedWithKid(genuine, map[string]any{"sub": "y"})
 	before := srv.Count(authtest.TokenReviews)
 	a.AuthenticateToken(ctx, forged2)
 	if n := srv.Count(authtest.TokenReviews) - before; n != 0 {
@@ -142,46 +502,75 @@ func TestJWKSUnavailableFallsBackToReview(t *testing.T) {
 
 func TestParseJWKS(t *testing.T) {
 	t.Parallel()
+	k := testKeys()
+	weak := newClusterKey(mustRSA(t, 1024), "RS256")
+	entries := func(n int) string {
+		return `{"keys":[` + strings.TrimSuffix(strings.Repeat(`{"kty":"none"},`, n), ",") + `]}`
+	}
+	padTo := func(raw []byte, n int) string {
+		return string(raw) + strings.Repeat(" ", n-len(raw))
+	}
 	tests := []struct {
-		name    string
-		raw     string
-		wantN   int
-		wantErr bool
+		name        string
+		raw         string
+		wantUsable  int
+		wantSkipped bool
+		wantErr     bool
 	}{
-		{"empty set", `{"keys":[]}`, 0, false},
-		{"not json", `{"keys":[`, 0, true},
-		{"encryption key skipped", `{"keys":[{"kty":"RSA","use":"enc","kid":"a","n":"AQAB","e":"AQAB"}]}`, 0, false},
-		{"weak rsa", `{"keys":[{"kty":"RSA","kid":"a","n":"AQAB","e":"AQAB"}]}`, 0, true},
-		{"bad curve", `{"keys":[{"kty":"EC","kid":"a","crv":"P-192","x":"AA","y":"AA"}]}`, 0, true},
-		{"point not on curve", `{"keys":[{"kty":"EC","kid":"a","crv":"P-256","x":"AAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAA","y":"AAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAA"}]}`, 0, true},
-		{"unknown kty skipped", `{"keys":[{"kty":"OKP","kid":"a"}]}`, 0, false},
+		{"as the API server serves it", string(jwksOf(k.rsa, k.p256, k.p384, k.p521)), 4, false, false},
+		{"empty set", `{"keys":[]}`, 0, false, false},
+		{"no keys member", `{}`, 0, false, true},
+		{"not an object", `[]`, 0, false, true},
+		{"not json", `{"keys":[`, 0, false, true},
+		{"encryption key skipped", `{"keys":[{"kty":"EC","use":"enc","kid":"a","crv":"P-256",` + ecXY(k.p256) + `}]}`, 0, true, false},
+		{"alg that does not fit the key skipped", `{"keys":[{"kty":"EC","alg":"ES384","kid":"a","crv":"P-256",` + ecXY(k.p256) + `}]}`, 0, true, false},
+		{"1024-bit rsa skipped", string(jwksOf(weak)), 0, true, false},
+		{"bad curve skipped", `{"keys":[{"kty":"EC","kid":"a","crv":"P-192","x":"AA","y":"AA"}]}`, 0, true, false},
+		{"point not on curve skipped", `{"keys":[{"kty":"EC","kid":"a","crv":"P-256","x":"AAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAA","y":"AAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAA"}]}`, 0, true, false},
+		{"symmetric key skipped", `{"keys":[{"kty":"oct","kid":"a","k":"c2VjcmV0"}]}`, 0, true, false},
+		{"unknown kty skipped", `{"keys":[{"kty":"OKP","kid":"a"}]}`, 0, true, false},
+		{"one bad key does not spoil the set", `{"keys":[{"kty":"nope"},` + strings.TrimPrefix(string(jwksOf(k.p256)), `{"keys":[`), 1, true, false},
+		{"at the size limit", padTo(jwksOf(k.p256), authn.MaxJWKSSize), 1, false, false},
+		{"1 byte over the size limit", padTo(jwksOf(k.p256), authn.MaxJWKSSize+1), 0, false, true},
+		{"at the key count limit", entries(authn.MaxJWKSKeys), 0, true, false},
+		{"1 key over the key count limit", entries(authn.MaxJWKSKeys + 1), 0, false, true},
 	}
 	for _, tt := range tests {
-		keys, err := authn.ParseJWKS([]byte(tt.raw))
-		if (err != nil) != tt.wantErr || (err == nil && len(keys) != tt.wantN) {
-			t.Errorf("%s: ParseJWKS() = (%d keys, %v); want %d keys, error %v", tt.name, len(keys), err, tt.wantN, tt.wantErr)
+		usable, skipped, err := authn.ParseJWKS([]byte(tt.raw))
+		if (err != nil) != tt.wantErr || usable != tt.wantUsable || skipped != tt.wantSkipped {
+			t.Errorf("%s: ParseJWKS() = (%d usable, skipped %v, %v); want (%d, %v, error %v)", tt.name, usable, skipped, err, tt.wantUsable, tt.wantSkipped, tt.wantErr)
 		}
 	}
 }
 
 func FuzzParseJWKS(f *testing.F) {
+	k := testKeys()
+	f.Add(jwksOf(k.rsa, k.p256, k.p384, k.p521))
 	f.Add([]byte(`{"keys":[{"kty":"EC","kid":"a","crv":"P-256","x":"AA","y":"AA"}]}`))
 	f.Add([]byte(`{"keys":[{"kty":"RSA","kid":"a","n":"AQAB","e":"AQAB"}]}`))
+	f.Add([]byte(`{"keys":[{"kty":"RSA","kid":"a","n":"AQAB","e":"AQAB","x5c":["AA"]}]}`))
 	f.Add([]byte(`{}`))
 	f.Fuzz(func(t *testing.T, raw []byte) {
-		keys, err := authn.ParseJWKS(raw)
-		if err != nil && keys != nil {
+		usable, _, err := authn.ParseJWKS(raw)
+		if err != nil && usable != 0 {
 			t.Fatalf("ParseJWKS returned keys and an error")
+		}
+		if usable > authn.MaxJWKSKeys {
+			t.Fatalf("ParseJWKS returned %d keys; the limit is %d", usable, authn.MaxJWKSKeys)
 		}
 	})
 }
 
+// FuzzJWKSVerify: whatever the token, Verify accepts it only if it carries
+// the genuine header and claims (go-jose, like the API server, reads the
+// base64url leniently, so the encodings may differ).
 func FuzzJWKSVerify(f *testing.F) {
 	srv := authtest.NewServer()
 	defer srv.Close()
 	good := srv.MintToken(backup, []string{aud}, time.Time{})
 	f.Add(good)
 	f.Add(authtest.MintJWT(map[string]any{"a": 1}))
+	f.Add(forgedWithKid(good, claims))
 	f.Add("a.b.c")
 	f.Add("")
 	real, err := authn.NewJWKSVerifier(srv.Config(), authn.JWKSOptions{})
@@ -191,14 +580,124 @@ func FuzzJWKSVerify(f *testing.F) {
 	if err := real.Verify(context.Background(), good); err != nil {
 		f.Fatalf("Verify(genuine) = %v", err)
 	}
+	decoded := func(tok string) string {
+		p := splitDots(tok)
+		h, _ := b64.DecodeString(p[0])
+		c, _ := b64.DecodeString(p[1])
+		return string(h) + "." + string(c)
+	}
 	f.Fuzz(func(t *testing.T, token string) {
-		err := real.Verify(context.Background(), token)
-		if err == nil && token != good {
-			// Any other accepted token must carry the genuine signature
-			// over the genuine signing input.
-			if splitDots(token)[0]+"."+splitDots(token)[1] != splitDots(good)[0]+"."+splitDots(good)[1] {
-				t.Fatalf("Verify accepted a token with a different signing input: %q", token)
-			}
+		if err := real.Verify(context.Background(), token); err == nil && decoded(token) != decoded(good) {
+			t.Fatalf("Verify accepted a token with another header or claims: %q", token)
 		}
 	})
+}
+
+// FuzzJWKSVerifyHeader signs whatever header the fuzzer makes with a key in
+// the set, and checks the verifier against the rules: it accepts only alg
+// ES256 with the key's kid or none, never a crit or b64 header; and it never
+// refuses the header the API server writes.
+func FuzzJWKSVerifyHeader(f *testing.F) {
+	k := testKeys()
+	jwks := newJWKSServer(k.rsa, k.p256)
+	v := authn.NewJWKSVerifierFunc(jwks.fetch, authn.JWKSOptions{Clock: clocktesting.NewFakeClock(time.Now())})
+	genuineHeader := header("ES256", k.p256.kid)
+	f.Add(genuineHeader)
+	f.Add(header("ES256", ""))
+	f.Add(header("ES384", k.p256.kid))
+	f.Add(header("RS256", k.p256.kid))
+	f.Add(header("none", k.p256.kid))
+	f.Add(`{"alg":"ES256","kid":"` + k.p256.kid + `","b64":false,"crit":["b64"]}`)
+	f.Add(`{"alg":"ES256","alg":"HS256"}`)
+	f.Add(`{"alg":"ES256","jwk":{"kty":"EC"}}`)
+	f.Fuzz(func(t *testing.T, h string) {
+		tok := signRaw(h, claims, k.p256.priv, crypto.SHA256, false)
+		err := v.Verify(context.Background(), tok)
+		if h == genuineHeader && err != nil {
+			t.Fatalf("Verify(genuine header) = %v", err)
+		}
+		if err != nil {
+			return
+		}
+		var m map[string]any
+		if json.Unmarshal([]byte(h), &m) != nil {
+			t.Fatalf("Verify accepted a header that is not a JSON object: %q", h)
+		}
+		kid, hasKid := m["kid"]
+		if m["alg"] != "ES256" || (hasKid && kid != k.p256.kid && kid != "") || m["crit"] != nil || m["b64"] != nil {
+			t.Fatalf("Verify accepted header %q", h)
+		}
+	})
+}
+
+func mustRSA(t *testing.T, bits int) *rsa.PrivateKey {
+	t.Helper()
+	key, err := rsa.GenerateKey(rand.Reader, bits)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return key
+}
+
+func mustEC(t *testing.T) *ecdsa.PrivateKey {
+	t.Helper()
+	key, err := ecdsa.GenerateKey(elliptic.P256(), rand.Reader)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return key
+}
+
+// TestNewJWKSVerifierOverHTTP runs the verifier's real client-go fetch
+// against a real HTTP server: the key set is read up to its size limit, and
+// a refused or oversized answer leaves the verifier unable to tell, never
+// refusing.
+func TestNewJWKSVerifierOverHTTP(t *testing.T) {
+	t.Parallel()
+	k := testKeys()
+	genuine := signGenuine(k.p256, claims)
+	pad := func(n int) []byte {
+		raw := jwksOf(k.p256)
+		return append(raw, []byte(strings.Repeat(" ", n-len(raw)))...)
+	}
+	for _, tt := range []struct {
+		name   string
+		status int
+		body   []byte
+		want   outcome
+	}{
+		{"key set", http.StatusOK, jwksOf(k.p256), accepted},
+		{"key set at the size limit", http.StatusOK, pad(authn.MaxJWKSSize), accepted},
+		{"key set 1 byte over the size limit", http.StatusOK, pad(authn.MaxJWKSSize + 1), cannotTell},
+		{"forbidden (no RBAC for /openid/v1/jwks)", http.StatusForbidden, []byte(`{"kind":"Status","apiVersion":"v1","status":"Failure","reason":"Forbidden","code":403}`), cannotTell},
+		{"server error", http.StatusInternalServerError, nil, cannotTell},
+	} {
+		t.Run(tt.name, func(t *testing.T) {
+			t.Parallel()
+			var paths []string
+			var mu sync.Mutex
+			srv := httptest.NewTLSServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+				mu.Lock()
+				paths = append(paths, r.Method+" "+r.URL.Path)
+				mu.Unlock()
+				w.Header().Set("Content-Type", "application/json")
+				w.WriteHeader(tt.status)
+				w.Write(tt.body)
+			}))
+			defer srv.Close()
+			cfg := &rest.Config{Host: srv.URL, TLSClientConfig: rest.TLSClientConfig{Insecure: true}}
+			v, err := authn.NewJWKSVerifier(cfg, authn.JWKSOptions{Clock: clocktesting.NewFakeClock(time.Now())})
+			if err != nil {
+				t.Fatal(err)
+			}
+			if got := outcomeOf(v.Verify(context.Background(), genuine)); got != tt.want {
+				t.Errorf("Verify(genuine) %s; want %s", got, tt.want)
+			}
+			mu.Lock()
+			defer mu.Unlock()
+			if len(paths) != 1 || paths[0] != "GET /openid/v1/jwks" {
+				t.Errorf("requests = %q; want one GET /openid/v1/jwks (no retries)", paths)
+			}
+		})
+	}
 }

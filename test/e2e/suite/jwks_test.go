@@ -2,6 +2,8 @@ package suite_test
 
 import (
 	"context"
+	"encoding/base64"
+	"encoding/json"
 	"errors"
 	"strings"
 	"sync/atomic"
@@ -30,7 +32,9 @@ func (c *countingReviewer) Create(ctx context.Context, tr *authenticationv1.Toke
 // against the real API server's /openid/v1/jwks and its real RS256
 // signatures: a genuine token verifies locally and is still reviewed; a
 // token whose payload was swapped under a genuine header and signature is
-// refused without a review.
+// refused without a review, and so are headers naming the real key with
+// another algorithm; a kid the cluster does not publish is reviewed (and
+// rejected by the API server), never refused locally.
 func TestJWKSPreVerification(t *testing.T) {
 	t.Parallel()
 	c := cluster.Get(t)
@@ -70,5 +74,44 @@ func TestJWKSPreVerification(t *testing.T) {
 	}
 	if n := reviewer.n.Load(); n != 2 {
 		t.Errorf("TokenReviews = %d; want 2 (genuine and other-audience; the forged one is refused locally)", n)
+	}
+
+	// The real header names the real key; change the header and keep the
+	// real payload and signature.
+	rawHeader, err := base64.RawURLEncoding.DecodeString(g[0])
+	if err != nil {
+		t.Fatal(err)
+	}
+	var hdr struct{ Alg, Kid string }
+	if err := json.Unmarshal(rawHeader, &hdr); err != nil || hdr.Alg != "RS256" || hdr.Kid == "" {
+		t.Fatalf("real token header %s: want RS256 with a kid", rawHeader)
+	}
+	withHeader := func(h string) string {
+		return base64.RawURLEncoding.EncodeToString([]byte(h)) + "." + g[1] + "." + g[2]
+	}
+	for _, tt := range []struct {
+		name, token string
+		refused     bool // locally; otherwise reviewed, and rejected by the API server
+	}{
+		{"ES256 header with the real RSA key's kid", withHeader(`{"alg":"ES256","kid":"` + hdr.Kid + `"}`), true},
+		{"alg none with the real kid", withHeader(`{"alg":"none","kid":"` + hdr.Kid + `"}`), true},
+		{"PS256 with the real kid", withHeader(`{"alg":"PS256","kid":"` + hdr.Kid + `"}`), true},
+		{"a kid the cluster does not publish", withHeader(`{"alg":"RS256","kid":"rotated-in-later"}`), false},
+	} {
+		err := v.Verify(ctx, tt.token)
+		if got := errors.Is(err, reviewauth.ErrUnauthenticated); got != tt.refused {
+			t.Errorf("%s: Verify() = %v; want refused %v", tt.name, err, tt.refused)
+		}
+		before := reviewer.n.Load()
+		if _, ok, err := a.AuthenticateToken(ctx, tt.token); ok || !errors.Is(err, reviewauth.ErrUnauthenticated) {
+			t.Errorf("%s: AuthenticateToken() = (%v, %v); want ErrUnauthenticated", tt.name, ok, err)
+		}
+		want := int32(1)
+		if tt.refused {
+			want = 0
+		}
+		if n := reviewer.n.Load() - before; n != want {
+			t.Errorf("%s: TokenReviews = %d; want %d", tt.name, n, want)
+		}
 	}
 }
