@@ -43,4 +43,6 @@ func newVSCLister(idx cache.Indexer) snapshotlisters.VolumeSnapshotContentLister
 	return snapshotlisters.NewVolumeSnapshotContentLister(idx)
 }
 
-func newFakeClock() *clocktesting.FakeClock { return clocktesting.NewFakeClock(time.Unix(1_700_000_000, 0)) }
+func newFakeClock() *clocktesting.FakeClock {
+	return clocktesting.NewFakeClock(time.Unix(1_700_000_000, 0))
+}
