@@ -282,14 +282,26 @@ func TestCSIUpstreamContract(t *testing.T) {
 		wantCode(t, "GetMetadataAllocated(token for another audience)", err, codes.Unauthenticated, tok)
 	})
 
-	// Operators see the refusals, at the default verbosity.
-	logs := s.stderr.String()
-	for _, want := range [][]string{
+	// Operators see the refusals, at the default verbosity. A refusal is
+	// logged once the call has ended, a moment after the caller has its
+	// status: wait for the lines, boundedly.
+	wantLines := [][]string{
 		{`"Refused a call: permission denied"`, `user="` + restricted.user + `"`, `namespace="` + ns + `"`, `role="snapshot"`, `snapshot="snap-2"`},
 		{`"Refused a call: permission denied"`, `user="` + restricted.user + `"`, `role="base snapshot"`},
 		{`"Refused a call: permission denied"`, `user="` + app.user + `"`, `snapshot="(base_snapshot_id ` + snapshotHandle(other, "foreign") + `)"`},
 		{`"Refused a call: unauthenticated"`, `namespace="` + ns + `"`, `snapshot_name="snap-1"`},
-	} {
+	}
+	var logs string
+	_ = wait.PollUntilContextTimeout(t.Context(), 50*time.Millisecond, 5*time.Second, true, func(context.Context) (bool, error) {
+		logs = s.stderr.String()
+		for _, want := range wantLines {
+			if !containsLineWith(logs, want...) {
+				return false, nil
+			}
+		}
+		return true, nil
+	})
+	for _, want := range wantLines {
 		if !containsLineWith(logs, want...) {
 			t.Errorf("the sidecar logged no line with %q; its log:\n%s", want, tail(logs, 40))
 		}
