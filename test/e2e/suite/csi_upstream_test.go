@@ -23,18 +23,20 @@ import (
 )
 
 // backupApp is a backup application as external-snapshot-metadata deploys
-// it: a ServiceAccount whose own API-server token builds the upstream
-// iterator's clients. The iterator asks the TokenRequest API for a fresh
-// token with the sidecar's audience on every run.
+// it: a ServiceAccount, with a kubeconfig holding its own API-server token,
+// which runs the upstream snapshot-metadata-lister command (pkg/iterator,
+// unchanged). The iterator asks the TokenRequest API for a fresh token with
+// the sidecar's audience on every run. It runs as a subprocess: in process,
+// each run would leak the gRPC connection the iterator never closes.
 type backupApp struct {
 	ns, name   string
 	user       string
 	kubeconfig string
-	clients    iterator.Clients
+	lister     string
 }
 
 // newBackupApp creates the ServiceAccount ns/name, binds it to
-// clusterRoles cluster-wide and roles in ns, and builds its clients.
+// clusterRoles cluster-wide and roles in ns, and writes its kubeconfig.
 func newBackupApp(t testing.TB, c *cluster.Cluster, ns, name string, clusterRoles, roles []string) *backupApp {
 	t.Helper()
 	c.CreateServiceAccount(t, ns, name)
@@ -46,48 +48,32 @@ func newBackupApp(t testing.TB, c *cluster.Cluster, ns, name string, clusterRole
 		c.BindRole(t, ns, r, sub)
 	}
 	token := c.RequestToken(t, ns, name, cluster.TokenOptions{ExpirationSeconds: 7200})
-	cfg := c.TokenConfig(token)
-	cfg.QPS, cfg.Burst = 200, 400 // the cost runs make hundreds of requests
-	clients, err := iterator.BuildClients(cfg)
-	if err != nil {
-		t.Fatal(err)
-	}
-	return &backupApp{ns: ns, name: name, user: serviceAccountUser(ns, name), kubeconfig: tokenKubeconfig(t, c, token), clients: clients}
+	return &backupApp{ns: ns, name: name, user: serviceAccountUser(ns, name), kubeconfig: tokenKubeconfig(t, c, token), lister: buildLister(t)}
 }
 
-// counter is an iterator.IteratorEmitter that counts what it is given.
-type counter struct{ records, blocks, done int }
-
-func (e *counter) SnapshotMetadataIteratorRecord(_ int, m iterator.IteratorMetadata) error {
-	e.records++
-	e.blocks += len(m.BlockMetadata)
-	return nil
-}
-
-func (e *counter) SnapshotMetadataIteratorDone(n int) error {
-	e.done = n
-	return nil
-}
-
-// iterate runs the upstream iterator, unchanged, as app: for the allocated
-// blocks of target, or the changes since prevID (a CSI handle) or prevName.
-// driver may be empty: the iterator then finds it from the target's
-// content, as the lister does.
-func (a *backupApp) iterate(ctx context.Context, args iterator.Args) (*counter, error) {
+// list runs the upstream lister as app in its namespace with args (-s
+// SNAPSHOT, -p PREVIOUS, -P PREVIOUS_ID, ...) and returns the records it
+// printed; err is the command's, with its standard error.
+func (a *backupApp) list(ctx context.Context, args ...string) ([]iterator.IteratorMetadata, error) {
 	ctx, cancel := context.WithTimeout(ctx, callTimeout)
 	defer cancel()
-	e := &counter{}
-	args.Clients, args.Emitter, args.MaxResults = a.clients, e, 4
-	if args.Namespace == "" {
-		args.Namespace = a.ns
+	cmd := exec.CommandContext(ctx, a.lister, append([]string{"-kubeconfig", a.kubeconfig, "-n", a.ns, "-o", "json", "-max-results", "4"}, args...)...)
+	var stderr strings.Builder
+	cmd.Stderr = &stderr
+	out, err := cmd.Output()
+	if err != nil {
+		return nil, fmt.Errorf("snapshot-metadata-lister %q: %w: %s", args, err, strings.TrimSpace(stderr.String()))
 	}
-	err := iterator.GetSnapshotMetadata(ctx, args)
-	return e, err
+	var records []iterator.IteratorMetadata
+	if err := json.Unmarshal(out, &records); err != nil {
+		return nil, fmt.Errorf("snapshot-metadata-lister %q printed %q: %w", args, out, err)
+	}
+	return records, nil
 }
 
-// TestCSIUpstreamIteratorCost drives the sidecar with the upstream iterator,
-// which mints a fresh token for every run, and with a client that reuses
-// one token, and counts the TokenReviews and SubjectAccessReviews each
+// TestCSIUpstreamIteratorCost drives the sidecar with the upstream iterator
+// (the snapshot-metadata-lister command), which mints a fresh token for
+// every run, and with a client that reuses one token, and counts the TokenReviews and SubjectAccessReviews each
 // costs with the API server's apiserver_request_total. A fresh token always
 // costs its TokenReview; the SubjectAccessReviews are one per (user,
 // snapshot) per TTL, whatever the token, because the token's credential-id
@@ -130,10 +116,10 @@ func TestCSIUpstreamIteratorCost(t *testing.T) {
 			call := func(ctx context.Context) error {
 				switch {
 				case row.freshTokens && row.delta:
-					_, err := app.iterate(ctx, iterator.Args{SnapshotName: "snap-2", PrevSnapshotID: snapshotHandle(ns, "snap-1")})
+					_, err := app.list(ctx, "-s", "snap-2", "-P", snapshotHandle(ns, "snap-1"))
 					return err
 				case row.freshTokens:
-					_, err := app.iterate(ctx, iterator.Args{SnapshotName: "snap-1"})
+					_, err := app.list(ctx, "-s", "snap-1")
 					return err
 				case row.delta:
 					_, err := delta(ctx, s.client, token, ns, "snap-1", "snap-2")
@@ -194,13 +180,16 @@ func settledReviewCounts(t *testing.T, ctx context.Context, c *cluster.Cluster, 
 	return tr1 - tr0, sar1 - sar0
 }
 
-// TestCSIUpstreamContract runs the upstream iterator, unchanged, through the
+// TestCSIUpstreamContract runs the upstream lister, unchanged, through the
 // snapshot cases of the upstream contract: a delta from a deleted base
-// whose handle the application kept, a retained content, a base by name;
-// a not-ready, a missing and another driver's target, with upstream's codes
-// and messages; a base bound in another namespace; RBAC with resourceNames
-// (upstream authorizes the namespace only, so resourceNames deny it
-// everything). Refusals are logged by the sidecar.
+// whose handle the application kept, from a retained content, from a base
+// by name; a not-ready target, with upstream's code and message; a base
+// bound in another namespace; RBAC with resourceNames (upstream authorizes
+// the namespace only, so resourceNames deny it everything). The cases the
+// lister cannot bring to the sidecar (it looks the target up first) send
+// the same request with the upstream generated client and a fresh token: a
+// missing target, another driver's target, a target the caller may not get.
+// Refusals are logged by the sidecar.
 func TestCSIUpstreamContract(t *testing.T) {
 	t.Parallel()
 	c := cluster.Get(t)
@@ -219,58 +208,75 @@ func TestCSIUpstreamContract(t *testing.T) {
 	app := newBackupApp(t, c, ns, "backup", []string{upstreamClientRole}, nil)
 	c.WaitForAccess(t, snapshotSpec(app.user, ns, "snap-1"), true)
 
-	// restricted may get snap-1 only, and what the iterator needs besides.
-	smsReader := cluster.UniqueName("sms-reader")
-	c.CreateClusterRole(t, smsReader, rbacv1.PolicyRule{Verbs: []string{"get"}, APIGroups: []string{"cbt.storage.k8s.io"}, Resources: []string{"snapshotmetadataservices"}})
+	// restricted may get the VolumeSnapshot snap-1 only, and what the
+	// lister needs besides: contents, the SnapshotMetadataService, its own
+	// tokens.
+	reader := cluster.UniqueName("snapshot-metadata-reader")
+	c.CreateClusterRole(t, reader,
+		rbacv1.PolicyRule{Verbs: []string{"get"}, APIGroups: []string{"cbt.storage.k8s.io"}, Resources: []string{"snapshotmetadataservices"}},
+		rbacv1.PolicyRule{Verbs: []string{"get"}, APIGroups: []string{snapshotGroup}, Resources: []string{"volumesnapshotcontents"}})
 	c.CreateRole(t, ns, "restricted", rbacv1.PolicyRule{Verbs: []string{"get"}, APIGroups: []string{snapshotGroup}, Resources: []string{snapshotResource}, ResourceNames: []string{"snap-1"}},
 		rbacv1.PolicyRule{Verbs: []string{"create"}, APIGroups: []string{""}, Resources: []string{"serviceaccounts/token"}, ResourceNames: []string{"restricted"}})
-	restricted := newBackupApp(t, c, ns, "restricted", []string{smsReader}, []string{"restricted"})
+	restricted := newBackupApp(t, c, ns, "restricted", []string{reader}, []string{"restricted"})
 	c.WaitForAccess(t, snapshotSpec(restricted.user, ns, "snap-1"), true)
 
-	tests := []struct {
+	listed := []struct {
 		name     string
 		app      *backupApp
-		args     iterator.Args
-		want     codes.Code
-		wantMsgs []string
+		args     []string
+		wantMsgs []string // empty: success
 	}{
-		{name: "allocated", app: app, args: iterator.Args{SnapshotName: "snap-1"}},
-		{name: "delta by base name", app: app, args: iterator.Args{SnapshotName: "snap-2", PrevSnapshotName: "snap-1"}},
-		{name: "delta by base handle", app: app, args: iterator.Args{SnapshotName: "snap-2", PrevSnapshotID: snapshotHandle(ns, "snap-1")}},
-		{name: "delta from a deleted base's kept handle", app: app, args: iterator.Args{SnapshotName: "snap-2", PrevSnapshotID: snapshotHandle(ns, "base-deleted")}},
-		{name: "delta from a retained content's handle", app: app, args: iterator.Args{SnapshotName: "snap-2", PrevSnapshotID: snapshotHandle(ns, "base-retained")}},
-		{name: "not ready", app: app, args: iterator.Args{SnapshotName: "not-ready"},
-			want: codes.Unavailable, wantMsgs: []string{"the VolumeSnapshot is not yet ready"}},
-		// The iterator looks the target up itself unless it is told the
-		// driver: tell it, so that the sidecar answers.
-		{name: "missing", app: app, args: iterator.Args{SnapshotName: "missing", CSIDriver: s.driver},
-			want: codes.Unavailable, wantMsgs: []string{"failed to get VolumeSnapshot", "not found"}},
-		{name: "another driver's target", app: app, args: iterator.Args{SnapshotName: "other-driver", CSIDriver: s.driver},
-			want: codes.InvalidArgument, wantMsgs: []string{"does not belong to the CSI driver"}},
-		{name: "base in another namespace", app: app, args: iterator.Args{SnapshotName: "snap-2", PrevSnapshotID: snapshotHandle(other, "foreign")},
-			want: codes.PermissionDenied, wantMsgs: []string{snapshotHandle(other, "foreign"), "is not a VolumeSnapshot in namespace " + fmt.Sprintf("%q", ns)}},
-		{name: "resourceNames: allowed snapshot", app: restricted, args: iterator.Args{SnapshotName: "snap-1", CSIDriver: s.driver, SANamespace: ns, SAName: "restricted"}},
-		{name: "resourceNames: other snapshot", app: restricted, args: iterator.Args{SnapshotName: "snap-2", CSIDriver: s.driver, SANamespace: ns, SAName: "restricted"},
-			want: codes.PermissionDenied, wantMsgs: []string{`"snap-2"`, "the snapshot"}},
-		{name: "resourceNames: other base", app: restricted, args: iterator.Args{SnapshotName: "snap-1", PrevSnapshotID: snapshotHandle(ns, "snap-2"), CSIDriver: s.driver, SANamespace: ns, SAName: "restricted"},
-			want: codes.PermissionDenied, wantMsgs: []string{`"snap-2"`, "the base snapshot", snapshotHandle(ns, "snap-2")}},
+		{name: "allocated", app: app, args: []string{"-s", "snap-1"}},
+		{name: "delta by base name", app: app, args: []string{"-s", "snap-2", "-p", "snap-1"}},
+		{name: "delta by base handle", app: app, args: []string{"-s", "snap-2", "-P", snapshotHandle(ns, "snap-1")}},
+		{name: "delta from a deleted base's kept handle", app: app, args: []string{"-s", "snap-2", "-P", snapshotHandle(ns, "base-deleted")}},
+		{name: "delta from a retained content's handle", app: app, args: []string{"-s", "snap-2", "-P", snapshotHandle(ns, "base-retained")}},
+		{name: "not ready", app: app, args: []string{"-s", "not-ready"},
+			wantMsgs: []string{"code = Unavailable", "the VolumeSnapshot is not yet ready, name: not-ready"}},
+		{name: "base in another namespace", app: app, args: []string{"-s", "snap-2", "-P", snapshotHandle(other, "foreign")},
+			wantMsgs: []string{"code = PermissionDenied", snapshotHandle(other, "foreign"), fmt.Sprintf("is not a VolumeSnapshot in namespace %q", ns)}},
+		{name: "resourceNames: allowed snapshot", app: restricted, args: []string{"-s", "snap-1"}},
+		{name: "resourceNames: other base", app: restricted, args: []string{"-s", "snap-1", "-P", snapshotHandle(ns, "snap-2")},
+			wantMsgs: []string{"code = PermissionDenied", `"snap-2"`, "the base snapshot", snapshotHandle(ns, "snap-2")}},
 	}
-	for _, tt := range tests {
+	for _, tt := range listed {
 		t.Run(tt.name, func(t *testing.T) {
-			e, err := tt.app.iterate(t.Context(), tt.args)
-			t.Logf("observed: %s: %d records, %d blocks, %v", tt.name, e.records, e.blocks, err)
-			if tt.want == codes.OK {
-				if err != nil || e.records == 0 || e.done != e.records {
-					t.Fatalf("GetSnapshotMetadata(%+v) = %d records (done %d), %v; want a stream", tt.args, e.records, e.done, err)
+			records, err := tt.app.list(t.Context(), tt.args...)
+			t.Logf("observed: snapshot-metadata-lister %q: %d records, %v", tt.args, len(records), err)
+			if len(tt.wantMsgs) == 0 {
+				if err != nil || len(records) == 0 {
+					t.Fatalf("snapshot-metadata-lister %q = %d records, %v; want some", tt.args, len(records), err)
 				}
 				return
 			}
-			if got := status.Code(err); got != tt.want {
-				t.Fatalf("GetSnapshotMetadata(%+v) = %v; want code %v", tt.args, err, tt.want)
-			}
 			for _, m := range tt.wantMsgs {
-				if !strings.Contains(err.Error(), m) {
-					t.Errorf("GetSnapshotMetadata(%+v) = %v; want a message containing %q", tt.args, err, m)
+				if err == nil || !strings.Contains(err.Error(), m) {
+					t.Errorf("snapshot-metadata-lister %q = %v; want a failure containing %q", tt.args, err, m)
+				}
+			}
+		})
+	}
+
+	called := []struct {
+		name     string
+		user     string
+		target   string
+		want     codes.Code
+		wantMsgs []string
+	}{
+		{name: "missing", user: "backup", target: "missing", want: codes.Unavailable, wantMsgs: []string{"failed to get VolumeSnapshot", "not found"}},
+		{name: "another driver's target", user: "backup", target: "other-driver", want: codes.InvalidArgument, wantMsgs: []string{"does not belong to the CSI driver"}},
+		{name: "resourceNames: other snapshot", user: "restricted", target: "snap-2", want: codes.PermissionDenied, wantMsgs: []string{`"snap-2"`, "the snapshot"}},
+	}
+	for _, tt := range called {
+		t.Run(tt.name, func(t *testing.T) {
+			tok := c.RequestToken(t, ns, tt.user, cluster.TokenOptions{Audiences: []string{s.audience}})
+			_, err := allocated(t.Context(), s.client, tok, ns, tt.target)
+			t.Logf("observed: %s: %v", tt.name, err)
+			wantCode(t, "GetMetadataAllocated("+tt.target+")", err, tt.want, tok)
+			for _, m := range tt.wantMsgs {
+				if !strings.Contains(status.Convert(err).Message(), m) {
+					t.Errorf("GetMetadataAllocated(%s) = %v; want a message containing %q", tt.target, err, m)
 				}
 			}
 		})
@@ -347,61 +353,6 @@ func buildLister(t testing.TB) string {
 		t.Fatal(listerErr)
 	}
 	return listerBin
-}
-
-// TestCSIUpstreamLister runs the upstream snapshot-metadata-lister command
-// as the backup application, against the sidecar: it finds the sidecar
-// through the SnapshotMetadataService object, mints a token per run, and
-// prints the metadata as JSON.
-func TestCSIUpstreamLister(t *testing.T) {
-	t.Parallel()
-	c := cluster.Get(t)
-	lister := buildLister(t)
-	s := startSidecar(t, c)
-	ns := c.UniqueNamespace(t, "lister")
-	s.createSnapshots(t, ns, "snap-1", "snap-2")
-	content := createSnapshot(t, c, s.driver, ns, "base-deleted", snapshotOptions{})
-	deleteSnapshot(t, c, ns, "base-deleted", content, false)
-	createSnapshot(t, c, s.driver, ns, "not-ready", snapshotOptions{notReady: true})
-	app := newBackupApp(t, c, ns, "backup", []string{upstreamClientRole}, nil)
-	c.WaitForAccess(t, snapshotSpec(app.user, ns, "snap-1"), true)
-
-	tests := []struct {
-		name    string
-		args    []string
-		wantErr string
-	}{
-		{name: "allocated", args: []string{"-s", "snap-1"}},
-		{name: "delta by name", args: []string{"-s", "snap-2", "-p", "snap-1"}},
-		{name: "delta by handle", args: []string{"-s", "snap-2", "-P", snapshotHandle(ns, "snap-1")}},
-		{name: "delta from a deleted base's kept handle", args: []string{"-s", "snap-2", "-P", snapshotHandle(ns, "base-deleted")}},
-		{name: "not ready", args: []string{"-s", "not-ready"}, wantErr: "the VolumeSnapshot is not yet ready"},
-	}
-	for _, tt := range tests {
-		t.Run(tt.name, func(t *testing.T) {
-			ctx, cancel := ctxFor(t, callTimeout)
-			defer cancel()
-			cmd := exec.CommandContext(ctx, lister, append([]string{"-kubeconfig", app.kubeconfig, "-n", ns, "-o", "json"}, tt.args...)...)
-			var stderr strings.Builder
-			cmd.Stderr = &stderr
-			out, err := cmd.Output()
-			t.Logf("observed: snapshot-metadata-lister %q: %d bytes of JSON, %v, stderr %q", tt.args, len(out), err, strings.TrimSpace(stderr.String()))
-			if tt.wantErr != "" {
-				var exit *exec.ExitError
-				if !errors.As(err, &exit) || !strings.Contains(stderr.String(), tt.wantErr) {
-					t.Errorf("snapshot-metadata-lister %q = %v, stderr %q; want a failure saying %q", tt.args, err, stderr.String(), tt.wantErr)
-				}
-				return
-			}
-			if err != nil {
-				t.Fatalf("snapshot-metadata-lister %q = %v\n%s", tt.args, err, stderr.String())
-			}
-			var records []iterator.IteratorMetadata
-			if err := json.Unmarshal(out, &records); err != nil || len(records) == 0 {
-				t.Fatalf("snapshot-metadata-lister %q printed %q (%v); want a JSON list of records", tt.args, out, err)
-			}
-		})
-	}
 }
 
 // TestCSIAudienceMismatch: an --audience that disagrees with the
