@@ -136,3 +136,46 @@ func ExampleFirst() {
 	// /healthz Allow
 	// /metrics Deny asked the API server
 }
+
+// A client that mints a token per call (the upstream CSI snapshot-metadata
+// iterator does) presents a new credential-id every time. It is left out of
+// the cache key, so those calls share one decision; the review sent still
+// carries it. An authorizer that decides on credential-id needs it in the
+// key: an empty CacheKeyIgnoredExtras keeps every extra there.
+func ExampleOptions_cacheKeyIgnoredExtras() {
+	srv := authtest.NewServer()
+	defer srv.Close()
+	srv.SetPolicy(authtest.Rules(authtest.Rule{
+		Users: []string{"system:serviceaccount:default:backup"}, Verbs: []string{"get"},
+		APIGroups: []string{"snapshot.storage.k8s.io"}, Resources: []string{"volumesnapshots"},
+	}))
+	call := func(az *authz.Authorizer, jti string) {
+		app := &user.DefaultInfo{Name: "system:serviceaccount:default:backup", Groups: []string{"system:authenticated"},
+			Extra: map[string][]string{authz.CredentialIDExtra: {"JTI=" + jti}}}
+		_, _, _ = az.Authorize(context.Background(), authorizer.AttributesRecord{
+			User: app, Verb: "get", Namespace: "default", APIGroup: "snapshot.storage.k8s.io",
+			Resource: "volumesnapshots", Name: "snap-1", ResourceRequest: true,
+		})
+	}
+	for _, opt := range []struct {
+		name    string
+		ignored []string
+	}{{"default", nil}, {"empty", []string{}}} {
+		az, err := authz.NewForConfig(srv.Config(), authz.Options{CacheKeyIgnoredExtras: opt.ignored})
+		if err != nil {
+			fmt.Println(err)
+			return
+		}
+		before := srv.Count(authtest.SubjectAccessReviews)
+		for i := range 3 {
+			call(az, fmt.Sprint("token-", i))
+		}
+		fmt.Printf("%s: 3 tokens, %d SubjectAccessReviews\n", opt.name, srv.Count(authtest.SubjectAccessReviews)-before)
+	}
+	last := srv.SubjectAccessReviews()[len(srv.SubjectAccessReviews())-1]
+	fmt.Println("sent:", last.Spec.Extra[authz.CredentialIDExtra])
+	// Output:
+	// default: 3 tokens, 1 SubjectAccessReviews
+	// empty: 3 tokens, 3 SubjectAccessReviews
+	// sent: [JTI=token-2]
+}

@@ -1,7 +1,8 @@
 package authz
 
 // KeyEncoding exposes the canonical encoding of a review, from which cache
-// keys are derived, to the external tests (fuzzing its injectivity).
+// keys are derived, to the external tests (fuzzing its injectivity). It
+// leaves out the extras named in ignored (nil: CredentialIDExtra).
 var KeyEncoding = encodeKey
 
 // AttributeBytes exposes attributeBytes to the external tests.

@@ -50,6 +50,7 @@ type Flags struct {
 //	--authorization-always-allow-groups              groups allowed everything (default none)
 //	--authorization-max-in-flight                    SubjectAccessReviews in flight at most (default 16)
 //	--authorization-qps, --authorization-burst       review client limits (default 200, 400)
+//	--authorization-cache-ignored-extras             user extras left out of the cache key (default credential-id)
 //	--node-name                                      this agent's node
 //	--authorization-require-same-node                allow only callers bound to --node-name
 func (f *Flags) AddFlags(fs *pflag.FlagSet) {
@@ -67,6 +68,12 @@ func (f *Flags) AddFlags(fs *pflag.FlagSet) {
 		"How many SubjectAccessReviews may be in flight at once; more callers wait.")
 	fs.Float32Var(&f.Client.QPS, "authorization-qps", or(f.Client.QPS, float32(DefaultQPS)), "QPS limit of the SubjectAccessReview client.")
 	fs.IntVar(&f.Client.Burst, "authorization-burst", or(f.Client.Burst, DefaultBurst), "Burst limit of the SubjectAccessReview client.")
+	ignored := f.CacheKeyIgnoredExtras
+	if ignored == nil {
+		ignored = []string{CredentialIDExtra}
+	}
+	fs.StringSliceVar(&f.CacheKeyIgnoredExtras, "authorization-cache-ignored-extras", ignored,
+		"User extra keys left out of the SubjectAccessReview cache key (the review still carries them), so that a client minting a token per call shares one cached decision. Set it empty if an authorizer in the cluster decides on one of them.")
 	fs.StringVar(&f.NodeName, "node-name", f.NodeName, "The node this agent runs on.")
 	fs.BoolVar(&f.RequireSameNode, "authorization-require-same-node", f.RequireSameNode,
 		"Allow only callers whose node-bound service-account token names --node-name, in addition to the SubjectAccessReview.")

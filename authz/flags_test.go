@@ -3,6 +3,7 @@ package authz_test
 import (
 	"context"
 	"path/filepath"
+	"slices"
 	"strings"
 	"testing"
 	"time"
@@ -33,7 +34,22 @@ func TestFlags(t *testing.T) {
 			if f.Client.QPS != authz.DefaultQPS || f.Client.Burst != authz.DefaultBurst {
 				t.Errorf("client = %+v; want defaults", f.Client)
 			}
+			if want := []string{authz.CredentialIDExtra}; !slices.Equal(f.CacheKeyIgnoredExtras, want) {
+				t.Errorf("CacheKeyIgnoredExtras = %q; want %q", f.CacheKeyIgnoredExtras, want)
+			}
 		}},
+		{name: "credential-id kept in the cache key", args: []string{"--authorization-cache-ignored-extras="},
+			check: func(t *testing.T, f *authz.Flags) {
+				if f.CacheKeyIgnoredExtras == nil || len(f.CacheKeyIgnoredExtras) != 0 {
+					t.Errorf("CacheKeyIgnoredExtras = %#v; want empty, not nil", f.CacheKeyIgnoredExtras)
+				}
+			}},
+		{name: "pod extras ignored", args: []string{"--authorization-cache-ignored-extras=a,b"},
+			check: func(t *testing.T, f *authz.Flags) {
+				if !slices.Equal(f.CacheKeyIgnoredExtras, []string{"a", "b"}) {
+					t.Errorf("CacheKeyIgnoredExtras = %q; want [a b]", f.CacheKeyIgnoredExtras)
+				}
+			}},
 		{name: "ttls", args: []string{"--authorization-webhook-cache-authorized-ttl=5m", "--authorization-webhook-cache-unauthorized-ttl=30s"},
 			check: func(t *testing.T, f *authz.Flags) {
 				if f.AllowedTTL != 5*time.Minute || f.DeniedTTL != 30*time.Second {

@@ -141,6 +141,28 @@ type Options struct {
 	// disables it: an outage is reported as such.
 	StaleIfError time.Duration
 
+	// CacheKeyIgnoredExtras lists user extra keys left out of the cache
+	// key: two reviews that differ only in these extras share one cache
+	// entry (and one coalesced review). The SubjectAccessReview sent still
+	// carries every extra of the caller that missed. Nil means
+	// []string{[CredentialIDExtra]}; an empty, non-nil slice leaves every
+	// extra in the key.
+	//
+	// The default exists because a bound service-account token's review
+	// carries credential-id "JTI=<unique>", so a client that mints a token
+	// per call (the upstream CSI snapshot-metadata iterator does) would
+	// otherwise cost a SubjectAccessReview per call. Leaving it out is
+	// safe for RBAC and Node authorization, which decide on the user name
+	// and groups only and never read extras. Keep it in the key (pass an
+	// empty slice) if an authorizer in the cluster decides on it: a
+	// webhook, or an AuthorizationConfiguration match condition reading
+	// request.extra. The pod and node extras
+	// (authentication.kubernetes.io/pod-name, pod-uid, node-name,
+	// node-uid) stay in the key by default: they identify the caller's pod
+	// and node, which such authorizers may check, and they are the same
+	// for every token of one pod, so they cost one entry per pod.
+	CacheKeyIgnoredExtras []string
+
 	// TracerProvider, if not nil, is used for OpenTelemetry spans: one per
 	// Authorize call (attributes: verb, resource or path, cache hit,
 	// decision) and one per SubjectAccessReview sent. Nil means no spans,
@@ -242,7 +264,7 @@ func New(reviewer SubjectAccessReviewer, opts Options) *Authorizer {
 	}
 	a := &Authorizer{
 		reviewer:     reviewer,
-		keys:         newKeys(),
+		keys:         newKeys(opts.CacheKeyIgnoredExtras),
 		clock:        opts.Clock,
 		allowedTTL:   opts.AllowedTTL,
 		deniedTTL:    opts.DeniedTTL,
@@ -399,7 +421,7 @@ func decisionName(d authorizer.Decision, err error) string {
 // authorize is Authorize; hit reports whether the cache answered.
 func (a *Authorizer) authorize(ctx context.Context, attrs authorizer.Attributes) (_ authorizer.Decision, _ string, _ error, hit bool) {
 	bp := getKeyBuf()
-	enc := appendKey((*bp)[:0], attrs)
+	enc := a.keys.appendKey((*bp)[:0], attrs)
 	key := a.keys.lookup(enc)
 	var stale decision
 	haveStale := false

@@ -315,6 +315,22 @@ func TestSubjectsNeverShare(t *testing.T) {
 			delete(u.Extra, "authentication.kubernetes.io/node-name")
 		}},
 		{name: "extra key more", mutate: func(u *user.DefaultInfo) { u.Extra["x"] = nil }},
+		{name: "pod name", mutate: func(u *user.DefaultInfo) { u.Extra["authentication.kubernetes.io/pod-name"] = []string{"backup-0"} }},
+		{name: "pod uid", mutate: func(u *user.DefaultInfo) { u.Extra["authentication.kubernetes.io/pod-uid"] = []string{"p-1"} }},
+		// credential-id is left out of the key, so a variant that also
+		// differs in it must still be told apart by everything else.
+		{name: "another token and one group more", mutate: func(u *user.DefaultInfo) {
+			u.Extra[authz.CredentialIDExtra] = []string{"JTI=other"}
+			u.Groups = append(u.Groups, "system:masters")
+		}},
+		{name: "no token and another node", mutate: func(u *user.DefaultInfo) {
+			delete(u.Extra, authz.CredentialIDExtra)
+			u.Extra["authentication.kubernetes.io/node-name"] = []string{"node-b"}
+		}},
+		{name: "credential-id value under another key", mutate: func(u *user.DefaultInfo) {
+			u.Extra["authentication.kubernetes.io/credential-idx"] = u.Extra[authz.CredentialIDExtra]
+			delete(u.Extra, authz.CredentialIDExtra)
+		}},
 		{name: "uid", mutate: func(u *user.DefaultInfo) { u.UID = "other" }},
 		{name: "name", mutate: func(u *user.DefaultInfo) { u.Name += "x" }},
 	}

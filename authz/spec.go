@@ -16,6 +16,13 @@ import (
 	"github.com/reviewauth/reviewauth/cache"
 )
 
+// CredentialIDExtra is the user extra in which the API server names the
+// credential a request was authenticated with: "JTI=<token ID>" for a
+// bound service-account token, "X509SHA256=<fingerprint>" for a client
+// certificate. It differs for every token a client mints, so it is left out
+// of the cache key by default (see [Options.CacheKeyIgnoredExtras]).
+const CredentialIDExtra = "authentication.kubernetes.io/credential-id"
+
 // Tags of the canonical encoding of a review (see [keys]).
 const (
 	tagVersion     = 1 // bump when the encoding changes
@@ -166,6 +173,11 @@ var keyBufPool = sync.Pool{New: func() any { b := make([]byte, 0, 1024); return 
 // is injective: two specs that differ in anything but the order of groups
 // or of extra keys encode differently.
 //
+// Extras named in [Options.CacheKeyIgnoredExtras] (by default
+// [CredentialIDExtra], which differs for every token) are left out of the
+// encoding, so that callers who differ only in them share an entry; the
+// review sent to the API server still carries every extra.
+//
 // Two keys are derived from the encoding:
 //
 //   - the lookup key (keys.lookup) locates the cache entry: two 64-bit
@@ -180,11 +192,35 @@ var keyBufPool = sync.Pool{New: func() any { b := make([]byte, 0, 1024); return 
 type keys struct {
 	seed1, seed2 maphash.Seed
 	keyer        *cache.Keyer
-	collide      bool // tests only: every encoding gets the same lookup key
+	ignored      []string // extra keys left out of the encoding, no duplicates
+	collide      bool     // tests only: every encoding gets the same lookup key
 }
 
-func newKeys() keys {
-	return keys{seed1: maphash.MakeSeed(), seed2: maphash.MakeSeed(), keyer: cache.NewKeyer()}
+// newKeys returns keys that leave the extras named in ignored out of the
+// encoding; nil ignored means [CredentialIDExtra].
+func newKeys(ignored []string) keys {
+	if ignored == nil {
+		ignored = []string{CredentialIDExtra}
+	}
+	k := keys{seed1: maphash.MakeSeed(), seed2: maphash.MakeSeed(), keyer: cache.NewKeyer()}
+	for _, x := range ignored {
+		if !slices.Contains(k.ignored, x) {
+			k.ignored = append(k.ignored, x)
+		}
+	}
+	return k
+}
+
+// ignores reports whether the extra key is left out of the encoding. The
+// list is short (one key by default): a linear scan of string compares
+// costs less than hashing the key for a map lookup.
+func (k *keys) ignores(key string) bool {
+	for _, x := range k.ignored {
+		if x == key {
+			return true
+		}
+	}
+	return false
 }
 
 // lookup returns the lookup key of the encoding enc.
@@ -215,17 +251,22 @@ func putKeyBuf(bp *[]byte, b []byte) {
 	}
 }
 
-// encodeKey returns the canonical encoding of the review of a, as a new
-// string.
-func encodeKey(a authorizer.Attributes) string {
+// encodeKey returns the canonical encoding of the review of a, leaving out
+// the extras named in ignored (nil: [CredentialIDExtra]), as a new string.
+func encodeKey(a authorizer.Attributes, ignored []string) string {
+	k := keys{ignored: ignored}
+	if ignored == nil {
+		k.ignored = []string{CredentialIDExtra}
+	}
 	bp := getKeyBuf()
-	b := appendKey((*bp)[:0], a)
+	b := k.appendKey((*bp)[:0], a)
 	enc := string(b)
 	putKeyBuf(bp, b)
 	return enc
 }
 
-func appendKey(b []byte, a authorizer.Attributes) []byte {
+// appendKey appends the canonical encoding of the review of a to b.
+func (k *keys) appendKey(b []byte, a authorizer.Attributes) []byte {
 	b = append(b, tagVersion)
 	if u := a.GetUser(); u == nil {
 		b = append(b, tagNoUser)
@@ -242,21 +283,22 @@ func appendKey(b []byte, a authorizer.Attributes) []byte {
 		}
 		b = appendStrings(b, groups)
 
+		// The count of kept extra keys, then each kept key and its values.
 		extra := u.GetExtra()
-		b = binary.AppendUvarint(b, uint64(len(extra)))
-		if len(extra) > 0 {
-			var kvBuf [sortBuf / 2]extraKV
-			kvs := kvBuf[:0]
-			for k, v := range extra {
-				kvs = append(kvs, extraKV{k, v})
+		var kvBuf [sortBuf / 2]extraKV
+		kvs := kvBuf[:0]
+		for key, v := range extra {
+			if !k.ignores(key) {
+				kvs = append(kvs, extraKV{key, v})
 			}
-			if len(kvs) > 1 {
-				slices.SortFunc(kvs, func(x, y extraKV) int { return strings.Compare(x.key, y.key) })
-			}
-			for _, kv := range kvs {
-				b = appendString(b, kv.key)
-				b = appendStrings(b, kv.values)
-			}
+		}
+		if len(kvs) > 1 {
+			slices.SortFunc(kvs, func(x, y extraKV) int { return strings.Compare(x.key, y.key) })
+		}
+		b = binary.AppendUvarint(b, uint64(len(kvs)))
+		for _, kv := range kvs {
+			b = appendString(b, kv.key)
+			b = appendStrings(b, kv.values)
 		}
 	}
 	if !a.IsResourceRequest() {

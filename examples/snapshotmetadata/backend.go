@@ -2,51 +2,62 @@ package main
 
 import (
 	"context"
-	"errors"
 	"fmt"
 	"hash/fnv"
-	"strings"
 
 	"github.com/kubernetes-csi/external-snapshot-metadata/pkg/api"
 )
 
 // Backend is where block metadata comes from. In a real sidecar it is the
-// CSI driver's SnapshotMetadata service on a Unix socket; here it is
-// pluggable, and [FakeBackend] makes up deterministic metadata.
+// CSI driver's SnapshotMetadata service on a Unix socket, which takes CSI
+// snapshot handles, not VolumeSnapshot names; here it is pluggable, and
+// [FakeBackend] makes up deterministic metadata.
+//
+// By the time the sidecar calls the backend it has checked, in this order:
+//
+//   - the call's security_token is a token the API server authenticates for
+//     the sidecar's audience;
+//   - the caller may get the target VolumeSnapshot, by name, in the call's
+//     namespace (snapshot_name, or target_snapshot_name for a delta), and,
+//     for a delta, each VolumeSnapshot in that namespace bound to a
+//     VolumeSnapshotContent of this driver that carries base_snapshot_id
+//     (see [Snapshots.Base]);
+//   - the target VolumeSnapshot exists, is ready to use, and is bound to a
+//     ready VolumeSnapshotContent of this driver, bound back to it, whose
+//     handle is the snapshotID or targetSnapshotID passed here (see
+//     [Snapshots.Target]);
+//   - starting_offset and max_results are not negative.
+//
+// It has not checked baseSnapshotID against storage: when no
+// VolumeSnapshotContent carries it (the base snapshot's objects were
+// deleted and the backup application kept the handle), it is passed as the
+// caller sent it, as the upstream sidecar does. A backend must refuse a
+// base it does not know, or one that is not a snapshot of the target's
+// volume (codes.InvalidArgument), as the CSI specification requires.
 //
 // Implementations must be safe for concurrent use. send delivers one
-// response to the client; an error from send ends the stream.
+// response to the client; an error from send ends the stream. A status
+// error is returned to the client as it is; any other error becomes
+// codes.Internal.
 type Backend interface {
-	// Allocated streams the allocated blocks of the VolumeSnapshot
-	// namespace/snapshot, from startingOffset, at most maxResults blocks
+	// Allocated streams the allocated blocks of the snapshot whose CSI
+	// handle is snapshotID, from startingOffset, at most maxResults blocks
 	// per response (0: the backend decides).
-	Allocated(ctx context.Context, namespace, snapshot string, startingOffset int64, maxResults int32, send func(*api.GetMetadataAllocatedResponse) error) error
-	// Delta streams the blocks that changed between the snapshot whose
-	// CSI handle is baseSnapshotID and the VolumeSnapshot
-	// namespace/targetSnapshot.
-	Delta(ctx context.Context, namespace, baseSnapshotID, targetSnapshot string, startingOffset int64, maxResults int32, send func(*api.GetMetadataDeltaResponse) error) error
-	// SnapshotName returns the name of the VolumeSnapshot in namespace
-	// whose CSI handle is snapshotID, so that a delta call can be
-	// authorized for its base snapshot too. It returns an error matching
-	// [ErrUnknownSnapshot] when there is none.
-	SnapshotName(ctx context.Context, namespace, snapshotID string) (string, error)
+	Allocated(ctx context.Context, snapshotID string, startingOffset int64, maxResults int32, send func(*api.GetMetadataAllocatedResponse) error) error
+	// Delta streams the blocks that changed between the snapshots whose CSI
+	// handles are baseSnapshotID and targetSnapshotID.
+	Delta(ctx context.Context, baseSnapshotID, targetSnapshotID string, startingOffset int64, maxResults int32, send func(*api.GetMetadataDeltaResponse) error) error
 }
-
-// ErrUnknownSnapshot reports a snapshot handle that names no VolumeSnapshot.
-var ErrUnknownSnapshot = errors.New("snapshotmetadata: unknown snapshot")
 
 // FakeBackend serves made-up but deterministic metadata: a volume of
 // Blocks fixed-length blocks of BlockSize bytes, in which a block is
-// allocated, or changed, as a pure function of the snapshot names and the
-// block index. The CSI handle of VolumeSnapshot "x" is "snap-id-x". The zero
-// value is a 64-block volume of 1 MiB blocks. It is safe for concurrent use.
+// allocated, or changed, as a pure function of the snapshot handles and the
+// block index. It knows every handle. The zero value is a 64-block volume of
+// 1 MiB blocks. It is safe for concurrent use.
 type FakeBackend struct {
 	Blocks    int64
 	BlockSize int64
 }
-
-// SnapshotIDPrefix is the prefix of the fake CSI snapshot handles.
-const SnapshotIDPrefix = "snap-id-"
 
 const defaultMaxResults = 16
 
@@ -69,7 +80,7 @@ func pick(key string, i int64) bool {
 	return h.Sum32()%3 != 0
 }
 
-// blocks returns the selected blocks at or after startingOffset, in pages
+// pages returns the selected blocks at or after startingOffset, in pages
 // of maxResults.
 func (b FakeBackend) pages(key string, startingOffset int64, maxResults int32) [][]*api.BlockMetadata {
 	blocks, size := b.geometry()
@@ -97,9 +108,9 @@ func (b FakeBackend) pages(key string, startingOffset int64, maxResults int32) [
 }
 
 // Allocated implements [Backend].
-func (b FakeBackend) Allocated(ctx context.Context, namespace, snapshot string, startingOffset int64, maxResults int32, send func(*api.GetMetadataAllocatedResponse) error) error {
+func (b FakeBackend) Allocated(ctx context.Context, snapshotID string, startingOffset int64, maxResults int32, send func(*api.GetMetadataAllocatedResponse) error) error {
 	blocks, size := b.geometry()
-	for _, p := range b.pages(namespace+"/"+snapshot, startingOffset, maxResults) {
+	for _, p := range b.pages(snapshotID, startingOffset, maxResults) {
 		if err := ctx.Err(); err != nil {
 			return err
 		}
@@ -115,9 +126,9 @@ func (b FakeBackend) Allocated(ctx context.Context, namespace, snapshot string, 
 }
 
 // Delta implements [Backend].
-func (b FakeBackend) Delta(ctx context.Context, namespace, baseSnapshotID, targetSnapshot string, startingOffset int64, maxResults int32, send func(*api.GetMetadataDeltaResponse) error) error {
+func (b FakeBackend) Delta(ctx context.Context, baseSnapshotID, targetSnapshotID string, startingOffset int64, maxResults int32, send func(*api.GetMetadataDeltaResponse) error) error {
 	blocks, size := b.geometry()
-	for _, p := range b.pages(namespace+"/"+baseSnapshotID+".."+targetSnapshot, startingOffset, maxResults) {
+	for _, p := range b.pages(fmt.Sprintf("%d:%s..%s", len(baseSnapshotID), baseSnapshotID, targetSnapshotID), startingOffset, maxResults) {
 		if err := ctx.Err(); err != nil {
 			return err
 		}
@@ -130,13 +141,4 @@ func (b FakeBackend) Delta(ctx context.Context, namespace, baseSnapshotID, targe
 		}
 	}
 	return nil
-}
-
-// SnapshotName implements [Backend]: "snap-id-x" is VolumeSnapshot "x".
-func (FakeBackend) SnapshotName(_ context.Context, _ string, snapshotID string) (string, error) {
-	name, ok := strings.CutPrefix(snapshotID, SnapshotIDPrefix)
-	if !ok || name == "" {
-		return "", ErrUnknownSnapshot
-	}
-	return name, nil
 }

@@ -1,7 +1,7 @@
 package main
 
 import (
-	"bufio"
+	"bytes"
 	"context"
 	"crypto/tls"
 	"crypto/x509"
@@ -13,12 +13,14 @@ import (
 	"os/exec"
 	"path/filepath"
 	"strings"
-	"syscall"
+	"sync"
 	"testing"
 	"time"
 
 	"github.com/kubernetes-csi/external-snapshot-metadata/pkg/api"
 	"github.com/kubernetes-csi/external-snapshot-metadata/pkg/iterator"
+	snapshotv1 "github.com/kubernetes-csi/external-snapshotter/client/v8/apis/volumesnapshot/v1"
+	snapshotfake "github.com/kubernetes-csi/external-snapshotter/client/v8/clientset/versioned/fake"
 	"go.uber.org/goleak"
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/codes"
@@ -26,18 +28,33 @@ import (
 	healthpb "google.golang.org/grpc/health/grpc_health_v1"
 	"google.golang.org/grpc/status"
 	"google.golang.org/protobuf/proto"
+	corev1 "k8s.io/api/core/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/runtime"
+	"k8s.io/apimachinery/pkg/runtime/schema"
+	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/apiserver/pkg/authentication/user"
 	"k8s.io/client-go/kubernetes"
+	k8stesting "k8s.io/client-go/testing"
+	"k8s.io/klog/v2"
+	"k8s.io/klog/v2/textlogger"
 
 	smsv1alpha1 "github.com/kubernetes-csi/external-snapshot-metadata/client/apis/snapshotmetadataservice/v1alpha1"
+	smsclient "github.com/kubernetes-csi/external-snapshot-metadata/client/clientset/versioned"
 	smsfake "github.com/kubernetes-csi/external-snapshot-metadata/client/clientset/versioned/fake"
-	snapshotclient "github.com/kubernetes-csi/external-snapshotter/client/v8/clientset/versioned"
 
 	"github.com/reviewauth/reviewauth/authtest"
 )
 
 func TestMain(m *testing.M) {
+	// The fake clientsets of external-snapshotter v8.4.0 were generated
+	// before client-go's WatchListClient (on by default in v0.37) and do
+	// not say they lack its semantics, so informers over them would wait
+	// for a bookmark that never comes. A real API server supports it.
+	if err := os.Setenv("KUBE_FEATURE_WatchListClient", "false"); err != nil {
+		panic(err)
+	}
 	goleak.VerifyTestMain(m,
 		// Idle keep-alive connections of the clients the sidecar built
 		// close asynchronously once the fake API server is gone.
@@ -52,7 +69,9 @@ func TestMain(m *testing.M) {
 
 const (
 	testAudience = "snapshotmetadata.example.com"
+	testDriver   = "fake.csi.example.com"
 	testNS       = "apps"
+	otherNS      = "other"
 )
 
 var backupUser = &user.DefaultInfo{
@@ -61,24 +80,123 @@ var backupUser = &user.DefaultInfo{
 	Groups: []string{"system:serviceaccounts", "system:serviceaccounts:apps", "system:authenticated"},
 }
 
+// handleOf is the CSI snapshot handle of the test VolumeSnapshot ns/name.
+func handleOf(ns, name string) string { return "handle-" + ns + "-" + name }
+
+// snapOpts varies a test snapshot.
+type snapOpts struct {
+	notReady       bool   // the VolumeSnapshot is not ready to use
+	driver         string // of the content; empty: testDriver
+	noSnapshot     bool   // only the content is left (deletionPolicy Retain)
+	boundTo        string // the VolumeSnapshotContent the snapshot claims; empty: its own
+	contentRefNS   string // the namespace the content's volumeSnapshotRef names; empty: the snapshot's
+	contentRefName string // the name it names; empty: the snapshot's
+}
+
+// snapshotObjects returns the VolumeSnapshot ns/name and its bound
+// VolumeSnapshotContent, as the snapshot controller leaves them once the
+// snapshot is taken.
+func snapshotObjects(ns, name string, o snapOpts) []runtime.Object {
+	driver := o.driver
+	if driver == "" {
+		driver = testDriver
+	}
+	uid := types.UID("uid-" + ns + "-" + name)
+	contentName := "snapcontent-" + string(uid)
+	handle := handleOf(ns, name)
+	refNS, refName := ns, name
+	if o.contentRefNS != "" {
+		refNS = o.contentRefNS
+	}
+	if o.contentRefName != "" {
+		refName = o.contentRefName
+	}
+	vsc := &snapshotv1.VolumeSnapshotContent{
+		ObjectMeta: metav1.ObjectMeta{Name: contentName},
+		Spec: snapshotv1.VolumeSnapshotContentSpec{
+			VolumeSnapshotRef: corev1.ObjectReference{Kind: "VolumeSnapshot", Namespace: refNS, Name: refName, UID: uid},
+			DeletionPolicy:    snapshotv1.VolumeSnapshotContentRetain,
+			Driver:            driver,
+			Source:            snapshotv1.VolumeSnapshotContentSource{VolumeHandle: new("vol-" + ns)},
+		},
+		Status: &snapshotv1.VolumeSnapshotContentStatus{SnapshotHandle: &handle, ReadyToUse: new(true)},
+	}
+	if o.noSnapshot {
+		return []runtime.Object{vsc}
+	}
+	bound := contentName
+	if o.boundTo != "" {
+		bound = o.boundTo
+	}
+	vs := &snapshotv1.VolumeSnapshot{
+		ObjectMeta: metav1.ObjectMeta{Namespace: ns, Name: name, UID: uid},
+		Spec:       snapshotv1.VolumeSnapshotSpec{Source: snapshotv1.VolumeSnapshotSource{PersistentVolumeClaimName: new("pvc")}},
+		Status:     &snapshotv1.VolumeSnapshotStatus{BoundVolumeSnapshotContentName: &bound, ReadyToUse: new(!o.notReady)},
+	}
+	return []runtime.Object{vs, vsc}
+}
+
+// testSnapshots are the snapshots of the unit tests. The backup service
+// account may get every VolumeSnapshot in apps but snap-3 (see
+// startSidecar).
+func testSnapshots() []runtime.Object {
+	var objs []runtime.Object
+	for _, name := range []string{"snap-1", "snap-2", "snap-3"} {
+		objs = append(objs, snapshotObjects(testNS, name, snapOpts{})...)
+	}
+	objs = append(objs, snapshotObjects(testNS, "not-ready", snapOpts{notReady: true})...)
+	objs = append(objs, snapshotObjects(testNS, "other-driver", snapOpts{driver: "other.csi.example.com"})...)
+	// A VolumeSnapshot that claims another namespace's content.
+	objs = append(objs, snapshotObjects(testNS, "stolen", snapOpts{boundTo: "snapcontent-uid-" + otherNS + "-snap-x"})...)
+	objs = append(objs, snapshotObjects(otherNS, "snap-x", snapOpts{})...)
+	// The base snapshot was deleted; its content was retained.
+	objs = append(objs, snapshotObjects(testNS, "retained", snapOpts{noSnapshot: true})...)
+	return objs
+}
+
+// allowedSnapshots are the VolumeSnapshot names in apps the backup service
+// account may get.
+var allowedSnapshots = []string{"snap-1", "snap-2", "not-ready", "other-driver", "stolen", "retained", "missing"}
+
 // sidecar is a running snapshotmetadata server and a client for it.
 type sidecar struct {
-	api    *authtest.Server
-	addr   string
-	caPEM  []byte
-	client api.SnapshotMetadataClient
+	api      *authtest.Server
+	snaps    *snapshotfake.Clientset
+	services *smsfake.Clientset
+	addr     string
+	caPEM    []byte
+	client   api.SnapshotMetadataClient
+	logs     *syncBuffer
+}
+
+// syncBuffer is a bytes.Buffer safe for concurrent use.
+type syncBuffer struct {
+	mu  sync.Mutex
+	buf bytes.Buffer
+}
+
+func (b *syncBuffer) Write(p []byte) (int, error) {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	return b.buf.Write(p)
+}
+
+func (b *syncBuffer) String() string {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	return b.buf.String()
 }
 
 // startSidecar starts the fake API server and, in process, the sidecar
-// with its command line, and connects the upstream generated client to it.
-func startSidecar(t *testing.T) *sidecar {
+// with its command line (plus args), reading the snapshots and its
+// SnapshotMetadataService from fake clientsets, and connects the upstream
+// generated client to it. The sidecar logs to sidecar.logs.
+func startSidecar(t *testing.T, args ...string) *sidecar {
 	t.Helper()
 	s := authtest.Start(t)
-	// The backup service account may read snap-1 and snap-2 in apps, not
-	// snap-3.
 	s.SetPolicy(authtest.Rules(authtest.Rule{
 		Users: []string{backupUser.Name}, Verbs: []string{"get"}, APIGroups: []string{snapshotGroup},
-		Resources: []string{snapshotResource}, Namespaces: []string{testNS}, Names: []string{"snap-1", "snap-2"},
+		Resources: []string{snapshotResource}, Namespaces: []string{testNS}, Names: allowedSnapshots,
 	}))
 	s.AddServiceAccount(testNS, "backup")
 	dir := t.TempDir()
@@ -87,15 +205,19 @@ func startSidecar(t *testing.T) *sidecar {
 		t.Fatal(err)
 	}
 	caFile := filepath.Join(dir, "ca.pem")
-
-	ctx, cancel := context.WithCancel(context.Background())
+	snaps := snapshotfake.NewSimpleClientset(testSnapshots()...)
+	services := smsfake.NewSimpleClientset(&smsv1alpha1.SnapshotMetadataService{
+		ObjectMeta: metav1.ObjectMeta{Name: testDriver},
+		Spec:       smsv1alpha1.SnapshotMetadataServiceSpec{Audience: testAudience, Address: "pending", CACert: []byte("pending")},
+	})
+	logs := &syncBuffer{}
+	ctx, cancel := context.WithCancel(klog.NewContext(context.Background(), textlogger.NewLogger(textlogger.NewConfig(textlogger.Output(logs)))))
 	ready := make(chan net.Addr, 1)
 	done := make(chan error, 1)
 	go func() {
-		done <- run(ctx, []string{
-			"--listen=127.0.0.1:0", "--kubeconfig=" + kubeconfig, "--audience=" + testAudience,
-			"--self-signed-ca-file=" + caFile,
-		}, FakeBackend{}, func(a net.Addr) { ready <- a })
+		done <- run(ctx, append([]string{
+			"--listen=127.0.0.1:0", "--kubeconfig=" + kubeconfig, "--driver=" + testDriver, "--self-signed-ca-file=" + caFile,
+		}, args...), deps{backend: FakeBackend{}, snapshots: snaps, services: services}, func(a net.Addr) { ready <- a })
 	}()
 	var addr net.Addr
 	select {
@@ -115,14 +237,22 @@ func startSidecar(t *testing.T) *sidecar {
 	if err != nil {
 		t.Fatal(err)
 	}
-	pool := x509.NewCertPool()
-	pool.AppendCertsFromPEM(caPEM)
-	conn, err := grpc.NewClient(addr.String(), grpc.WithTransportCredentials(credentials.NewTLS(&tls.Config{RootCAs: pool})))
+	// The address and CA the clients find, as the driver's deployment
+	// would publish them.
+	sms, err := services.CbtV1alpha1().SnapshotMetadataServices().Get(t.Context(), testDriver, metav1.GetOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	sms.Spec.Address, sms.Spec.CACert = addr.String(), caPEM
+	if _, err := services.CbtV1alpha1().SnapshotMetadataServices().Update(t.Context(), sms, metav1.UpdateOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	conn, err := grpc.NewClient(addr.String(), grpc.WithTransportCredentials(credentials.NewTLS(&tls.Config{RootCAs: poolOf(caPEM)})))
 	if err != nil {
 		t.Fatal(err)
 	}
 	t.Cleanup(func() { _ = conn.Close() })
-	return &sidecar{api: s, addr: addr.String(), caPEM: caPEM, client: api.NewSnapshotMetadataClient(conn)}
+	return &sidecar{api: s, snaps: snaps, services: services, addr: addr.String(), caPEM: caPEM, client: api.NewSnapshotMetadataClient(conn), logs: logs}
 }
 
 // recvAll drains a server stream.
@@ -143,74 +273,134 @@ func recvAll[T any](stream grpc.ServerStreamingClient[T], err error) ([]*T, erro
 	}
 }
 
+func (sc *sidecar) allocated(ctx context.Context, token, ns, name string) ([]*api.GetMetadataAllocatedResponse, error) {
+	return recvAll(sc.client.GetMetadataAllocated(ctx, &api.GetMetadataAllocatedRequest{SecurityToken: token, Namespace: ns, SnapshotName: name}))
+}
+
+func (sc *sidecar) delta(ctx context.Context, token, base, target string) ([]*api.GetMetadataDeltaResponse, error) {
+	return recvAll(sc.client.GetMetadataDelta(ctx, &api.GetMetadataDeltaRequest{SecurityToken: token, Namespace: testNS, BaseSnapshotId: base, TargetSnapshotName: target, MaxResults: 4}))
+}
+
+func wantAllocated(t *testing.T, handle string, maxResults int32) []*api.GetMetadataAllocatedResponse {
+	t.Helper()
+	var out []*api.GetMetadataAllocatedResponse
+	if err := (FakeBackend{}).Allocated(t.Context(), handle, 0, maxResults, func(r *api.GetMetadataAllocatedResponse) error {
+		out = append(out, r)
+		return nil
+	}); err != nil || len(out) == 0 {
+		t.Fatalf("FakeBackend.Allocated(%q) = %d responses, %v; want some", handle, len(out), err)
+	}
+	return out
+}
+
+func wantDelta(t *testing.T, base, target string, maxResults int32) []*api.GetMetadataDeltaResponse {
+	t.Helper()
+	var out []*api.GetMetadataDeltaResponse
+	if err := (FakeBackend{}).Delta(t.Context(), base, target, 0, maxResults, func(r *api.GetMetadataDeltaResponse) error {
+		out = append(out, r)
+		return nil
+	}); err != nil || len(out) < 2 {
+		t.Fatalf("FakeBackend.Delta(%q, %q) = %d responses, %v; want several", base, target, len(out), err)
+	}
+	return out
+}
+
+// TestEndToEnd drives the sidecar with the upstream generated client: what
+// is served, and every refusal, with its code and message.
 func TestEndToEnd(t *testing.T) {
 	sc := startSidecar(t)
 	good := sc.api.MintToken(backupUser, []string{testAudience}, time.Now().Add(time.Hour))
 	apiServerToken := sc.api.MintToken(backupUser, nil, time.Now().Add(time.Hour))
 	ctx := t.Context()
 
-	var wantAllocated []*api.GetMetadataAllocatedResponse
-	_ = FakeBackend{}.Allocated(ctx, testNS, "snap-1", 0, 0, func(r *api.GetMetadataAllocatedResponse) error {
-		wantAllocated = append(wantAllocated, r)
-		return nil
-	})
-	var wantDelta []*api.GetMetadataDeltaResponse
-	_ = FakeBackend{}.Delta(ctx, testNS, "snap-id-snap-1", "snap-2", 0, 4, func(r *api.GetMetadataDeltaResponse) error {
-		wantDelta = append(wantDelta, r)
-		return nil
-	})
-	if len(wantAllocated) == 0 || len(wantDelta) < 2 {
-		t.Fatalf("the fake backend made %d allocated and %d delta pages; want some", len(wantAllocated), len(wantDelta))
+	served := []struct {
+		name string
+		call func() (any, error)
+		want any
+	}{
+		{name: "allocated", want: wantAllocated(t, handleOf(testNS, "snap-1"), 0),
+			call: func() (any, error) { return sc.allocated(ctx, good, testNS, "snap-1") }},
+		{name: "delta", want: wantDelta(t, handleOf(testNS, "snap-1"), handleOf(testNS, "snap-2"), 4),
+			call: func() (any, error) { return sc.delta(ctx, good, handleOf(testNS, "snap-1"), "snap-2") }},
+		// The documented pattern: the base VolumeSnapshot and its content
+		// are gone, the backup application kept the handle. It is passed
+		// to the driver, as upstream does.
+		{name: "delta from a deleted base's handle", want: wantDelta(t, "handle-deleted", handleOf(testNS, "snap-2"), 4),
+			call: func() (any, error) { return sc.delta(ctx, good, "handle-deleted", "snap-2") }},
+		// The base VolumeSnapshot is gone, its content retained: the caller
+		// must be allowed to get the VolumeSnapshot it was bound to.
+		{name: "delta from a retained content's handle", want: wantDelta(t, handleOf(testNS, "retained"), handleOf(testNS, "snap-2"), 4),
+			call: func() (any, error) { return sc.delta(ctx, good, handleOf(testNS, "retained"), "snap-2") }},
 	}
-
-	allocated := func(token, ns, name string) ([]*api.GetMetadataAllocatedResponse, error) {
-		return recvAll(sc.client.GetMetadataAllocated(ctx, &api.GetMetadataAllocatedRequest{SecurityToken: token, Namespace: ns, SnapshotName: name}))
+	for _, s := range served {
+		t.Run(s.name, func(t *testing.T) {
+			got, err := s.call()
+			if err != nil {
+				t.Fatalf("call = %v; want a stream", err)
+			}
+			if !equalAny(got, s.want) {
+				t.Errorf("call = %v; want the backend's %v", got, s.want)
+			}
+		})
 	}
-	delta := func(token, base, target string) ([]*api.GetMetadataDeltaResponse, error) {
-		return recvAll(sc.client.GetMetadataDelta(ctx, &api.GetMetadataDeltaRequest{SecurityToken: token, Namespace: testNS, BaseSnapshotId: base, TargetSnapshotName: target, MaxResults: 4}))
-	}
-
-	t.Run("allocated", func(t *testing.T) {
-		got, err := allocated(good, testNS, "snap-1")
-		if err != nil {
-			t.Fatalf("GetMetadataAllocated(snap-1) = %v", err)
-		}
-		if !equalResponses(got, wantAllocated) {
-			t.Errorf("GetMetadataAllocated(snap-1) = %d responses; want the backend's %d", len(got), len(wantAllocated))
-		}
-	})
-	t.Run("delta", func(t *testing.T) {
-		got, err := delta(good, "snap-id-snap-1", "snap-2")
-		if err != nil {
-			t.Fatalf("GetMetadataDelta(snap-1, snap-2) = %v", err)
-		}
-		if !equalResponses(got, wantDelta) {
-			t.Errorf("GetMetadataDelta(snap-1, snap-2) = %d responses; want the backend's %d", len(got), len(wantDelta))
-		}
-	})
 
 	failures := []struct {
-		name string
-		call func() error
-		want codes.Code
+		name     string
+		call     func() error
+		want     codes.Code
+		wantMsgs []string
 	}{
-		{"no token", func() error { _, err := allocated("", testNS, "snap-1"); return err }, codes.Unauthenticated},
-		{"API server audience", func() error { _, err := allocated(apiServerToken, testNS, "snap-1"); return err }, codes.Unauthenticated},
-		{"unknown token", func() error { _, err := allocated("forged-token-0123456789", testNS, "snap-1"); return err }, codes.Unauthenticated},
-		{"snapshot not allowed", func() error { _, err := allocated(good, testNS, "snap-3"); return err }, codes.PermissionDenied},
-		{"namespace not allowed", func() error { _, err := allocated(good, "other", "snap-1"); return err }, codes.PermissionDenied},
-		{"missing snapshot_name", func() error { _, err := allocated(good, testNS, ""); return err }, codes.InvalidArgument},
-		{"missing namespace", func() error { _, err := allocated(good, "", "snap-1"); return err }, codes.InvalidArgument},
-		{"delta target not allowed", func() error { _, err := delta(good, "snap-id-snap-1", "snap-3"); return err }, codes.PermissionDenied},
-		{"delta base not allowed", func() error { _, err := delta(good, "snap-id-snap-3", "snap-2"); return err }, codes.PermissionDenied},
-		{"delta base unknown", func() error { _, err := delta(good, "bogus", "snap-2"); return err }, codes.InvalidArgument},
-		{"delta base missing", func() error { _, err := delta(good, "", "snap-2"); return err }, codes.InvalidArgument},
+		{name: "no token", want: codes.Unauthenticated,
+			call: func() error { _, err := sc.allocated(ctx, "", testNS, "snap-1"); return err }},
+		{name: "API server audience", want: codes.Unauthenticated,
+			call: func() error { _, err := sc.allocated(ctx, apiServerToken, testNS, "snap-1"); return err }},
+		{name: "unknown token", want: codes.Unauthenticated,
+			call: func() error { _, err := sc.allocated(ctx, "forged-token-0123456789", testNS, "snap-1"); return err }},
+		{name: "snapshot not allowed", want: codes.PermissionDenied, wantMsgs: []string{`"snap-3"`, `namespace "apps"`, "the snapshot"},
+			call: func() error { _, err := sc.allocated(ctx, good, testNS, "snap-3"); return err }},
+		{name: "namespace not allowed", want: codes.PermissionDenied, wantMsgs: []string{`"snap-1"`, `namespace "other"`},
+			call: func() error { _, err := sc.allocated(ctx, good, otherNS, "snap-1"); return err }},
+		{name: "missing snapshot_name", want: codes.InvalidArgument,
+			call: func() error { _, err := sc.allocated(ctx, good, testNS, ""); return err }},
+		{name: "missing namespace", want: codes.InvalidArgument,
+			call: func() error { _, err := sc.allocated(ctx, good, "", "snap-1"); return err }},
+		{name: "negative offset", want: codes.InvalidArgument, call: func() error {
+			_, err := recvAll(sc.client.GetMetadataAllocated(ctx, &api.GetMetadataAllocatedRequest{SecurityToken: good, Namespace: testNS, SnapshotName: "snap-1", StartingOffset: -1}))
+			return err
+		}},
+		{name: "not ready", want: codes.Unavailable, wantMsgs: []string{"the VolumeSnapshot is not yet ready, name: not-ready"},
+			call: func() error { _, err := sc.allocated(ctx, good, testNS, "not-ready"); return err }},
+		{name: "missing", want: codes.Unavailable, wantMsgs: []string{"failed to get VolumeSnapshot 'apps/missing'", "not found"},
+			call: func() error { _, err := sc.allocated(ctx, good, testNS, "missing"); return err }},
+		{name: "another driver's", want: codes.InvalidArgument, wantMsgs: []string{"VolumeSnapshot 'other-driver' does not belong to the CSI driver 'fake.csi.example.com'"},
+			call: func() error { _, err := sc.allocated(ctx, good, testNS, "other-driver"); return err }},
+		{name: "bound to another namespace's content", want: codes.Unavailable, wantMsgs: []string{"is not bound to VolumeSnapshot 'apps/stolen'"},
+			call: func() error { _, err := sc.allocated(ctx, good, testNS, "stolen"); return err }},
+		{name: "delta target not allowed", want: codes.PermissionDenied, wantMsgs: []string{`"snap-3"`, "the target snapshot"},
+			call: func() error { _, err := sc.delta(ctx, good, handleOf(testNS, "snap-1"), "snap-3"); return err }},
+		{name: "delta target not ready", want: codes.Unavailable, wantMsgs: []string{"the VolumeSnapshot is not yet ready"},
+			call: func() error { _, err := sc.delta(ctx, good, handleOf(testNS, "snap-1"), "not-ready"); return err }},
+		{name: "delta target missing", want: codes.Unavailable, wantMsgs: []string{"failed to get VolumeSnapshot"},
+			call: func() error { _, err := sc.delta(ctx, good, handleOf(testNS, "snap-1"), "missing"); return err }},
+		{name: "delta base not allowed", want: codes.PermissionDenied,
+			wantMsgs: []string{`"snap-3"`, "the base snapshot", fmt.Sprintf("base_snapshot_id %q", handleOf(testNS, "snap-3"))},
+			call:     func() error { _, err := sc.delta(ctx, good, handleOf(testNS, "snap-3"), "snap-2"); return err }},
+		{name: "delta base in another namespace", want: codes.PermissionDenied,
+			wantMsgs: []string{fmt.Sprintf("base_snapshot_id %q", handleOf(otherNS, "snap-x")), `not a VolumeSnapshot in namespace "apps"`},
+			call:     func() error { _, err := sc.delta(ctx, good, handleOf(otherNS, "snap-x"), "snap-2"); return err }},
+		{name: "delta base missing", want: codes.InvalidArgument,
+			call: func() error { _, err := sc.delta(ctx, good, "", "snap-2"); return err }},
 	}
 	for _, f := range failures {
 		t.Run(f.name, func(t *testing.T) {
 			err := f.call()
 			if status.Code(err) != f.want {
 				t.Fatalf("call = %v; want code %v", err, f.want)
+			}
+			for _, m := range f.wantMsgs {
+				if !strings.Contains(status.Convert(err).Message(), m) {
+					t.Errorf("call = %v; want a message containing %q", err, m)
+				}
 			}
 			if strings.Contains(err.Error(), good) || strings.Contains(err.Error(), apiServerToken) {
 				t.Errorf("call = %v; the status message contains a token", err)
@@ -232,8 +422,8 @@ func TestEndToEnd(t *testing.T) {
 
 	t.Run("reviews are cached", func(t *testing.T) {
 		before := sc.api.Count(authtest.TokenReviews)
-		for i := 0; i < 3; i++ {
-			if _, err := allocated(good, testNS, "snap-1"); err != nil {
+		for range 3 {
+			if _, err := sc.allocated(ctx, good, testNS, "snap-1"); err != nil {
 				t.Fatal(err)
 			}
 		}
@@ -243,10 +433,251 @@ func TestEndToEnd(t *testing.T) {
 	})
 }
 
+// TestRefusalsAreLogged: a PermissionDenied and an Unauthenticated call each
+// leave one line at the default verbosity, saying who (when known), which
+// namespace and snapshot, and why, and never the token.
+func TestRefusalsAreLogged(t *testing.T) {
+	sc := startSidecar(t)
+	good := sc.api.MintToken(backupUser, []string{testAudience}, time.Now().Add(time.Hour))
+	other := sc.api.MintToken(backupUser, []string{"other.example.com"}, time.Now().Add(time.Hour))
+	ctx := t.Context()
+	tests := []struct {
+		name      string
+		call      func() error
+		wantLines []string
+	}{
+		{name: "denied target", call: func() error { _, err := sc.allocated(ctx, good, testNS, "snap-3"); return err },
+			wantLines: []string{`"Refused a call: permission denied"`, `user="system:serviceaccount:apps:backup"`, `namespace="apps"`, `role="snapshot"`, `snapshot="snap-3"`}},
+		{name: "denied base", call: func() error { _, err := sc.delta(ctx, good, handleOf(testNS, "snap-3"), "snap-2"); return err },
+			wantLines: []string{`"Refused a call: permission denied"`, `role="base snapshot"`, `snapshot="snap-3 (base_snapshot_id handle-apps-snap-3)"`}},
+		{name: "base in another namespace", call: func() error { _, err := sc.delta(ctx, good, handleOf(otherNS, "snap-x"), "snap-2"); return err },
+			wantLines: []string{`"Refused a call: permission denied"`, `role="base snapshot"`, `snapshot="(base_snapshot_id handle-other-snap-x)"`}},
+		{name: "unauthenticated", call: func() error { _, err := sc.delta(ctx, other, "handle-x", "snap-2"); return err },
+			wantLines: []string{`"Refused a call: unauthenticated"`, `method="/snapshotmetadata.SnapshotMetadata/GetMetadataDelta"`, `namespace="apps"`, `target_snapshot_name="snap-2"`, `base_snapshot_id="handle-x"`}},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			before := len(sc.logs.String())
+			if err := tt.call(); err == nil {
+				t.Fatal("call = nil; want a refusal")
+			}
+			logged := sc.logs.String()[before:]
+			var line string
+			for _, l := range strings.Split(logged, "\n") {
+				if strings.Contains(l, "Refused a call") {
+					line = l
+				}
+			}
+			for _, w := range tt.wantLines {
+				if !strings.Contains(line, w) {
+					t.Errorf("refusal line = %q; want it to contain %s", line, w)
+				}
+			}
+		})
+	}
+	for _, tok := range []string{good, other} {
+		if strings.Contains(sc.logs.String(), tok) {
+			t.Errorf("the sidecar's log contains a token:\n%s", sc.logs.String())
+		}
+	}
+}
+
+// TestSnapshotsCacheAndLive: a target the cache refuses is checked again
+// live (the cache lags the API server), and one the cache accepts is served
+// from it, also when the API server cannot be asked.
+func TestSnapshotsCacheAndLive(t *testing.T) {
+	t.Parallel()
+	ctx := t.Context()
+	tests := []struct {
+		name       string
+		cached     []runtime.Object // what the informers hold
+		live       []runtime.Object // what the API server holds
+		liveDown   bool
+		wantHandle string
+		wantCode   codes.Code
+		wantGets   int
+	}{
+		{name: "ready in the cache", cached: snapshotObjects(testNS, "snap-1", snapOpts{}), liveDown: true, wantHandle: handleOf(testNS, "snap-1")},
+		{name: "just created", live: snapshotObjects(testNS, "snap-1", snapOpts{}), wantHandle: handleOf(testNS, "snap-1"), wantGets: 2},
+		{name: "just became ready", cached: snapshotObjects(testNS, "snap-1", snapOpts{notReady: true}),
+			live: snapshotObjects(testNS, "snap-1", snapOpts{}), wantHandle: handleOf(testNS, "snap-1"), wantGets: 2},
+		{name: "not ready either way", cached: snapshotObjects(testNS, "snap-1", snapOpts{notReady: true}),
+			live: snapshotObjects(testNS, "snap-1", snapOpts{notReady: true}), wantCode: codes.Unavailable, wantGets: 1},
+		{name: "missing, API server down", liveDown: true, wantCode: codes.Unavailable, wantGets: 1},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			t.Parallel()
+			client := snapshotfake.NewSimpleClientset(tt.live...)
+			gets := 0
+			client.PrependReactor("get", "*", func(k8stesting.Action) (bool, runtime.Object, error) {
+				gets++
+				if tt.liveDown {
+					return true, nil, errors.New("dial tcp 10.0.0.1:443: connect: connection refused")
+				}
+				return false, nil, nil
+			})
+			s := snapshotsFrom(t, client, tt.cached...)
+			handle, err := s.Target(ctx, testNS, "snap-1")
+			if handle != tt.wantHandle || status.Code(err) != tt.wantCode {
+				t.Errorf("Target() = %q, %v; want %q, code %v", handle, err, tt.wantHandle, tt.wantCode)
+			}
+			if gets != tt.wantGets {
+				t.Errorf("live GETs = %d; want %d", gets, tt.wantGets)
+			}
+			if err != nil && strings.Contains(err.Error(), "10.0.0.1") {
+				t.Errorf("Target() = %v; the message names the API server", err)
+			}
+		})
+	}
+}
+
+// snapshotsFrom returns Snapshots that read cached from its caches and
+// client live, without informers.
+func snapshotsFrom(t *testing.T, client *snapshotfake.Clientset, cached ...runtime.Object) *Snapshots {
+	t.Helper()
+	vsIdx := cacheIndexer(t, cached, "VolumeSnapshot")
+	vscIdx := cacheIndexer(t, cached, "VolumeSnapshotContent")
+	return &Snapshots{driver: testDriver, client: client, vs: newVSLister(vsIdx), vsc: newVSCLister(vscIdx), byHandle: vscIdx}
+}
+
+// TestBase is the decision table of a delta's base_snapshot_id.
+func TestBase(t *testing.T) {
+	t.Parallel()
+	objs := testSnapshots()
+	// The same handle, bound in two namespaces (a snapshot imported into
+	// another namespace with a pre-provisioned content).
+	shared := snapshotObjects(otherNS, "shared", snapOpts{})
+	shared[1].(*snapshotv1.VolumeSnapshotContent).Status.SnapshotHandle = new(handleOf(testNS, "snap-1"))
+	objs = append(objs, shared...)
+	s := snapshotsFrom(t, snapshotfake.NewSimpleClientset(), objs...)
+	tests := []struct {
+		handle    string
+		wantNames []string
+		wantErr   error
+	}{
+		{handle: handleOf(testNS, "snap-1"), wantNames: []string{"snap-1"}},
+		{handle: handleOf(testNS, "retained"), wantNames: []string{"retained"}},
+		{handle: "handle-deleted"},
+		{handle: handleOf(otherNS, "snap-x"), wantErr: ErrBaseInAnotherNamespace},
+		// Another driver's handle is not this driver's snapshot.
+		{handle: handleOf(testNS, "other-driver")},
+	}
+	for _, tt := range tests {
+		ref, err := s.Base(tt.handle, testNS)
+		if !errors.Is(err, tt.wantErr) || !slicesEqual(ref.Names, tt.wantNames) {
+			t.Errorf("Base(%q, %q) = %v, %v; want %v, %v", tt.handle, testNS, ref.Names, err, tt.wantNames, tt.wantErr)
+		}
+	}
+}
+
+func slicesEqual(a, b []string) bool {
+	return len(a) == len(b) && (len(a) == 0 || strings.Join(a, "\x00") == strings.Join(b, "\x00"))
+}
+
+// TestAudience: the audience comes from the SnapshotMetadataService object;
+// --audience is needed only without one, and must agree with it.
+func TestAudience(t *testing.T) {
+	t.Parallel()
+	cr := func(aud string) runtime.Object {
+		return &smsv1alpha1.SnapshotMetadataService{ObjectMeta: metav1.ObjectMeta{Name: testDriver}, Spec: smsv1alpha1.SnapshotMetadataServiceSpec{Audience: aud}}
+	}
+	forbidden := func(c *smsfake.Clientset) {
+		c.PrependReactor("get", "snapshotmetadataservices", func(k8stesting.Action) (bool, runtime.Object, error) {
+			return true, nil, apierrors.NewForbidden(schema.GroupResource{Group: "cbt.storage.k8s.io", Resource: "snapshotmetadataservices"}, testDriver, errors.New("no"))
+		})
+	}
+	tests := []struct {
+		name     string
+		objs     []runtime.Object
+		react    func(*smsfake.Clientset)
+		explicit []string
+		want     string
+		wantErr  string
+	}{
+		{name: "from the object", objs: []runtime.Object{cr("a.example")}, want: "a.example"},
+		{name: "flag agrees", objs: []runtime.Object{cr("a.example")}, explicit: []string{"a.example"}, want: "a.example"},
+		{name: "flag disagrees", objs: []runtime.Object{cr("a.example")}, explicit: []string{"b.example"}, wantErr: `--audience "b.example" disagrees with spec.audience "a.example"`},
+		{name: "one flag of two disagrees", objs: []runtime.Object{cr("a.example")}, explicit: []string{"a.example", "b.example"}, wantErr: "disagrees"},
+		{name: "object without audience", objs: []runtime.Object{cr("")}, wantErr: "no spec.audience"},
+		{name: "no object, flag", explicit: []string{"b.example"}, want: "b.example"},
+		{name: "no object, no flag", wantErr: "--audience must name exactly one audience"},
+		{name: "no object, two flags", explicit: []string{"a.example", "b.example"}, wantErr: "exactly one"},
+		{name: "object unreadable", react: forbidden, explicit: []string{"a.example"}, wantErr: "forbidden"},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			t.Parallel()
+			c := smsfake.NewSimpleClientset(tt.objs...)
+			if tt.react != nil {
+				tt.react(c)
+			}
+			got, err := resolveAudience(t.Context(), c, testDriver, tt.explicit)
+			if tt.wantErr != "" {
+				if err == nil || !strings.Contains(err.Error(), tt.wantErr) {
+					t.Errorf("resolveAudience(%q) = %q, %v; want an error containing %q", tt.explicit, got, err, tt.wantErr)
+				}
+				return
+			}
+			if err != nil || got != tt.want {
+				t.Errorf("resolveAudience(%q) = %q, %v; want %q", tt.explicit, got, err, tt.want)
+			}
+		})
+	}
+
+	t.Run("run refuses to start", func(t *testing.T) {
+		t.Parallel()
+		err := run(t.Context(), []string{"--driver=" + testDriver, "--audience=b.example", "--kubeconfig=/nonexistent"},
+			deps{backend: FakeBackend{}, snapshots: snapshotfake.NewSimpleClientset(), services: smsfake.NewSimpleClientset(cr("a.example"))}, nil)
+		if err == nil || !strings.Contains(err.Error(), "disagrees") {
+			t.Errorf("run(--audience=b.example) with spec.audience a.example = %v; want an error", err)
+		}
+	})
+}
+
+// TestRefusalLogLimit: the refusal log writes a burst of lines, then one
+// per interval, and counts what it left out.
+func TestRefusalLogLimit(t *testing.T) {
+	t.Parallel()
+	logs := &syncBuffer{}
+	clk := newFakeClock()
+	l := newRefusalLog(textlogger.NewLogger(textlogger.NewConfig(textlogger.Output(logs))), clk)
+	lines := func() int { return strings.Count(logs.String(), "Refused a call") }
+	for range refusalLogBurst + 3 {
+		l.denied(backupUser, testNS, roleSnapshot, "snap-3", "")
+	}
+	if got := lines(); got != refusalLogBurst {
+		t.Fatalf("lines after %d refusals at once = %d; want the burst, %d", refusalLogBurst+3, got, refusalLogBurst)
+	}
+	clk.Step(refusalLogInterval - time.Nanosecond)
+	l.denied(backupUser, testNS, roleSnapshot, "snap-3", "")
+	if got := lines(); got != refusalLogBurst {
+		t.Fatalf("lines 1ns before the interval = %d; want %d\n%s", got, refusalLogBurst, logs.String())
+	}
+	clk.Step(time.Nanosecond)
+	l.denied(backupUser, testNS, roleSnapshot, "snap-3", "")
+	if got := lines(); got != refusalLogBurst+1 {
+		t.Fatalf("lines at the interval = %d; want %d", got, refusalLogBurst+1)
+	}
+	if !strings.Contains(logs.String(), "suppressed=4") {
+		t.Errorf("the line after a pause does not count the 4 left out:\n%s", logs.String())
+	}
+}
+
 func poolOf(pemBytes []byte) *x509.CertPool {
 	p := x509.NewCertPool()
 	p.AppendCertsFromPEM(pemBytes)
 	return p
+}
+
+func equalAny(got, want any) bool {
+	switch w := want.(type) {
+	case []*api.GetMetadataAllocatedResponse:
+		return equalResponses(got.([]*api.GetMetadataAllocatedResponse), w)
+	case []*api.GetMetadataDeltaResponse:
+		return equalResponses(got.([]*api.GetMetadataDeltaResponse), w)
+	}
+	return false
 }
 
 func equalResponses[T proto.Message](got, want []T) bool {
@@ -268,10 +699,10 @@ func TestFlags(t *testing.T) {
 		args []string
 		want string
 	}{
-		{name: "no audience", args: []string{"--kubeconfig=x"}, want: "--audience is required"},
-		{name: "cert without key", args: []string{"--audience=a", "--tls-cert-file=c"}, want: "go together"},
-		{name: "stray argument", args: []string{"--audience=a", "extra"}, want: "unexpected arguments"},
-		{name: "unknown flag", args: []string{"--audience=a", "--nope"}, want: "unknown flag"},
+		{name: "no driver", args: []string{"--audience=a"}, want: "--driver is required"},
+		{name: "cert without key", args: []string{"--driver=d", "--tls-cert-file=c"}, want: "go together"},
+		{name: "stray argument", args: []string{"--driver=d", "extra"}, want: "unexpected arguments"},
+		{name: "unknown flag", args: []string{"--driver=d", "--nope"}, want: "unknown flag"},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
@@ -288,7 +719,7 @@ func TestFlags(t *testing.T) {
 // serves.
 func ExampleFakeBackend() {
 	b := FakeBackend{Blocks: 8, BlockSize: 4096}
-	_ = b.Allocated(context.Background(), "apps", "snap-1", 0, 3, func(r *api.GetMetadataAllocatedResponse) error {
+	_ = b.Allocated(context.Background(), "handle-1", 0, 3, func(r *api.GetMetadataAllocatedResponse) error {
 		var offs []string
 		for _, m := range r.GetBlockMetadata() {
 			offs = append(offs, fmt.Sprint(m.GetByteOffset()))
@@ -296,12 +727,9 @@ func ExampleFakeBackend() {
 		fmt.Println(r.GetBlockMetadataType(), r.GetVolumeCapacityBytes(), strings.Join(offs, ","))
 		return nil
 	})
-	name, err := b.SnapshotName(context.Background(), "apps", "snap-id-snap-1")
-	fmt.Println(name, err)
 	// Output:
-	// FIXED_LENGTH 32768 0,4096,8192
-	// FIXED_LENGTH 32768 20480,24576,28672
-	// snap-1 <nil>
+	// FIXED_LENGTH 32768 4096,8192,12288
+	// FIXED_LENGTH 32768 16384,20480,24576
 }
 
 // collector is an iterator.IteratorEmitter that keeps what it is given.
@@ -322,53 +750,55 @@ func (c *collector) SnapshotMetadataIteratorDone(n int) error {
 
 // TestUpstreamIterator runs the upstream module's own client,
 // pkg/iterator, against the sidecar unchanged: it reads the
-// SnapshotMetadataService object, asks the TokenRequest API for a token
-// with the audience found there, and streams the metadata over TLS with the
-// CA found there.
+// SnapshotMetadataService object, asks the TokenRequest API for a fresh
+// token with the audience found there for every iteration, and streams the
+// metadata over TLS with the CA found there. Each fresh token costs a
+// TokenReview; the SubjectAccessReviews are one per snapshot.
 func TestUpstreamIterator(t *testing.T) {
 	sc := startSidecar(t)
-	cfg := sc.api.Config()
-	kube, err := kubernetes.NewForConfig(cfg)
+	kube, err := kubernetes.NewForConfig(sc.api.Config())
 	if err != nil {
 		t.Fatal(err)
 	}
-	snaps, err := snapshotclient.NewForConfig(cfg)
-	if err != nil {
-		t.Fatal(err)
-	}
-	const driver = "fake.csi.example.com"
-	sms := smsfake.NewSimpleClientset(&smsv1alpha1.SnapshotMetadataService{
-		ObjectMeta: metav1.ObjectMeta{Name: driver},
-		Spec:       smsv1alpha1.SnapshotMetadataServiceSpec{Audience: testAudience, Address: sc.addr, CACert: sc.caPEM},
-	})
-	clients := iterator.Clients{KubeClient: kube, SnapshotClient: snaps, SmsCRClient: sms}
+	clients := iterator.Clients{KubeClient: kube, SnapshotClient: sc.snaps, SmsCRClient: smsclient.Interface(sc.services)}
 
 	tests := []struct {
-		name    string
-		prevID  string
-		target  string
-		wantErr codes.Code
+		name       string
+		prevID     string
+		prevName   string
+		target     string
+		wantBlocks func(t *testing.T) [][]*api.BlockMetadata
+		wantErr    codes.Code
 	}{
-		{name: "allocated", target: "snap-1"},
-		{name: "delta", prevID: "snap-id-snap-1", target: "snap-2"},
+		{name: "allocated", target: "snap-1", wantBlocks: func(t *testing.T) [][]*api.BlockMetadata {
+			var out [][]*api.BlockMetadata
+			for _, r := range wantAllocated(t, handleOf(testNS, "snap-1"), 8) {
+				out = append(out, r.GetBlockMetadata())
+			}
+			return out
+		}},
+		{name: "delta by handle", prevID: handleOf(testNS, "snap-1"), target: "snap-2", wantBlocks: deltaBlocks(testNS, "snap-1", "snap-2")},
+		{name: "delta by name", prevName: "snap-1", target: "snap-2", wantBlocks: deltaBlocks(testNS, "snap-1", "snap-2")},
 		{name: "not allowed", target: "snap-3", wantErr: codes.PermissionDenied},
+		{name: "base not allowed", prevID: handleOf(testNS, "snap-3"), target: "snap-2", wantErr: codes.PermissionDenied},
+		{name: "not ready", target: "not-ready", wantErr: codes.Unavailable},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
 			c := &collector{}
 			err := iterator.GetSnapshotMetadata(t.Context(), iterator.Args{
-				Clients:        clients,
-				Emitter:        c,
-				Namespace:      testNS,
-				SnapshotName:   tt.target,
-				PrevSnapshotID: tt.prevID,
-				MaxResults:     8,
-				CSIDriver:      driver,
-				SANamespace:    testNS,
-				SAName:         "backup",
+				Clients:          clients,
+				Emitter:          c,
+				Namespace:        testNS,
+				SnapshotName:     tt.target,
+				PrevSnapshotID:   tt.prevID,
+				PrevSnapshotName: tt.prevName,
+				MaxResults:       8,
+				SANamespace:      testNS,
+				SAName:           "backup",
 			})
 			if tt.wantErr != codes.OK {
-				if status.Code(errors.Unwrap(err)) != tt.wantErr && !strings.Contains(fmt.Sprint(err), tt.wantErr.String()) {
+				if status.Code(errors.Unwrap(err)) != tt.wantErr {
 					t.Fatalf("GetSnapshotMetadata() = %v; want code %v", err, tt.wantErr)
 				}
 				return
@@ -376,19 +806,7 @@ func TestUpstreamIterator(t *testing.T) {
 			if err != nil {
 				t.Fatalf("GetSnapshotMetadata() = %v", err)
 			}
-			// The blocks the iterator saw are those of the backend.
-			var want [][]*api.BlockMetadata
-			if tt.prevID == "" {
-				_ = FakeBackend{}.Allocated(t.Context(), testNS, tt.target, 0, 8, func(r *api.GetMetadataAllocatedResponse) error {
-					want = append(want, r.GetBlockMetadata())
-					return nil
-				})
-			} else {
-				_ = FakeBackend{}.Delta(t.Context(), testNS, tt.prevID, tt.target, 0, 8, func(r *api.GetMetadataDeltaResponse) error {
-					want = append(want, r.GetBlockMetadata())
-					return nil
-				})
-			}
+			want := tt.wantBlocks(t)
 			if len(c.records) != len(want) || c.done != len(want) {
 				t.Fatalf("iterator got %d records (done %d); want %d", len(c.records), c.done, len(want))
 			}
@@ -402,63 +820,53 @@ func TestUpstreamIterator(t *testing.T) {
 	if n := sc.api.Count(authtest.TokenRequests); n != len(tests) {
 		t.Errorf("TokenRequests = %d; want %d, one per iteration", n, len(tests))
 	}
+	if n := sc.api.Count(authtest.TokenReviews); n != len(tests) {
+		t.Errorf("TokenReviews = %d; want %d, one per fresh token", n, len(tests))
+	}
+	// Distinct (user, snapshot) checks: snap-1, snap-2, snap-3, not-ready.
+	if n := sc.api.Count(authtest.SubjectAccessReviews); n != 4 {
+		t.Errorf("SubjectAccessReviews = %d; want 4, one per snapshot, whatever the token", n)
+	}
 }
 
-// TestBinary builds the command and runs it as a subprocess, as an
-// end-to-end suite would: it reads the address from the "listening on"
-// line, trusts the certificate written to --self-signed-ca-file, and stops
-// the sidecar with SIGTERM.
+func deltaBlocks(ns, base, target string) func(t *testing.T) [][]*api.BlockMetadata {
+	return func(t *testing.T) [][]*api.BlockMetadata {
+		var out [][]*api.BlockMetadata
+		for _, r := range wantDelta(t, handleOf(ns, base), handleOf(ns, target), 8) {
+			out = append(out, r.GetBlockMetadata())
+		}
+		return out
+	}
+}
+
+// TestBinary builds the command and runs it as a subprocess against an API
+// server that serves no snapshot API: it must refuse to start, saying what
+// it could not read, rather than serve without its snapshot checks.
 func TestBinary(t *testing.T) {
 	if testing.Short() {
 		t.Skip("builds a binary")
 	}
 	s := authtest.Start(t)
-	s.SetPolicy(authtest.Rules(authtest.Rule{
-		Users: []string{backupUser.Name}, Verbs: []string{"get"}, APIGroups: []string{snapshotGroup},
-		Resources: []string{snapshotResource}, Namespaces: []string{testNS},
-	}))
 	dir := t.TempDir()
-	bin, kubeconfig, caFile := filepath.Join(dir, "snapshotmetadata"), filepath.Join(dir, "kubeconfig"), filepath.Join(dir, "ca.pem")
+	bin, kubeconfig := filepath.Join(dir, "snapshotmetadata"), filepath.Join(dir, "kubeconfig")
 	if out, err := exec.Command("go", "build", "-o", bin, ".").CombinedOutput(); err != nil {
 		t.Fatalf("go build = %v\n%s", err, out)
 	}
 	if err := s.WriteKubeconfig(kubeconfig); err != nil {
 		t.Fatal(err)
 	}
-	cmd := exec.Command(bin, "--listen=127.0.0.1:0", "--kubeconfig="+kubeconfig, "--audience="+testAudience, "--self-signed-ca-file="+caFile)
-	stdout, err := cmd.StdoutPipe()
-	if err != nil {
-		t.Fatal(err)
+	ctx, cancel := context.WithTimeout(t.Context(), time.Minute)
+	defer cancel()
+	out, err := exec.CommandContext(ctx, bin, "--listen=127.0.0.1:0", "--kubeconfig="+kubeconfig, "--driver="+testDriver,
+		"--audience="+testAudience, "--cache-sync-timeout=1s").CombinedOutput()
+	var exit *exec.ExitError
+	if !errors.As(err, &exit) || exit.ExitCode() != 1 {
+		t.Fatalf("snapshotmetadata without a snapshot API = %v; want exit status 1\n%s", err, out)
 	}
-	cmd.Stderr = os.Stderr
-	if err := cmd.Start(); err != nil {
-		t.Fatal(err)
+	if !strings.Contains(string(out), "did not sync") || !strings.Contains(string(out), "volumesnapshots") {
+		t.Errorf("snapshotmetadata without a snapshot API printed:\n%s\nwant the cache that did not sync and what it needs", out)
 	}
-	defer func() { _ = cmd.Process.Kill() }()
-	line, err := bufio.NewReader(stdout).ReadString('\n')
-	addr, ok := strings.CutPrefix(strings.TrimSpace(line), "listening on ")
-	if err != nil || !ok {
-		t.Fatalf("first line = %q, %v; want \"listening on ADDRESS\"", line, err)
-	}
-	caPEM, err := os.ReadFile(caFile)
-	if err != nil {
-		t.Fatal(err)
-	}
-	conn, err := grpc.NewClient(addr, grpc.WithTransportCredentials(credentials.NewTLS(&tls.Config{RootCAs: poolOf(caPEM)})))
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer conn.Close()
-	tok := s.MintToken(backupUser, []string{testAudience}, time.Now().Add(time.Hour))
-	got, err := recvAll(api.NewSnapshotMetadataClient(conn).GetMetadataAllocated(t.Context(),
-		&api.GetMetadataAllocatedRequest{SecurityToken: tok, Namespace: testNS, SnapshotName: "snap-1"}))
-	if err != nil || len(got) == 0 {
-		t.Fatalf("GetMetadataAllocated() = %d responses, %v; want some", len(got), err)
-	}
-	if err := cmd.Process.Signal(syscall.SIGTERM); err != nil {
-		t.Fatal(err)
-	}
-	if err := cmd.Wait(); err != nil {
-		t.Errorf("snapshotmetadata exited with %v after SIGTERM; want success", err)
+	if strings.Contains(string(out), "listening on") {
+		t.Errorf("snapshotmetadata without a snapshot API served:\n%s", out)
 	}
 }

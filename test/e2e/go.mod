@@ -6,6 +6,8 @@ replace github.com/reviewauth/reviewauth => ../..
 
 require (
 	github.com/kubernetes-csi/external-snapshot-metadata v0.2.0
+	github.com/kubernetes-csi/external-snapshot-metadata/client v0.1.0
+	github.com/kubernetes-csi/external-snapshotter/client/v8 v8.4.0
 	github.com/prometheus/client_model v0.6.2
 	github.com/prometheus/common v0.70.0
 	github.com/reviewauth/reviewauth v0.0.0-00010101000000-000000000000

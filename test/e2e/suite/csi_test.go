@@ -25,9 +25,6 @@ import (
 const (
 	snapshotGroup    = "snapshot.storage.k8s.io"
 	snapshotResource = "volumesnapshots"
-	// snapshotIDPrefix is the fake backend's CSI handle prefix: the handle
-	// of VolumeSnapshot "x" is "snap-id-x".
-	snapshotIDPrefix = "snap-id-"
 	// defaultSuccessTTL is how long the examples cache an identity by
 	// default: authn.DefaultSuccessTTL.
 	defaultSuccessTTL = time.Minute
@@ -49,22 +46,31 @@ var snapshotReader = rbacv1.PolicyRule{Verbs: []string{"get"}, APIGroups: []stri
 // sidecar is a running snapshotmetadata example and a client for it.
 type sidecar struct {
 	*example
+	c        *cluster.Cluster
+	driver   string
 	audience string
+	caPEM    []byte
 	roots    *x509.CertPool
 	client   api.SnapshotMetadataClient
 }
 
-// startSidecar runs the snapshotmetadata example against the cluster as a
-// system:auth-delegator ServiceAccount, serving with its self-signed
-// certificate, with extra flags args, and connects the upstream generated
-// client to it.
+// startSidecar runs the snapshotmetadata example against the cluster as it
+// is deployed upstream, and connects the upstream generated client to it:
+// the snapshot CRDs are installed; the example's driver (a unique name) has
+// a SnapshotMetadataService object, from which the example reads its
+// audience and in which its address and CA are published once it serves;
+// it runs as a ServiceAccount bound to system:auth-delegator, upstream's
+// sidecar ClusterRole, and watch on snapshots. Extra flags are args.
 func startSidecar(t testing.TB, c *cluster.Cluster, args ...string) *sidecar {
 	t.Helper()
-	kubeconfig := reviewerKubeconfig(t, c, "snapshotmetadata")
-	caFile := filepath.Join(t.TempDir(), "sidecar-ca.pem")
+	installSnapshotAPIs(t, c)
+	driver := cluster.UniqueName("snapshotmetadata") + ".csi.example.com"
 	audience := cluster.UniqueName("snapshotmetadata") + ".example.com"
+	createSnapshotMetadataService(t, c, driver, audience)
+	kubeconfig := reviewerKubeconfig(t, c, "snapshotmetadata", upstreamSidecarRole, sidecarWatchRole)
+	caFile := filepath.Join(t.TempDir(), "sidecar-ca.pem")
 	e := startExample(t, snapshotMetadataBin, append([]string{"--listen=127.0.0.1:0", "--kubeconfig=" + kubeconfig,
-		"--audience=" + audience, "--self-signed-ca-file=" + caFile}, args...)...)
+		"--driver=" + driver, "--self-signed-ca-file=" + caFile}, args...)...)
 	caPEM, err := os.ReadFile(caFile)
 	if err != nil {
 		t.Fatalf("reading the sidecar's --self-signed-ca-file: %v", err)
@@ -73,9 +79,19 @@ func startSidecar(t testing.TB, c *cluster.Cluster, args ...string) *sidecar {
 	if !roots.AppendCertsFromPEM(caPEM) {
 		t.Fatalf("--self-signed-ca-file %s holds no certificate", caFile)
 	}
-	s := &sidecar{example: e, audience: audience, roots: roots}
+	publishSnapshotMetadataService(t, c, driver, e.addr, caPEM)
+	s := &sidecar{example: e, c: c, driver: driver, audience: audience, caPEM: caPEM, roots: roots}
 	s.client = s.newClient(t)
 	return s
+}
+
+// createSnapshots creates ready VolumeSnapshots of the sidecar's driver in
+// ns, with their contents (see createSnapshot).
+func (s *sidecar) createSnapshots(t testing.TB, ns string, names ...string) {
+	t.Helper()
+	for _, name := range names {
+		createSnapshot(t, s.c, s.driver, ns, name, snapshotOptions{})
+	}
 }
 
 // newClient returns a client on a connection of its own, closed when the
@@ -115,12 +131,13 @@ func allocated(ctx context.Context, client api.SnapshotMetadataClient, token, ns
 	return recvAll(client.GetMetadataAllocated(ctx, &api.GetMetadataAllocatedRequest{SecurityToken: token, Namespace: ns, SnapshotName: snapshot}))
 }
 
-// delta calls GetMetadataDelta with client and drains the stream.
+// delta calls GetMetadataDelta with client from the handle of
+// VolumeSnapshot ns/base to ns/target, and drains the stream.
 func delta(ctx context.Context, client api.SnapshotMetadataClient, token, ns, base, target string) ([]*api.GetMetadataDeltaResponse, error) {
 	ctx, cancel := context.WithTimeout(ctx, callTimeout)
 	defer cancel()
 	return recvAll(client.GetMetadataDelta(ctx, &api.GetMetadataDeltaRequest{
-		SecurityToken: token, Namespace: ns, BaseSnapshotId: snapshotIDPrefix + base, TargetSnapshotName: target, MaxResults: 4,
+		SecurityToken: token, Namespace: ns, BaseSnapshotId: snapshotHandle(ns, base), TargetSnapshotName: target, MaxResults: 4,
 	}))
 }
 
@@ -167,7 +184,7 @@ func TestCSISnapshotMetadata(t *testing.T) {
 	ns := c.UniqueNamespace(t, "apps")
 	c.CreateServiceAccount(t, ns, "backup")
 	user := serviceAccountUser(ns, "backup")
-	// The CRD is not installed: RBAC does not need it.
+	s.createSnapshots(t, ns, "snap-0", "snap-1", "snap-2")
 	c.CreateRole(t, ns, "snapshot-reader", snapshotReader)
 
 	good := c.RequestToken(t, ns, "backup", cluster.TokenOptions{Audiences: []string{s.audience}})

@@ -215,13 +215,16 @@ func tail(s string, n int) string {
 
 // reviewerKubeconfig makes the identity an example runs as in a real
 // cluster: a ServiceAccount bound to the built-in ClusterRole
-// system:auth-delegator (create tokenreviews and subjectaccessreviews, and
-// nothing else), and writes a kubeconfig with a TokenRequest token for it.
-func reviewerKubeconfig(t testing.TB, c *cluster.Cluster, name string) string {
+// system:auth-delegator (create tokenreviews and subjectaccessreviews) and
+// to clusterRoles, and nothing else, and writes a kubeconfig with a
+// TokenRequest token for it.
+func reviewerKubeconfig(t testing.TB, c *cluster.Cluster, name string, clusterRoles ...string) string {
 	t.Helper()
 	ns := c.UniqueNamespace(t, name)
 	c.CreateServiceAccount(t, ns, name)
-	c.BindClusterRole(t, "", "system:auth-delegator", cluster.ServiceAccountSubject(ns, name))
+	for _, role := range append([]string{"system:auth-delegator"}, clusterRoles...) {
+		c.BindClusterRole(t, "", role, cluster.ServiceAccountSubject(ns, name))
+	}
 	user := "system:serviceaccount:" + ns + ":" + name
 	for _, res := range []authorizationv1.ResourceAttributes{
 		{Verb: "create", Group: "authentication.k8s.io", Resource: "tokenreviews"},

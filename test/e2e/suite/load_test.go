@@ -47,6 +47,7 @@ func TestLoadReviewCount(t *testing.T) {
 	c := cluster.Get(t)
 	s := startSidecar(t, c)
 	ns := c.UniqueNamespace(t, "load")
+	s.createSnapshots(t, ns, "snap-1", "snap-2")
 	c.CreateRole(t, ns, "snapshot-reader", snapshotReader)
 	subjects := make([]rbacv1.Subject, loadCallers)
 	for i := range subjects {

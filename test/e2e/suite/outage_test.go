@@ -22,6 +22,7 @@ func TestOutage(t *testing.T) {
 	p := startProxy(t, c)
 
 	ns := c.UniqueNamespace(t, "outage")
+	s.createSnapshots(t, ns, "snap-1", "snap-2")
 	c.CreateServiceAccount(t, ns, "backup")
 	c.CreateServiceAccount(t, ns, "prometheus")
 	c.CreateRole(t, ns, "snapshot-reader", snapshotReader)
