@@ -28,8 +28,10 @@
 //
 // The request path is cleaned with [CleanPath] before anything looks at it:
 // "//", "/./" and "/../" are resolved (a trailing slash is kept), and
-// percent-encoded slashes, dots, backslashes and percent signs are refused
-// with 400 Bad Request, because different servers decode them differently.
+// percent-encoded slashes, dots, backslashes and percent signs, and paths
+// that do not decode to valid UTF-8 (such as the overlong "%C0%AE%C0%AE"),
+// are refused with 400 Bad Request, because different servers decode them
+// differently.
 // The request the handler sees carries the cleaned path, so the path that was
 // authorized is the path that is served (or proxied).
 //

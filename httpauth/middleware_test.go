@@ -408,6 +408,10 @@ func TestPathTricks(t *testing.T) {
 		{target: "/metrics/%252e%252e/logs", wantCode: 400},
 		{target: "/metrics/..;/logs", wantCode: 400},
 		{target: "/%6detrics", wantCode: 200, wantPath: "/metrics"},
+		{target: "/metrics/%C0%AE%C0%AE/logs/x", wantCode: 400},
+		{target: "/metrics/%c0%ae%c0%ae/logs/x", wantCode: 400},
+		{target: "/metrics/%E0%80%AE%E0%80%AE/logs/x", wantCode: 400},
+		{target: "/metrics/%ED%A0%80", wantCode: 400},
 	}
 	mw := newMiddleware(t, httpauth.Options{})
 	for _, tt := range tests {
