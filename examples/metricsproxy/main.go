@@ -81,7 +81,7 @@ func parseFlags(args []string, output io.Writer) (*config, error) {
 	fs.StringVar(&c.listen, "listen", ":8443", "address to serve HTTPS on")
 	fs.StringVar(&c.certFile, "tls-cert-file", "", "serving certificate (PEM); a self-signed one is generated when unset")
 	fs.StringVar(&c.keyFile, "tls-private-key-file", "", "private key of --tls-cert-file (PEM)")
-	fs.BoolVar(&c.fineGrained, "kubelet-fine-grained-authz", false, "map paths like a kubelet with fine-grained authorization (KEP-2862): /spec to nodes/spec, and /pods, /healthz, /configz to their own subresource or else nodes/proxy")
+	fs.BoolVar(&c.fineGrained, "kubelet-fine-grained-authz", false, "map paths like a kubelet with fine-grained authorization (KEP-2862, the kubelet's only mode since 1.36): /pods, /allocatedPods, /runningpods to nodes/pods, /healthz to nodes/healthz and /configz to nodes/configz, each or else nodes/proxy")
 	c.review.AddFlags(fs) // --kubeconfig, --audience, --node-name, --authentication-*, --authorization-*, --metrics-listen
 	c.http.AddFlags(fs)   // --client-ca-file, --authorization-always-allow-paths
 	if err := fs.Parse(args); err != nil {
