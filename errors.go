@@ -16,7 +16,11 @@ import (
 //
 // An error that matches none of them is treated as [ErrUnavailable] by the
 // adapters: the library fails closed, and "could not decide" is never
-// reported as a rejection or a denial.
+// reported as a rejection or a denial. The exception is an authentication
+// error in httpauth, which is a rejection (401) unless it matches
+// ErrUnavailable: k8s.io/apiserver's own authenticators (x509, bearertoken,
+// union) report a bad credential with a plain error, so an authenticator
+// that cannot reach its backend must wrap ErrUnavailable to be answered 503.
 var (
 	// ErrUnauthenticated reports that a credential was presented and
 	// rejected: by the API server (TokenReview said no, or said yes for the

@@ -15,6 +15,12 @@ import (
 // uses another scheme: that is "no bearer credential here", not an error.
 // The token returned is not validated: an empty or malformed token is
 // refused by [Authenticator.AuthenticateToken] without a review.
+//
+// k8s.io/apiserver's bearertoken authenticator (the kubelet's) differs on
+// purpose: it ignores "Bearer  <token>" (more than one space, which RFC
+// 6750's 1*SP allows and ParseBearer reads as <token>), and it reads
+// "Bearer <token> extra" as <token>, where ParseBearer returns
+// "<token> extra", which is then refused as malformed.
 func ParseBearer(header string) (token string, ok bool) {
 	const scheme = "bearer"
 	if len(header) <= len(scheme) || !strings.EqualFold(header[:len(scheme)], scheme) {
@@ -30,7 +36,8 @@ func ParseBearer(header string) (token string, ok bool) {
 // token of a request's Authorization header with t. A request with no
 // Authorization header, or one of another scheme, yields (nil, false, nil)
 // so that other authenticators in a union may try; a request with more than
-// one Authorization header, or an empty bearer token, is rejected. On
+// one Authorization header (k8s.io/apiserver's bearertoken reads the first),
+// or an empty bearer token, is rejected. On
 // success the Authorization header is removed, so handlers never see the
 // token.
 func Bearer(t authenticator.Token) authenticator.Request {

@@ -7,6 +7,7 @@ import (
 	"github.com/spf13/pflag"
 
 	"github.com/reviewauth/reviewauth/internal/review"
+	"github.com/reviewauth/reviewauth/internal/ttlflag"
 )
 
 // ClientOptions says how to reach the API server that answers
@@ -17,6 +18,14 @@ type ClientOptions = review.ClientOptions
 // Flags is Options plus the client to review with, as set from the command
 // line. The zero value has every default; AddFlags registers its flags,
 // Validate checks them, and New builds the Authenticator.
+//
+// The cache TTL flags mean what they mean in k8s.io/apiserver:
+// --authentication-token-webhook-cache-ttl=0 disables the identity cache, so
+// that every request is reviewed (no revocation window beyond the API
+// server's own), and --authentication-token-webhook-cache-failure-ttl=0
+// disables the rejection cache. The flags store that as the Options'
+// "disabled" value, a negative TTL; the fields keep the Options' meaning (0
+// is the default, negative disables), so the zero Flags is safe.
 type Flags struct {
 	Options
 	Client ClientOptions
@@ -26,8 +35,8 @@ type Flags struct {
 //
 //	--authentication-kubeconfig                    kubeconfig of the API server (default: in-cluster)
 //	--authentication-audiences                     audiences this service accepts (required)
-//	--authentication-token-webhook-cache-ttl       how long an identity is cached (default 1m)
-//	--authentication-token-webhook-cache-failure-ttl how long a rejection is cached (default 10s)
+//	--authentication-token-webhook-cache-ttl       how long an identity is cached (default 1m; 0 disables)
+//	--authentication-token-webhook-cache-failure-ttl how long a rejection is cached (default 10s; 0 disables)
 //	--authentication-max-in-flight                 TokenReviews in flight at most (default 16)
 //	--authentication-qps, --authentication-burst   review client limits (default 200, 400)
 //	--authentication-allow-api-server-audience     DANGEROUS: accept API server tokens
@@ -36,10 +45,10 @@ func (f *Flags) AddFlags(fs *pflag.FlagSet) {
 		"kubeconfig file pointing at the 'core' kubernetes server with enough rights to create tokenreviews.authentication.k8s.io. Empty means the in-cluster configuration.")
 	fs.StringSliceVar(&f.Audiences, "authentication-audiences", f.Audiences,
 		"Audiences this service accepts tokens for (repeatable or comma-separated). Required: callers must request tokens for one of them.")
-	fs.DurationVar(&f.SuccessTTL, "authentication-token-webhook-cache-ttl", or(f.SuccessTTL, DefaultSuccessTTL),
-		"How long an authenticated identity is cached; never past the token's exp. Also the time a revoked token keeps working.")
-	fs.DurationVar(&f.FailureTTL, "authentication-token-webhook-cache-failure-ttl", or(f.FailureTTL, DefaultFailureTTL),
-		"How long a rejected token is remembered.")
+	fs.Var(ttlflag.New(&f.SuccessTTL, DefaultSuccessTTL), "authentication-token-webhook-cache-ttl",
+		"How long an authenticated identity is cached; never past the token's exp. Also the time a revoked token keeps working. 0 disables the cache: every request is reviewed.")
+	fs.Var(ttlflag.New(&f.FailureTTL, DefaultFailureTTL), "authentication-token-webhook-cache-failure-ttl",
+		"How long a rejected token is remembered. 0 disables the cache: every request with a rejected token is reviewed again.")
 	fs.IntVar(&f.MaxInFlight, "authentication-max-in-flight", or(f.MaxInFlight, DefaultMaxInFlight),
 		"How many TokenReviews may be in flight at once; more callers wait.")
 	fs.Float32Var(&f.Client.QPS, "authentication-qps", or(f.Client.QPS, float32(DefaultQPS)), "QPS limit of the TokenReview client.")
@@ -61,12 +70,6 @@ func (f *Flags) Validate() error {
 		if a == "" {
 			errs = append(errs, errors.New("--authentication-audiences: empty audience"))
 		}
-	}
-	if f.SuccessTTL < 0 {
-		errs = append(errs, fmt.Errorf("--authentication-token-webhook-cache-ttl: must not be negative, got %v", f.SuccessTTL))
-	}
-	if f.FailureTTL < 0 {
-		errs = append(errs, fmt.Errorf("--authentication-token-webhook-cache-failure-ttl: must not be negative, got %v", f.FailureTTL))
 	}
 	if f.MaxInFlight < 0 {
 		errs = append(errs, fmt.Errorf("--authentication-max-in-flight: must be positive, got %d", f.MaxInFlight))

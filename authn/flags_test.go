@@ -7,6 +7,7 @@ import (
 	"time"
 
 	"github.com/spf13/pflag"
+	"k8s.io/apiserver/pkg/authentication/user"
 
 	"github.com/reviewauth/reviewauth/authn"
 	"github.com/reviewauth/reviewauth/authtest"
@@ -39,6 +40,12 @@ func TestFlags(t *testing.T) {
 					t.Errorf("TTLs = %v/%v; want 2m/5s", f.SuccessTTL, f.FailureTTL)
 				}
 			}},
+		{name: "zero ttls disable the caches", args: []string{"--authentication-audiences=a", "--authentication-token-webhook-cache-ttl=0", "--authentication-token-webhook-cache-failure-ttl=0s"},
+			check: func(t *testing.T, f *authn.Flags) {
+				if f.SuccessTTL >= 0 || f.FailureTTL >= 0 {
+					t.Errorf("TTLs = %v/%v; want negative (disabled)", f.SuccessTTL, f.FailureTTL)
+				}
+			}},
 		{name: "negative ttl", args: []string{"--authentication-audiences=a", "--authentication-token-webhook-cache-ttl=-1s"}, wantErr: "--authentication-token-webhook-cache-ttl"},
 		{name: "negative failure ttl", args: []string{"--authentication-audiences=a", "--authentication-token-webhook-cache-failure-ttl=-1s"}, wantErr: "--authentication-token-webhook-cache-failure-ttl"},
 		{name: "negative qps", args: []string{"--authentication-audiences=a", "--authentication-qps=-1"}, wantErr: "--authentication-qps"},
@@ -53,15 +60,18 @@ func TestFlags(t *testing.T) {
 			var f authn.Flags
 			fs := pflag.NewFlagSet("test", pflag.ContinueOnError)
 			f.AddFlags(fs)
-			if err := fs.Parse(tt.args); err != nil {
-				t.Fatalf("Parse(%v) = %v", tt.args, err)
+			err := fs.Parse(tt.args)
+			if err == nil {
+				err = f.Validate()
 			}
-			err := f.Validate()
 			if tt.wantErr == "" && err != nil {
-				t.Fatalf("Validate() = %v; want nil", err)
+				t.Fatalf("Parse and Validate(%v) = %v; want nil", tt.args, err)
 			}
-			if tt.wantErr != "" && (err == nil || !strings.Contains(err.Error(), tt.wantErr)) {
-				t.Fatalf("Validate() = %v; want an error naming %q", err, tt.wantErr)
+			if tt.wantErr != "" {
+				if err == nil || !strings.Contains(err.Error(), tt.wantErr) {
+					t.Fatalf("Parse and Validate(%v) = %v; want an error naming %q", tt.args, err, tt.wantErr)
+				}
+				return
 			}
 			if tt.check != nil {
 				tt.check(t, &f)
@@ -94,5 +104,63 @@ func TestFlagsNew(t *testing.T) {
 	f.Client.Kubeconfig = filepath.Join(t.TempDir(), "missing")
 	if _, err := f.New(); err == nil || !strings.Contains(err.Error(), "--authentication-kubeconfig") {
 		t.Fatalf("New() with a missing kubeconfig = %v; want an error naming the flag", err)
+	}
+}
+
+// TestFlagsZeroTTLDisablesCache checks the apiserver meaning of the cache
+// TTL flags: 0 disables caching, so that every request is a TokenReview,
+// where the flag left alone caches.
+func TestFlagsZeroTTLDisablesCache(t *testing.T) {
+	t.Parallel()
+	const (
+		aud   = "flags.example"
+		calls = 3
+	)
+	tests := []struct {
+		name     string
+		args     []string
+		rejected bool
+		wantTR   int
+	}{
+		{name: "valid token, default ttl", wantTR: 1},
+		{name: "valid token, ttl 0", args: []string{"--authentication-token-webhook-cache-ttl=0"}, wantTR: calls},
+		{name: "valid token, failure ttl 0", args: []string{"--authentication-token-webhook-cache-failure-ttl=0"}, wantTR: 1},
+		{name: "rejected token, default failure ttl", rejected: true, wantTR: 1},
+		{name: "rejected token, failure ttl 0", args: []string{"--authentication-token-webhook-cache-failure-ttl=0"}, rejected: true, wantTR: calls},
+		{name: "rejected token, ttl 0", args: []string{"--authentication-token-webhook-cache-ttl=0"}, rejected: true, wantTR: 1},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			t.Parallel()
+			srv := authtest.Start(t)
+			kc := filepath.Join(t.TempDir(), "kubeconfig")
+			if err := srv.WriteKubeconfig(kc); err != nil {
+				t.Fatal(err)
+			}
+			var f authn.Flags
+			fs := pflag.NewFlagSet("test", pflag.ContinueOnError)
+			f.AddFlags(fs)
+			if err := fs.Parse(append([]string{"--authentication-kubeconfig=" + kc, "--authentication-audiences=" + aud}, tt.args...)); err != nil {
+				t.Fatal(err)
+			}
+			a, err := f.New()
+			if err != nil {
+				t.Fatalf("New() = %v", err)
+			}
+			audience := aud
+			if tt.rejected {
+				audience = "someone-else"
+			}
+			tok := srv.MintToken(&user.DefaultInfo{Name: "system:serviceaccount:ns:sa", UID: "uid"}, []string{audience}, time.Now().Add(time.Hour))
+			for range calls {
+				_, ok, err := a.AuthenticateToken(t.Context(), tok)
+				if tt.rejected != (err != nil) || ok == tt.rejected {
+					t.Fatalf("AuthenticateToken() = (%v, %v); want rejected %v", ok, err, tt.rejected)
+				}
+			}
+			if n := srv.Count(authtest.TokenReviews); n != tt.wantTR {
+				t.Errorf("%v: %d calls sent %d TokenReviews; want %d", tt.args, calls, n, tt.wantTR)
+			}
+		})
 	}
 }

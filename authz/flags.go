@@ -9,6 +9,7 @@ import (
 	"k8s.io/apiserver/pkg/authorization/authorizer"
 
 	"github.com/reviewauth/reviewauth/internal/review"
+	"github.com/reviewauth/reviewauth/internal/ttlflag"
 )
 
 // ClientOptions says how to reach the API server that answers
@@ -21,14 +22,22 @@ type ClientOptions = review.ClientOptions
 // authorization options. The zero value has every default, and every local
 // decision off. AddFlags registers the flags, Validate checks them, and New
 // builds the authorizer.
+//
+// The cache TTL flags mean what they mean in k8s.io/apiserver:
+// --authorization-webhook-cache-authorized-ttl=0 and
+// --authorization-webhook-cache-unauthorized-ttl=0 disable caching of that
+// decision, so that every request is reviewed. The flags store that as the
+// Options' "disabled" value, a negative TTL; the fields keep the Options'
+// meaning (0 is the default, negative disables), so the zero Flags is safe.
+//
+// apiserver's --authorization-always-allow-paths is not here: such paths
+// are served to anonymous requests, before authorization, which is the HTTP
+// transport's job. httpauth.Flags registers it, for httpauth.Options'
+// AlwaysAllowPaths; a gRPC server, which has no paths, does not take it.
 type Flags struct {
 	Options
 	Client ClientOptions
 
-	// AlwaysAllowPaths are non-resource paths allowed without a review
-	// (exact, or a prefix ending in "*"). Default none: apiserver allows
-	// /healthz, /readyz and /livez by default; here it is opt-in.
-	AlwaysAllowPaths []string
 	// AlwaysAllowGroups are groups whose members are allowed everything
 	// without a review. Default none: apiserver allows system:masters by
 	// default; here it is opt-in.
@@ -44,9 +53,8 @@ type Flags struct {
 // AddFlags registers fs flags for f:
 //
 //	--authorization-kubeconfig                       kubeconfig of the API server (default: in-cluster)
-//	--authorization-webhook-cache-authorized-ttl     how long an Allow is cached (default 1m)
-//	--authorization-webhook-cache-unauthorized-ttl   how long a Deny is cached (default 10s)
-//	--authorization-always-allow-paths               paths allowed without a review (default none)
+//	--authorization-webhook-cache-authorized-ttl     how long an Allow is cached (default 1m; 0 disables)
+//	--authorization-webhook-cache-unauthorized-ttl   how long a Deny is cached (default 10s; 0 disables)
 //	--authorization-always-allow-groups              groups allowed everything (default none)
 //	--authorization-max-in-flight                    SubjectAccessReviews in flight at most (default 16)
 //	--authorization-qps, --authorization-burst       review client limits (default 200, 400)
@@ -56,12 +64,10 @@ type Flags struct {
 func (f *Flags) AddFlags(fs *pflag.FlagSet) {
 	fs.StringVar(&f.Client.Kubeconfig, "authorization-kubeconfig", f.Client.Kubeconfig,
 		"kubeconfig file pointing at the 'core' kubernetes server with enough rights to create subjectaccessreviews.authorization.k8s.io. Empty means the in-cluster configuration.")
-	fs.DurationVar(&f.AllowedTTL, "authorization-webhook-cache-authorized-ttl", or(f.AllowedTTL, DefaultAllowedTTL),
-		"How long an Allow is cached. Also how long a revoked RoleBinding keeps working.")
-	fs.DurationVar(&f.DeniedTTL, "authorization-webhook-cache-unauthorized-ttl", or(f.DeniedTTL, DefaultDeniedTTL),
-		"How long a Deny is cached. Also how long a new RoleBinding takes to work.")
-	fs.StringSliceVar(&f.AlwaysAllowPaths, "authorization-always-allow-paths", f.AlwaysAllowPaths,
-		"Non-resource paths allowed without a SubjectAccessReview, exact or ending in '*', e.g. /healthz,/readyz,/livez. Default none.")
+	fs.Var(ttlflag.New(&f.AllowedTTL, DefaultAllowedTTL), "authorization-webhook-cache-authorized-ttl",
+		"How long an Allow is cached. Also how long a revoked RoleBinding keeps working. 0 disables the cache: every request is reviewed.")
+	fs.Var(ttlflag.New(&f.DeniedTTL, DefaultDeniedTTL), "authorization-webhook-cache-unauthorized-ttl",
+		"How long a Deny is cached. Also how long a new RoleBinding takes to work. 0 disables the cache: every denied request is reviewed again.")
 	fs.StringSliceVar(&f.AlwaysAllowGroups, "authorization-always-allow-groups", f.AlwaysAllowGroups,
 		"Groups allowed everything without a SubjectAccessReview, e.g. system:masters. Default none.")
 	fs.IntVar(&f.MaxInFlight, "authorization-max-in-flight", or(f.MaxInFlight, DefaultMaxInFlight),
@@ -82,17 +88,6 @@ func (f *Flags) AddFlags(fs *pflag.FlagSet) {
 // Validate reports every problem with f, naming the flag.
 func (f *Flags) Validate() error {
 	var errs []error
-	if f.AllowedTTL < 0 {
-		errs = append(errs, fmt.Errorf("--authorization-webhook-cache-authorized-ttl: must not be negative, got %v", f.AllowedTTL))
-	}
-	if f.DeniedTTL < 0 {
-		errs = append(errs, fmt.Errorf("--authorization-webhook-cache-unauthorized-ttl: must not be negative, got %v", f.DeniedTTL))
-	}
-	for _, p := range f.AlwaysAllowPaths {
-		if _, err := AlwaysAllowPaths(p); err != nil {
-			errs = append(errs, fmt.Errorf("--authorization-always-allow-paths: %w", err))
-		}
-	}
 	for _, g := range f.AlwaysAllowGroups {
 		if strings.TrimSpace(g) == "" {
 			errs = append(errs, errors.New("--authorization-always-allow-groups: empty group"))
@@ -115,7 +110,7 @@ func (f *Flags) Validate() error {
 
 // New validates f and builds the authorizer it describes:
 //
-//	First(AlwaysAllowGroups, AlwaysAllowPaths, All(NodeLocal, SAR))
+//	First(AlwaysAllowGroups, All(NodeLocal, SAR))
 //
 // where the local parts are present only when configured. It also returns
 // the SubjectAccessReview authorizer itself, for callers that compose their
@@ -135,13 +130,6 @@ func (f *Flags) New() (authorizer.Authorizer, *Authorizer, error) {
 	var chain []authorizer.UnconditionalAuthorizer
 	if len(f.AlwaysAllowGroups) > 0 {
 		chain = append(chain, AlwaysAllowGroups(f.AlwaysAllowGroups...))
-	}
-	if len(f.AlwaysAllowPaths) > 0 {
-		paths, err := AlwaysAllowPaths(f.AlwaysAllowPaths...)
-		if err != nil {
-			return nil, nil, fmt.Errorf("authz: --authorization-always-allow-paths: %w", err)
-		}
-		chain = append(chain, paths)
 	}
 	var last authorizer.UnconditionalAuthorizer = sar
 	if f.RequireSameNode {

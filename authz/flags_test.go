@@ -28,7 +28,7 @@ func TestFlags(t *testing.T) {
 			if f.AllowedTTL != authz.DefaultAllowedTTL || f.DeniedTTL != authz.DefaultDeniedTTL {
 				t.Errorf("TTLs = %v/%v; want defaults", f.AllowedTTL, f.DeniedTTL)
 			}
-			if len(f.AlwaysAllowPaths) != 0 || len(f.AlwaysAllowGroups) != 0 || f.RequireSameNode {
+			if len(f.AlwaysAllowGroups) != 0 || f.RequireSameNode {
 				t.Errorf("local decisions on by default: %+v", f)
 			}
 			if f.Client.QPS != authz.DefaultQPS || f.Client.Burst != authz.DefaultBurst {
@@ -56,13 +56,19 @@ func TestFlags(t *testing.T) {
 					t.Errorf("TTLs = %v/%v; want 5m/30s", f.AllowedTTL, f.DeniedTTL)
 				}
 			}},
-		{name: "paths and groups", args: []string{"--authorization-always-allow-paths=/healthz,/readyz", "--authorization-always-allow-groups=system:masters"},
+		{name: "zero ttls disable the caches", args: []string{"--authorization-webhook-cache-authorized-ttl=0", "--authorization-webhook-cache-unauthorized-ttl=0s"},
 			check: func(t *testing.T, f *authz.Flags) {
-				if strings.Join(f.AlwaysAllowPaths, ",") != "/healthz,/readyz" || strings.Join(f.AlwaysAllowGroups, ",") != "system:masters" {
-					t.Errorf("paths %v groups %v", f.AlwaysAllowPaths, f.AlwaysAllowGroups)
+				if f.AllowedTTL >= 0 || f.DeniedTTL >= 0 {
+					t.Errorf("TTLs = %v/%v; want negative (disabled)", f.AllowedTTL, f.DeniedTTL)
 				}
 			}},
-		{name: "bad path", args: []string{"--authorization-always-allow-paths=metrics"}, wantErr: "--authorization-always-allow-paths"},
+		{name: "groups", args: []string{"--authorization-always-allow-groups=system:masters"},
+			check: func(t *testing.T, f *authz.Flags) {
+				if strings.Join(f.AlwaysAllowGroups, ",") != "system:masters" {
+					t.Errorf("groups %v", f.AlwaysAllowGroups)
+				}
+			}},
+		{name: "always-allow paths belong to httpauth", args: []string{"--authorization-always-allow-paths=/healthz"}, wantErr: "unknown flag: --authorization-always-allow-paths"},
 		{name: "negative authorized ttl", args: []string{"--authorization-webhook-cache-authorized-ttl=-1s"}, wantErr: "--authorization-webhook-cache-authorized-ttl"},
 		{name: "negative unauthorized ttl", args: []string{"--authorization-webhook-cache-unauthorized-ttl=-1s"}, wantErr: "--authorization-webhook-cache-unauthorized-ttl"},
 		{name: "negative qps", args: []string{"--authorization-qps=-2"}, wantErr: "--authorization-qps"},
@@ -77,15 +83,18 @@ func TestFlags(t *testing.T) {
 			var f authz.Flags
 			fs := pflag.NewFlagSet("t", pflag.ContinueOnError)
 			f.AddFlags(fs)
-			if err := fs.Parse(tt.args); err != nil {
-				t.Fatalf("Parse(%v) = %v", tt.args, err)
+			err := fs.Parse(tt.args)
+			if err == nil {
+				err = f.Validate()
 			}
-			err := f.Validate()
 			if tt.wantErr == "" && err != nil {
-				t.Fatalf("Validate() = %v; want nil", err)
+				t.Fatalf("Parse and Validate(%v) = %v; want nil", tt.args, err)
 			}
-			if tt.wantErr != "" && (err == nil || !strings.Contains(err.Error(), tt.wantErr)) {
-				t.Fatalf("Validate() = %v; want an error naming %q", err, tt.wantErr)
+			if tt.wantErr != "" {
+				if err == nil || !strings.Contains(err.Error(), tt.wantErr) {
+					t.Fatalf("Parse and Validate(%v) = %v; want an error naming %q", tt.args, err, tt.wantErr)
+				}
+				return
 			}
 			if tt.check != nil {
 				tt.check(t, &f)
@@ -105,7 +114,7 @@ func TestFlagsNew(t *testing.T) {
 	var f authz.Flags
 	fs := pflag.NewFlagSet("t", pflag.ContinueOnError)
 	f.AddFlags(fs)
-	if err := fs.Parse([]string{"--authorization-kubeconfig=" + kc, "--authorization-always-allow-paths=/healthz",
+	if err := fs.Parse([]string{"--authorization-kubeconfig=" + kc, "--authorization-always-allow-groups=system:masters",
 		"--authorization-require-same-node", "--node-name=node-a"}); err != nil {
 		t.Fatal(err)
 	}
@@ -123,7 +132,8 @@ func TestFlagsNew(t *testing.T) {
 		attrs authorizer.Attributes
 		want  authorizer.Decision
 	}{
-		{"health path, no review", authorizer.AttributesRecord{User: &user.DefaultInfo{Name: "anyone"}, Verb: "get", Path: "/healthz"}, authorizer.DecisionAllow},
+		{"always-allowed group, no review", getPods(&user.DefaultInfo{Name: "admin", Groups: []string{"system:masters"}}), authorizer.DecisionAllow},
+		{"a path is not always allowed here", authorizer.AttributesRecord{User: &user.DefaultInfo{Name: "anyone"}, Verb: "get", Path: "/healthz"}, authorizer.DecisionDeny},
 		{"same node and RBAC", getPods(onNode("node-a")), authorizer.DecisionAllow},
 		{"other node", getPods(onNode("node-b")), authorizer.DecisionDeny},
 		{"no node binding", getPods(&user.DefaultInfo{Name: backup().Name, Groups: backup().Groups}), authorizer.DecisionDeny},
@@ -136,5 +146,56 @@ func TestFlagsNew(t *testing.T) {
 	}
 	if n := srv.Count(authtest.SubjectAccessReviews); n != 1 {
 		t.Errorf("SARs = %d; want 1 (only the same-node caller reaches the SAR)", n)
+	}
+}
+
+// TestFlagsZeroTTLDisablesCache checks the apiserver meaning of the cache
+// TTL flags: 0 disables caching, so that every check is a
+// SubjectAccessReview, where the flag left alone caches.
+func TestFlagsZeroTTLDisablesCache(t *testing.T) {
+	t.Parallel()
+	const calls = 3
+	tests := []struct {
+		name    string
+		args    []string
+		user    *user.DefaultInfo
+		want    authorizer.Decision
+		wantSAR int
+	}{
+		{name: "allowed, default ttl", user: backup(), want: authorizer.DecisionAllow, wantSAR: 1},
+		{name: "allowed, authorized ttl 0", args: []string{"--authorization-webhook-cache-authorized-ttl=0"}, user: backup(), want: authorizer.DecisionAllow, wantSAR: calls},
+		{name: "allowed, unauthorized ttl 0", args: []string{"--authorization-webhook-cache-unauthorized-ttl=0"}, user: backup(), want: authorizer.DecisionAllow, wantSAR: 1},
+		{name: "denied, default ttl", user: &user.DefaultInfo{Name: "stranger"}, want: authorizer.DecisionNoOpinion, wantSAR: 1},
+		{name: "denied, unauthorized ttl 0", args: []string{"--authorization-webhook-cache-unauthorized-ttl=0"}, user: &user.DefaultInfo{Name: "stranger"}, want: authorizer.DecisionNoOpinion, wantSAR: calls},
+		{name: "denied, authorized ttl 0", args: []string{"--authorization-webhook-cache-authorized-ttl=0"}, user: &user.DefaultInfo{Name: "stranger"}, want: authorizer.DecisionNoOpinion, wantSAR: 1},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			t.Parallel()
+			srv := authtest.Start(t)
+			srv.SetPolicy(allowBackupPods)
+			kc := filepath.Join(t.TempDir(), "kubeconfig")
+			if err := srv.WriteKubeconfig(kc); err != nil {
+				t.Fatal(err)
+			}
+			var f authz.Flags
+			fs := pflag.NewFlagSet("t", pflag.ContinueOnError)
+			f.AddFlags(fs)
+			if err := fs.Parse(append([]string{"--authorization-kubeconfig=" + kc}, tt.args...)); err != nil {
+				t.Fatal(err)
+			}
+			az, _, err := f.New()
+			if err != nil {
+				t.Fatalf("New() = %v", err)
+			}
+			for range calls {
+				if d, reason, err := az.Authorize(t.Context(), getPods(tt.user)); d != tt.want || err != nil {
+					t.Fatalf("Authorize() = (%v, %q, %v); want %v", d, reason, err, tt.want)
+				}
+			}
+			if n := srv.Count(authtest.SubjectAccessReviews); n != tt.wantSAR {
+				t.Errorf("%v: %d checks sent %d SubjectAccessReviews; want %d", tt.args, calls, n, tt.wantSAR)
+			}
+		})
 	}
 }

@@ -104,6 +104,16 @@ func matchPath(patterns []pathPattern, reqPath string) bool {
 // "/metrics/cadvisor". Cleaning happens first, so "/healthz/../secret" is
 // "/secret".
 //
+// Like k8s.io/apiserver's path authorizer, it decides only non-resource
+// attributes: behind a mapper that yields resource attributes, such as
+// httpauth.Kubelet, it never matches. For an HTTP server, the place for
+// health probes and other always-allowed paths is httpauth.Options'
+// AlwaysAllowPaths (the --authorization-always-allow-paths flag of
+// httpauth.Flags), which works with every mapper and also serves requests
+// without a credential, limited to GET and HEAD; this authorizer is for
+// chains of your own behind a non-resource mapper, and allows any verb of
+// any authenticated user.
+//
 // Each path must start with "/", be clean, and have "*" only at its end;
 // otherwise AlwaysAllowPaths returns an error. With no paths it never
 // allows. It is opt-in. The returned authorizer is safe for concurrent use.

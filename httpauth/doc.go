@@ -21,15 +21,28 @@
 // certificate's user, and its bearer token, if any, is not reviewed. A
 // certificate that fails verification is answered with 401 even if a valid
 // token comes with it. A verified certificate that yields no user (no CN)
-// falls through to the token. A request with neither is answered with 401:
-// there are no anonymous requests.
+// falls through to the token. A request with neither is answered with 401,
+// except a GET or HEAD to one of [Options].AlwaysAllowPaths, which is served
+// as the anonymous user (system:anonymous, group system:unauthenticated),
+// as k8s.io/apiserver serves its always-allow paths; a credential presented
+// there is still checked, and a bad one is still 401.
+//
+// With an *authn.Authenticator, bearer tokens are parsed as RFC 6750 says,
+// which differs from k8s.io/apiserver's bearertoken authenticator (the
+// kubelet's) on three headers: "Bearer  <token>" (more than one space) is
+// the token here, and no credential there; "Bearer <token> extra" is a
+// malformed token here (401, no TokenReview), and <token> there; two
+// Authorization headers are refused here (401), and the first one is used
+// there. Refusing what another hop could read differently is the safe side.
 //
 // # Paths
 //
 // The request path is cleaned with [CleanPath] before anything looks at it:
 // "//", "/./" and "/../" are resolved (a trailing slash is kept), and
-// percent-encoded slashes, dots, backslashes and percent signs are refused
-// with 400 Bad Request, because different servers decode them differently.
+// percent-encoded slashes, dots, backslashes and percent signs, and paths
+// that do not decode to valid UTF-8 (such as the overlong "%C0%AE%C0%AE"),
+// are refused with 400 Bad Request, because different servers decode them
+// differently.
 // The request the handler sees carries the cleaned path, so the path that was
 // authorized is the path that is served (or proxied).
 //
@@ -40,20 +53,30 @@
 //
 //   - 400 Bad Request: a path that cannot be cleaned, or a mapper error;
 //   - 401 Unauthorized, with "WWW-Authenticate: Bearer": no credential, or a
-//     rejected one;
+//     rejected one: any authenticator error that does not match
+//     reviewauth.ErrUnavailable, including the plain errors with which
+//     k8s.io/apiserver's authenticators (x509, bearertoken, union, the token
+//     cache) report a bad credential;
 //   - 403 Forbidden: the authorizer denied (or had no opinion on) one of the
 //     attribute sets; the body carries the authorizer's reason;
 //   - 405 Method Not Allowed: the mapper has no verb for the method;
-//   - 503 Service Unavailable, with Retry-After: the API server could not be
-//     asked, or any error that is not a rejection or a denial. An outage is
-//     never reported as 401 or 403, and nothing is ever answered with 500.
+//   - 503 Service Unavailable, with Retry-After: an authenticator error that
+//     matches reviewauth.ErrUnavailable (the API server could not be asked;
+//     a custom authenticator says so by wrapping it), or an authorizer error
+//     that is not a denial. An outage is never reported as 401 or 403, and
+//     nothing is ever answered with 500.
 //
 // # Headers
 //
-// On every request, including requests to always-allow paths, the middleware
-// deletes the client-sent identity headers X-Remote-User, X-Remote-Uid,
-// X-Remote-Group and X-Remote-Extra-*, and the Authorization header, before
-// the handler runs. With [Options].PropagateIdentity, it then sets the
-// X-Remote-* headers from the authenticated identity, for proxies whose
-// upstream trusts them.
+// On every request, including requests to always-allow paths and requests
+// it refuses, the middleware deletes, before anything else, the client-sent
+// identity headers X-Remote-User, X-Remote-Uid, X-Remote-Group and
+// X-Remote-Extra-*, every Impersonate-* header (a proxy that forwards with
+// its own credentials would otherwise hand every caller impersonation), and
+// Proxy-Authorization. Names are compared case-insensitively with '_' read
+// as '-', since CGI and WSGI upstreams read X-Remote_User as X-Remote-User.
+// The Authorization header is deleted once authentication has read it. With
+// [Options].PropagateIdentity, the middleware then sets the X-Remote-*
+// headers from the authenticated identity (never from the anonymous user of
+// an always-allow path), for proxies whose upstream trusts them.
 package httpauth

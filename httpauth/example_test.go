@@ -46,44 +46,46 @@ func ExampleNew() {
 	}
 	h := protect(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		u, _ := request.UserFrom(r.Context())
-		who := "anonymous"
-		if u != nil {
-			who = u.GetName()
-		}
-		fmt.Fprintf(w, "%s for %s", r.URL.Path, who)
+		fmt.Fprintf(w, "%s for %s", r.URL.Path, u.GetName())
 	}))
 
-	for _, req := range []struct{ path, token string }{
-		{"/metrics", "prometheus-token"},
-		{"/metrics/cadvisor", "prometheus-token"},
-		{"/logs/syslog", "prometheus-token"},
-		{"/metrics/../logs/syslog", "prometheus-token"},
-		{"/metrics/%2e%2e/logs/syslog", "prometheus-token"},
-		{"/metrics", "stolen-token"},
-		{"/metrics", ""},
-		{"//healthz", ""},
+	for _, req := range []struct{ method, path, token string }{
+		{"GET", "/metrics", "prometheus-token"},
+		{"GET", "/metrics/cadvisor", "prometheus-token"},
+		{"GET", "/logs/syslog", "prometheus-token"},
+		{"GET", "/metrics/../logs/syslog", "prometheus-token"},
+		{"GET", "/metrics/%2e%2e/logs/syslog", "prometheus-token"},
+		{"GET", "/metrics", "stolen-token"},
+		{"GET", "/metrics", ""},
+		{"GET", "//healthz", ""},
+		{"GET", "/healthz", "prometheus-token"},
+		{"GET", "/healthz", "stolen-token"},
+		{"POST", "/healthz", ""},
 	} {
-		r := httptest.NewRequest("GET", req.path, nil)
+		r := httptest.NewRequest(req.method, req.path, nil)
 		if req.token != "" {
 			r.Header.Set("Authorization", "Bearer "+req.token)
 		}
 		w := httptest.NewRecorder()
 		h.ServeHTTP(w, r)
 		if w.Code == http.StatusOK {
-			fmt.Println(w.Code, req.path, "->", w.Body.String())
+			fmt.Println(w.Code, req.method, req.path, "->", w.Body.String())
 			continue
 		}
-		fmt.Println(w.Code, req.path)
+		fmt.Println(w.Code, req.method, req.path)
 	}
 	// Output:
-	// 200 /metrics -> /metrics for system:serviceaccount:monitoring:prometheus
-	// 200 /metrics/cadvisor -> /metrics/cadvisor for system:serviceaccount:monitoring:prometheus
-	// 403 /logs/syslog
-	// 403 /metrics/../logs/syslog
-	// 400 /metrics/%2e%2e/logs/syslog
-	// 401 /metrics
-	// 401 /metrics
-	// 200 //healthz -> /healthz for anonymous
+	// 200 GET /metrics -> /metrics for system:serviceaccount:monitoring:prometheus
+	// 200 GET /metrics/cadvisor -> /metrics/cadvisor for system:serviceaccount:monitoring:prometheus
+	// 403 GET /logs/syslog
+	// 403 GET /metrics/../logs/syslog
+	// 400 GET /metrics/%2e%2e/logs/syslog
+	// 401 GET /metrics
+	// 401 GET /metrics
+	// 200 GET //healthz -> /healthz for system:anonymous
+	// 200 GET /healthz -> /healthz for system:serviceaccount:monitoring:prometheus
+	// 401 GET /healthz
+	// 401 POST /healthz
 }
 
 // ExampleKubelet shows the attributes the kubelet mapper asks the authorizer

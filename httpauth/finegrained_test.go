@@ -52,15 +52,28 @@ func TestKubeletFineGrained(t *testing.T) {
 		wantAsked  []string
 	}{
 		{"pods-reader", "/pods", nil, 200, []string{"pods"}},
-		{"pods-reader", "/runningPods/", nil, 200, []string{"pods"}},
+		{"pods-reader", "/runningpods/", nil, 200, []string{"pods"}},
+		{"pods-reader", "/runningpods", nil, 200, []string{"pods"}},
+		{"pods-reader", "/allocatedPods", nil, 200, []string{"pods"}},
+		{"pods-reader", "/allocatedPods/ns/name", nil, 200, []string{"pods"}},
+		// The kubelet's route is lowercase; a camel-case path is just
+		// another nodes/proxy path there.
+		{"pods-reader", "/runningPods/", nil, 403, []string{"proxy"}},
+		{"pods-reader", "/Pods", nil, 403, []string{"proxy"}},
 		{"pods-reader", "/healthz", nil, 403, []string{"healthz", "proxy"}},
 		{"pods-reader", "/exec/ns/p/c", nil, 403, []string{"proxy"}},
 		{"proxy-user", "/pods", nil, 200, []string{"pods", "proxy"}},
 		{"proxy-user", "/healthz", nil, 200, []string{"healthz", "proxy"}},
 		{"proxy-user", "/configz", nil, 200, []string{"configz", "proxy"}},
-		{"proxy-user", "/spec/", nil, 403, []string{"spec"}},
+		// /spec is nodes/proxy in the kubelet: there is no nodes/spec.
+		{"proxy-user", "/spec/", nil, 200, []string{"proxy"}},
+		{"proxy-user", "/statusz", nil, 403, []string{"statusz"}},
+		{"proxy-user", "/flagz", nil, 403, []string{"configz"}},
+		{"configz-reader", "/flagz", nil, 200, []string{"configz"}},
+		{"configz-reader", "/configz", nil, 200, []string{"configz"}},
+		{"statusz-reader", "/statusz", nil, 200, []string{"statusz"}},
 		{"proxy-user", "/metrics", nil, 403, []string{"metrics"}},
-		{"spec-reader", "/spec", nil, 200, []string{"spec"}},
+		{"spec-reader", "/spec", nil, 403, []string{"proxy"}},
 		{"metrics-reader", "/metrics/cadvisor", nil, 200, []string{"metrics"}},
 		{"healthz-reader", "/healthz", nil, 200, []string{"healthz"}},
 		{"healthz-reader", "/pods", nil, 403, []string{"pods", "proxy"}},
@@ -74,7 +87,7 @@ func TestKubeletFineGrained(t *testing.T) {
 			t.Parallel()
 			az := &rbacFake{broken: tt.broken, allowed: map[string][]string{
 				"pods-reader": {"pods"}, "proxy-user": {"proxy"}, "spec-reader": {"spec"},
-				"metrics-reader": {"metrics"}, "healthz-reader": {"healthz"},
+				"metrics-reader": {"metrics"}, "healthz-reader": {"healthz"}, "configz-reader": {"configz"}, "statusz-reader": {"statusz"},
 			}}
 			an := authenticator.RequestFunc(func(r *http.Request) (*authenticator.Response, bool, error) {
 				name, ok := strings.CutPrefix(r.Header.Get("Authorization"), "Bearer ")
@@ -118,7 +131,7 @@ func TestAnyOfGivenDirectlyIsItsFirstAlternative(t *testing.T) {
 }
 
 func FuzzKubeletFineGrained(f *testing.F) {
-	for _, p := range []string{"/pods", "/runningPods/", "/healthz", "/configz", "/spec/x", "/metrics", "/logs/a", "/exec/a/b/c", "/"} {
+	for _, p := range []string{"/pods", "/runningpods/", "/allocatedPods", "/healthz", "/configz", "/flagz", "/statusz", "/spec/x", "/metrics", "/logs/a", "/exec/a/b/c", "/"} {
 		f.Add("GET", p)
 	}
 	m := httpauth.KubeletFineGrained("node-1")
@@ -144,7 +157,7 @@ func FuzzKubeletFineGrained(f *testing.F) {
 		// Only the fallback-capable subresources may be alternatives, and
 		// their last alternative is always nodes/proxy.
 		switch a.GetSubresource() {
-		case "pods", "healthz", "configz", "spec", "metrics", "stats", "log", "checkpoint", "proxy":
+		case "pods", "healthz", "configz", "statusz", "metrics", "stats", "log", "checkpoint", "proxy":
 		default:
 			t.Fatalf("Attributes(%q %q) subresource %q", method, r.URL.Path, a.GetSubresource())
 		}

@@ -1,6 +1,7 @@
 package httpauth
 
 import (
+	"errors"
 	"fmt"
 	"os"
 
@@ -9,35 +10,49 @@ import (
 	"k8s.io/client-go/util/cert"
 )
 
-// Flags configures client certificate authentication from the command
-// line, with the flag name k8s.io/apiserver uses. The zero value accepts no
-// client certificates.
+// Flags configures the HTTP side of authentication and authorization from
+// the command line, with the flag names k8s.io/apiserver uses:
+// --client-ca-file and --authorization-always-allow-paths. The zero value
+// accepts no client certificates and has no always-allow paths. AddFlags
+// registers the flags, Validate checks them; pass AlwaysAllowPaths to
+// [Options] and use [Flags.ClientCertificates] for its ClientCertificates.
 type Flags struct {
 	// ClientCAFile is a PEM bundle of the CAs that sign client
 	// certificates. Empty means client certificates are not accepted.
 	ClientCAFile string
+
+	// AlwaysAllowPaths is --authorization-always-allow-paths, for
+	// [Options].AlwaysAllowPaths: paths served to GET and HEAD requests
+	// without a credential (as the anonymous user) and without
+	// authorization, exact or with a trailing "*". Default none: apiserver
+	// allows /healthz, /readyz and /livez by default; here it is opt-in.
+	AlwaysAllowPaths []string
 }
 
-// AddFlags registers --client-ca-file on fs.
+// AddFlags registers --client-ca-file and --authorization-always-allow-paths
+// on fs.
 func (f *Flags) AddFlags(fs *pflag.FlagSet) {
 	fs.StringVar(&f.ClientCAFile, "client-ca-file", f.ClientCAFile,
 		"If set, a client certificate signed by one of the authorities in this file is authenticated: its CommonName is the user, its Organizations the groups.")
+	fs.StringSliceVar(&f.AlwaysAllowPaths, "authorization-always-allow-paths", f.AlwaysAllowPaths,
+		"Paths served to GET and HEAD requests without authorization, exact or ending in '*', e.g. /healthz,/readyz,/livez. A request without a credential is served as system:anonymous; a presented credential must be valid. Other methods are authorized as on any path. Default none.")
 }
 
 // Validate reports a CA file that cannot be read or holds no certificate,
-// naming the flag.
+// and a malformed always-allow path, naming the flag.
 func (f *Flags) Validate() error {
-	if f.ClientCAFile == "" {
-		return nil
+	var errs []error
+	if _, err := newPathMatcher("always-allow path", f.AlwaysAllowPaths); err != nil {
+		errs = append(errs, fmt.Errorf("--authorization-always-allow-paths: %w", err))
 	}
-	raw, err := os.ReadFile(f.ClientCAFile)
-	if err != nil {
-		return fmt.Errorf("--client-ca-file: %w", err)
+	if f.ClientCAFile != "" {
+		if raw, err := os.ReadFile(f.ClientCAFile); err != nil {
+			errs = append(errs, fmt.Errorf("--client-ca-file: %w", err))
+		} else if _, err := cert.ParseCertsPEM(raw); err != nil {
+			errs = append(errs, fmt.Errorf("--client-ca-file: %s: %w", f.ClientCAFile, err))
+		}
 	}
-	if _, err := cert.ParseCertsPEM(raw); err != nil {
-		return fmt.Errorf("--client-ca-file: %s: %w", f.ClientCAFile, err)
-	}
-	return nil
+	return errors.Join(errs...)
 }
 
 // ClientCertificates returns the client certificate authenticator the flags
@@ -46,9 +61,6 @@ func (f *Flags) Validate() error {
 func (f *Flags) ClientCertificates(opts ClientCertOptions) (authenticator.Request, error) {
 	if f.ClientCAFile == "" {
 		return nil, nil
-	}
-	if err := f.Validate(); err != nil {
-		return nil, err
 	}
 	pool, err := cert.NewPool(f.ClientCAFile)
 	if err != nil {

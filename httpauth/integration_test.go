@@ -62,9 +62,9 @@ func TestIntegration(t *testing.T) {
 	otherAudience := s.MintToken(promSA, []string{"someone-else"}, exp)
 
 	tests := []struct {
-		name, path, token string
-		wantCode          int
-		wantUser          string
+		name, method, path, token string
+		wantCode                  int
+		wantUser                  string
 	}{
 		{name: "scraper gets /metrics", path: "/metrics", token: token, wantCode: 200, wantUser: promSA.Name},
 		{name: "scraper gets /metrics/cadvisor", path: "/metrics/cadvisor", token: token, wantCode: 200, wantUser: promSA.Name},
@@ -76,11 +76,19 @@ func TestIntegration(t *testing.T) {
 		{name: "encoded dot-dot trick rejected", path: "/metrics/%2e%2e/logs/x", token: token, wantCode: 400},
 		{name: "token for another audience", path: "/metrics", token: otherAudience, wantCode: 401},
 		{name: "no token", path: "/metrics", wantCode: 401},
-		{name: "always-allowed after cleaning", path: "//healthz", wantCode: 200},
+		{name: "always-allowed after cleaning", path: "//healthz", wantCode: 200, wantUser: "system:anonymous"},
+		{name: "always-allowed with a valid token", path: "/healthz", token: token, wantCode: 200, wantUser: promSA.Name},
+		{name: "always-allowed with a token for another audience", path: "/healthz", token: otherAudience, wantCode: 401},
+		{name: "always-allowed with a malformed token", path: "/healthz", token: "not a token", wantCode: 401},
+		{name: "POST to an always-allow path", method: "POST", path: "/healthz", wantCode: 401},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
-			w, seen := serve(mw, spoof(get(tt.path, tt.token)))
+			r := spoof(get(tt.path, tt.token))
+			if tt.method != "" {
+				r.Method = tt.method
+			}
+			w, seen := serve(mw, r)
 			if w.Code != tt.wantCode {
 				t.Fatalf("GET %s: code = %d; want %d (body %s)", tt.path, w.Code, tt.wantCode, w.Body)
 			}

@@ -31,11 +31,22 @@ func (f AttributesMapperFunc) Attributes(r *http.Request, u user.Info) ([]author
 	return f(r, u)
 }
 
-// ResourceVerb returns the Kubernetes API verb for an HTTP method, as the
-// kubelet maps it: GET and HEAD are "get", POST "create", PUT "update",
-// PATCH "patch" and DELETE "delete". Any other method is an error matching
-// [ErrMethodNotAllowed]: there is no verb to authorize, so the request fails
-// closed.
+// ResourceVerb returns the Kubernetes API verb for an HTTP method of a
+// resource request: GET and HEAD are "get", POST "create", PUT "update",
+// PATCH "patch" and DELETE "delete", as the API server's RequestInfo maps
+// them. Methods are case-sensitive: "get" is not GET. Any other method is an
+// error matching [ErrMethodNotAllowed]: there is no verb to authorize, so
+// the request fails closed.
+//
+// The kubelet (v1.37.2) differs on two points, on purpose here. It maps
+// HEAD to the empty verb, which only a "*" verb in an RBAC rule grants, so
+// that a caller allowed to get a subresource is refused HEAD; HEAD is GET
+// without a body, and this mapping lets it through where GET is allowed,
+// and nowhere else. And it authorizes any other method (OPTIONS, TRACE,
+// lowercase "get", ...) with the empty verb as well, so that only a "*"
+// grant reaches its handlers, which then answer 405 for most of them;
+// here such a request is refused with 405 before authorization, for every
+// caller.
 func ResourceVerb(method string) (string, error) {
 	switch method {
 	case http.MethodGet, http.MethodHead:
@@ -52,20 +63,30 @@ func ResourceVerb(method string) (string, error) {
 	return "", fmt.Errorf("%w: %q", ErrMethodNotAllowed, method)
 }
 
-// Kubelet returns the mapper of the kubelet's node API. Each request maps to
-// one resource attribute set on nodes (API group "", version v1) named
+// Kubelet returns the mapper of the kubelet's node API as the kubelet
+// v1.37.2 authorizes it with the KubeletFineGrainedAuthz feature gate off
+// (the behaviour of kubelets before fine-grained authorization; the gate is
+// GA and locked on since 1.36, see [KubeletFineGrained]). Each request maps
+// to one resource attribute set on nodes (API group "", version v1) named
 // nodeName, with the verb from [ResourceVerb] and the subresource from the
-// path:
+// cleaned path:
 //
-//	/metrics, /metrics/*       nodes/metrics
 //	/stats, /stats/*           nodes/stats
+//	/metrics, /metrics/*       nodes/metrics
 //	/logs, /logs/*             nodes/log
 //	/checkpoint, /checkpoint/* nodes/checkpoint
-//	anything else              nodes/proxy
+//	/statusz, /statusz/*       nodes/statusz
+//	/flagz, /flagz/*           nodes/configz
+//	anything else              nodes/proxy (/pods, /spec, /configz, /healthz, /exec, /portForward, ...)
 //
-// A prefix matches whole segments only, as in the kubelet: "/metricsx" is
-// nodes/proxy. An empty nodeName asks for the subresource on all nodes, which
-// RBAC rules restricted by resourceNames do not grant. The mapper is safe for
+// A prefix matches whole segments only, and case-sensitively, as in the
+// kubelet: "/metricsx" and "/Metrics" are nodes/proxy. The kubelet reads
+// the path as its mux has cleaned it (it redirects "//x" and "/a/../x");
+// this mapper reads the path [CleanPath] returned, and encodings CleanPath
+// refuses never reach it. The test/e2e module checks this mapper against
+// the kubelet's own attributes getter for every path and method. An empty
+// nodeName asks for the subresource on all nodes, which RBAC rules
+// restricted by resourceNames do not grant. The mapper is safe for
 // concurrent use.
 func Kubelet(nodeName string) AttributesMapper {
 	return kubeletMapper{node: nodeName}
@@ -110,18 +131,24 @@ type anyOf struct {
 }
 
 // KubeletFineGrained returns the mapper of the kubelet's node API with
-// fine-grained authorization (KEP-2862, GA in Kubernetes 1.36). It maps like
-// [Kubelet], and also:
+// fine-grained authorization (KEP-2862; the KubeletFineGrainedAuthz gate is
+// GA and locked on since Kubernetes 1.36), as the kubelet v1.37.2 authorizes
+// it. It maps like [Kubelet], and a few paths first try a narrower
+// subresource:
 //
-//	/spec, /spec/*                   nodes/spec
-//	/pods, /runningPods, and below   nodes/pods, else nodes/proxy
+//	/pods, /pods/*                   nodes/pods, else nodes/proxy
+//	/allocatedPods, /allocatedPods/* nodes/pods, else nodes/proxy
+//	/runningpods, /runningpods/*     nodes/pods, else nodes/proxy
 //	/healthz, /healthz/*             nodes/healthz, else nodes/proxy
 //	/configz, /configz/*             nodes/configz, else nodes/proxy
 //
-// For the last three, a caller allowed either the fine-grained subresource
-// or nodes/proxy is allowed ([AnyOf]), as the kubelet does, so existing
-// nodes/proxy grants keep working while new ones can be narrower. The mapper
-// is safe for concurrent use.
+// For these, a caller allowed either the fine-grained subresource or
+// nodes/proxy is allowed ([AnyOf]), as the kubelet does, so existing
+// nodes/proxy grants keep working while new ones can be narrower. /spec is
+// nodes/proxy, as in the kubelet (nodes/spec is not a kubelet
+// subresource). Methods, path cleaning and case follow [Kubelet]; the
+// test/e2e module checks this mapper against the kubelet's own attributes
+// getter. The mapper is safe for concurrent use.
 func KubeletFineGrained(nodeName string) AttributesMapper {
 	return kubeletFineMapper{node: nodeName}
 }
@@ -140,9 +167,7 @@ func (k kubeletFineMapper) Attributes(r *http.Request, u user.Info) ([]authorize
 	}
 	var fine string
 	switch {
-	case isSubpath(p, "/spec"):
-		return []authorizer.Attributes{rec("spec")}, nil
-	case isSubpath(p, "/pods"), isSubpath(p, "/runningPods"):
+	case isSubpath(p, "/allocatedPods"), isSubpath(p, "/pods"), isSubpath(p, "/runningpods"):
 		fine = "pods"
 	case isSubpath(p, "/healthz"):
 		fine = "healthz"
@@ -151,7 +176,7 @@ func (k kubeletFineMapper) Attributes(r *http.Request, u user.Info) ([]authorize
 	default:
 		return []authorizer.Attributes{rec(kubeletSubresource(p))}, nil
 	}
-	return []authorizer.Attributes{AnyOf(rec(fine), rec("proxy"))}, nil
+	return []authorizer.Attributes{AnyOf(rec(fine), rec(kubeletSubresource(p)))}, nil
 }
 
 // one holds a single attribute set and the slice that returns it, so that a
@@ -189,16 +214,22 @@ func nonResourceVerb(method string) string {
 	return strings.ToLower(method)
 }
 
+// kubeletSubresource is the kubelet's subresource for a path, in the
+// kubelet's order (pkg/kubelet/server/auth.go).
 func kubeletSubresource(p string) string {
 	switch {
-	case isSubpath(p, "/metrics"):
-		return "metrics"
 	case isSubpath(p, "/stats"):
 		return "stats"
+	case isSubpath(p, "/metrics"):
+		return "metrics"
 	case isSubpath(p, "/logs"):
 		return "log"
 	case isSubpath(p, "/checkpoint"):
 		return "checkpoint"
+	case isSubpath(p, "/statusz"):
+		return "statusz"
+	case isSubpath(p, "/flagz"):
+		return "configz"
 	}
 	return "proxy"
 }

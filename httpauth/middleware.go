@@ -14,6 +14,7 @@ import (
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apiserver/pkg/authentication/authenticator"
+	"k8s.io/apiserver/pkg/authentication/user"
 	"k8s.io/apiserver/pkg/authorization/authorizer"
 	"k8s.io/apiserver/pkg/endpoints/handlers/responsewriters"
 	"k8s.io/apiserver/pkg/endpoints/request"
@@ -37,11 +38,16 @@ type Options struct {
 	// a client certificate: typically an *authn.Authenticator, which reads
 	// the bearer token from the Authorization header. It must return
 	// (nil, false, nil) when the request carries no credential it
-	// understands, an error matching [reviewauth.ErrUnauthenticated] for a
-	// rejected one, and an error matching [reviewauth.ErrUnavailable] when
-	// it cannot decide. Any other error is answered with 503: it is not a
-	// rejection, and it never lets the request through. Nil means bearer
-	// tokens are not accepted.
+	// understands. Its errors are mapped as follows: an error matching
+	// [reviewauth.ErrUnavailable] means the credential could not be checked
+	// and is answered with 503; any other error means the credential was
+	// checked and refused, and is answered with 401. That includes plain
+	// errors, which is how k8s.io/apiserver's own authenticators (bearertoken,
+	// union, x509, the token cache) report a bad credential. A custom
+	// authenticator that cannot reach its backend must therefore wrap
+	// reviewauth.ErrUnavailable (for example with a *reviewauth.ReviewError)
+	// for clients to be told to retry. Nil means bearer tokens are not
+	// accepted.
 	Authenticator authenticator.Request
 
 	// ClientCertificates authenticates TLS client certificates, usually the
@@ -51,9 +57,9 @@ type Options struct {
 	// identity is used and the token is never reviewed. A certificate that
 	// fails verification is answered with 401, even if the request also
 	// carries a valid token: a presented credential that is wrong is a
-	// rejection, not an absence. An error from ClientCertificates that does
-	// not match [reviewauth.ErrUnavailable] counts as such a rejection. Nil
-	// means client certificates are ignored.
+	// rejection, not an absence. Its errors are mapped as Authenticator's:
+	// [reviewauth.ErrUnavailable] is 503, any other error 401. Nil means
+	// client certificates are ignored.
 	ClientCertificates authenticator.Request
 
 	// Authorizer decides every attribute set the mapper returns; all of them
@@ -67,20 +73,48 @@ type Options struct {
 	// authorize. Required.
 	Attributes AttributesMapper
 
-	// AlwaysAllowPaths lists paths served without authentication or
-	// authorization, such as "/healthz", "/readyz" and "/livez". A pattern
-	// matches the cleaned request path exactly, or, with a trailing "*",
-	// as a prefix ("/debug/*"), as the API server's always-allow paths do.
-	// Patterns must be clean absolute paths. Nil or empty means every path
-	// is authenticated and authorized. Identity headers are still stripped
-	// on these paths.
+	// AlwaysAllowPaths lists paths served without authorization, and without
+	// a credential, to GET and HEAD requests (or AlwaysAllowMethods), such
+	// as "/healthz", "/readyz" and "/livez": k8s.io/apiserver's
+	// --authorization-always-allow-paths, where such requests are
+	// authenticated as anonymous and the path authorizer allows them
+	// (KEP-4633 lets anonymous authentication be limited to such paths). A
+	// pattern matches the cleaned request path exactly, or, with a trailing
+	// "*", as a prefix ("/debug/*"); patterns must be clean absolute paths.
+	//
+	// On a matching path and method:
+	//   - a request without a credential is served as the anonymous user
+	//     ("system:anonymous", group "system:unauthenticated", in
+	//     request.UserFrom);
+	//   - a request that presents a credential is authenticated first: a
+	//     rejected one is answered with 401 and one that cannot be checked
+	//     with 503, as on any other path; a valid one is served as its user,
+	//     still without authorization.
+	//
+	// Other methods on these paths are authenticated and authorized like
+	// any other request. Identity headers are stripped on these paths too.
+	// Always-allow paths are decided before the mapper runs, so they work
+	// with every [AttributesMapper], the kubelet's resource mappers
+	// included. Nil or empty means every request is authenticated and
+	// authorized.
 	AlwaysAllowPaths []string
+
+	// AlwaysAllowMethods widens the methods AlwaysAllowPaths applies to.
+	// Methods are case-sensitive, as in HTTP: "get" is not GET. Nil or
+	// empty means GET and HEAD, which cannot change anything; a method that
+	// can (POST, PUT, DELETE, ...) is served to anonymous callers only if
+	// it is listed here.
+	AlwaysAllowMethods []string
 
 	// PropagateIdentity, when true, sets X-Remote-User, X-Remote-Uid,
 	// X-Remote-Group and X-Remote-Extra-* from the authenticated identity
 	// before the handler runs, for reverse proxies in front of an upstream
-	// that trusts those headers. Client-sent X-Remote-* headers are
-	// removed either way. False (the default) leaves them unset.
+	// that trusts those headers. The anonymous user of an always-allow
+	// path is never propagated: the upstream sees no identity headers,
+	// exactly as for a request that never had an identity, so that no
+	// upstream can mistake an unauthenticated request for an authenticated
+	// one. Client-sent identity headers are removed either way. False (the
+	// default) leaves them unset.
 	PropagateIdentity bool
 
 	// RetryAfter is the Retry-After of a 503 when the error does not carry
@@ -125,7 +159,17 @@ func New(opts Options) (func(http.Handler) http.Handler, error) {
 	if err != nil {
 		return nil, err
 	}
-	m := &middleware{opts: opts, alwaysAllow: allow}
+	methods := []string{http.MethodGet, http.MethodHead}
+	if len(opts.AlwaysAllowMethods) > 0 {
+		methods = nil
+		for _, method := range opts.AlwaysAllowMethods {
+			if !validMethod(method) {
+				return nil, fmt.Errorf("httpauth: always-allow method %q is not an HTTP method token", method)
+			}
+			methods = append(methods, method)
+		}
+	}
+	m := &middleware{opts: opts, alwaysAllow: allow, alwaysAllowMethods: methods}
 	if m.opts.RetryAfter <= 0 {
 		m.opts.RetryAfter = DefaultRetryAfter
 	}
@@ -154,9 +198,10 @@ func New(opts Options) (func(http.Handler) http.Handler, error) {
 const TracerName = "github.com/reviewauth/reviewauth/httpauth"
 
 type middleware struct {
-	opts        Options
-	alwaysAllow *pathMatcher
-	tracer      trace.Tracer
+	opts               Options
+	alwaysAllow        *pathMatcher
+	alwaysAllowMethods []string
+	tracer             trace.Tracer
 }
 
 // errNoCredential is the outcome when no authenticator found a credential.
@@ -180,35 +225,47 @@ func (m *middleware) serve(next http.Handler, w http.ResponseWriter, r *http.Req
 	if clean != r.URL.Path || r.URL.RawPath != "" {
 		r = withPath(r, clean)
 	}
+	alwaysAllow := m.alwaysAllow.match(clean) && m.alwaysAllowMethod(r.Method)
 
-	if m.alwaysAllow.match(clean) {
-		delete(r.Header, "Authorization")
-		next.ServeHTTP(w, r)
-		return metrics.OutcomeAlwaysAllowed
-	}
-
-	hadAuthorization := len(r.Header["Authorization"]) > 0
+	credential := r.Header["Authorization"]
 	resp, err := m.authenticate(r)
 	delete(r.Header, "Authorization")
-	if err != nil {
-		switch {
-		case errors.Is(err, reviewauth.ErrUnavailable) || (!errors.Is(err, reviewauth.ErrUnauthenticated) && !errors.Is(err, errNoCredential)):
-			logger.Error(err, "httpauth: authentication unavailable", "method", r.Method, "path", r.URL.Path)
-			m.unavailable(w, err)
-			return metrics.OutcomeUnavailable
-		default:
-			logDecision(logger, 2, r, "", "unauthenticated", err)
-			challenge := "Bearer"
-			if hadAuthorization && errors.Is(err, reviewauth.ErrUnauthenticated) {
-				challenge = `Bearer error="invalid_token"`
-			}
-			w.Header().Set("WWW-Authenticate", challenge)
-			writeStatus(w, apierrors.NewUnauthorized("Unauthorized"))
-			return metrics.OutcomeUnauthenticated
+	switch {
+	case err == errNoCredential && alwaysAllow:
+		// apiserver's anonymous authentication, limited to these paths.
+		r = r.WithContext(request.WithUser(r.Context(), &user.DefaultInfo{Name: user.Anonymous, Groups: []string{user.AllUnauthenticated}}))
+		logDecision(logger, 4, r, user.Anonymous, "always allowed", nil)
+		next.ServeHTTP(w, r)
+		return metrics.OutcomeAlwaysAllowed
+	case err == nil:
+	case errors.Is(err, reviewauth.ErrUnavailable):
+		logger.Error(redactCredential(err, credential), "httpauth: authentication unavailable", "method", r.Method, "path", r.URL.Path)
+		m.unavailable(w, err)
+		return metrics.OutcomeUnavailable
+	default:
+		// No credential, or one that was checked and refused: an
+		// ErrUnauthenticated, or a plain error, which is how
+		// k8s.io/apiserver's authenticators report a bad credential.
+		logDecision(logger, 2, r, "", "unauthenticated", redactCredential(err, credential))
+		challenge := "Bearer"
+		if len(credential) > 0 && err != errNoCredential {
+			challenge = `Bearer error="invalid_token"`
 		}
+		w.Header().Set("WWW-Authenticate", challenge)
+		writeStatus(w, apierrors.NewUnauthorized("Unauthorized"))
+		return metrics.OutcomeUnauthenticated
 	}
 	u := resp.User
 	r = r.WithContext(request.WithUser(r.Context(), u))
+	if alwaysAllow {
+		// A valid credential on an always-allow path: served as its user,
+		// without authorization, as apiserver's path authorizer allows
+		// any user there.
+		m.propagate(r, u)
+		logDecision(logger, 4, r, u.GetName(), "always allowed", nil)
+		next.ServeHTTP(w, r)
+		return metrics.OutcomeAlwaysAllowed
+	}
 
 	attrs, err := m.opts.Attributes.Attributes(r, u)
 	if err != nil {
@@ -249,30 +306,22 @@ func (m *middleware) serve(next http.Handler, w http.ResponseWriter, r *http.Req
 		return metrics.OutcomeUnavailable
 	}
 
-	if m.opts.PropagateIdentity {
-		if r.Header == nil {
-			r.Header = make(http.Header) // r is our copy
-		}
-		transport.SetAuthProxyHeaders(r, u.GetName(), u.GetUID(), u.GetGroups(), u.GetExtra())
-	}
+	m.propagate(r, u)
 	logDecision(logger, 4, r, u.GetName(), "allowed", nil)
 	next.ServeHTTP(w, r)
 	return metrics.OutcomeAllowed
 }
 
 // authenticate runs the client certificate authenticator, then the token
-// authenticator. The error matches ErrUnauthenticated, ErrUnavailable or
-// errNoCredential, or is unknown (answered as unavailable).
+// authenticator. The error is errNoCredential when neither found a
+// credential; otherwise it is the authenticator's own error, which serve
+// maps: ErrUnavailable to 503, anything else to 401.
 func (m *middleware) authenticate(r *http.Request) (*authenticator.Response, error) {
 	if m.opts.ClientCertificates != nil && r.TLS != nil && len(r.TLS.PeerCertificates) > 0 {
 		resp, ok, err := m.opts.ClientCertificates.AuthenticateRequest(r)
 		switch {
-		case err != nil && errors.Is(err, reviewauth.ErrUnavailable):
-			return nil, err
-		case err != nil && errors.Is(err, reviewauth.ErrUnauthenticated):
-			return nil, err
 		case err != nil:
-			return nil, &reviewauth.RejectedError{Reason: "client certificate: " + err.Error()}
+			return nil, err
 		case ok:
 			return checkResponse(resp)
 		}
@@ -289,11 +338,55 @@ func (m *middleware) authenticate(r *http.Request) (*authenticator.Response, err
 	return nil, errNoCredential
 }
 
+// errNoUser is a success without a user: the authenticator is broken, and
+// the credential was not checked.
+var errNoUser = fmt.Errorf("httpauth: authenticator reported success without a user: %w", reviewauth.ErrUnavailable)
+
 func checkResponse(resp *authenticator.Response) (*authenticator.Response, error) {
 	if resp == nil || resp.User == nil {
-		return nil, errors.New("httpauth: authenticator reported success without a user")
+		return nil, errNoUser
 	}
 	return resp, nil
+}
+
+func (m *middleware) alwaysAllowMethod(method string) bool {
+	for _, am := range m.alwaysAllowMethods {
+		if method == am {
+			return true
+		}
+	}
+	return false
+}
+
+// propagate sets the X-Remote-* headers from u when PropagateIdentity is
+// on. r must be the middleware's own copy of the request.
+func (m *middleware) propagate(r *http.Request, u user.Info) {
+	if !m.opts.PropagateIdentity {
+		return
+	}
+	if r.Header == nil {
+		r.Header = make(http.Header)
+	}
+	transport.SetAuthProxyHeaders(r, u.GetName(), u.GetUID(), u.GetGroups(), u.GetExtra())
+}
+
+// redactCredential returns err with every word of the client's
+// Authorization header values replaced, for logging: an authenticator that
+// is not ours may echo the token in its error.
+func redactCredential(err error, credential []string) error {
+	msg := err.Error()
+	clean := msg
+	for _, v := range credential {
+		for _, word := range strings.Fields(v) {
+			if len(word) >= 8 {
+				clean = strings.ReplaceAll(clean, word, "[REDACTED]")
+			}
+		}
+	}
+	if clean == msg {
+		return err
+	}
+	return errors.New(clean)
 }
 
 func (m *middleware) unavailable(w http.ResponseWriter, err error) {
@@ -317,25 +410,82 @@ func withPath(r *http.Request, clean string) *http.Request {
 	return r2
 }
 
-// stripIdentityHeaders deletes the front-proxy identity headers a client
-// might send to impersonate someone behind a proxy that trusts them, and any
-// non-canonical spelling of Authorization, which authenticators (reading the
-// canonical key) would not see but a proxy would forward. The canonical
-// Authorization is deleted after authentication.
+// stripIdentityHeaders deletes every header a client might send to act as
+// someone else behind a proxy, or to pass a credential on to where it was
+// not meant to go:
+//
+//   - X-Remote-User, X-Remote-Uid, X-Remote-Group and X-Remote-Extra-*, the
+//     front-proxy identity headers;
+//   - Impersonate-* (Impersonate-User, -Uid, -Group, -Extra-* and anything
+//     else under that prefix): a proxy that forwards with its own
+//     credentials would hand every caller impersonation;
+//   - Proxy-Authorization: a credential for a proxy on the way, which
+//     neither the handler nor an upstream should ever receive
+//     (httputil.ReverseProxy drops it as hop-by-hop, other proxies may not);
+//   - any spelling of Authorization other than the canonical one, which
+//     authenticators (reading the canonical key) would not see but a proxy
+//     would forward. The canonical Authorization is deleted after
+//     authentication.
+//
+// Names are compared case-insensitively with '_' read as '-', because CGI
+// and WSGI upstreams (and nginx with underscores_in_headers) read
+// X-Remote_User or Impersonate_User as the real header.
+//
+// It is on the hit path of every request: the first byte rejects most keys
+// without a comparison, and nothing is allocated.
 func stripIdentityHeaders(h http.Header) {
 	for key := range h {
-		if key != "Authorization" && strings.EqualFold(key, "Authorization") {
+		if strippedHeader(key) {
 			delete(h, key)
-			continue
-		}
-		if len(key) >= len("X-Remote-") && strings.EqualFold(key[:len("X-Remote-")], "X-Remote-") {
-			rest := key[len("X-Remote-"):]
-			if strings.EqualFold(rest, "User") || strings.EqualFold(rest, "Uid") || strings.EqualFold(rest, "Group") ||
-				(len(rest) >= len("Extra-") && strings.EqualFold(rest[:len("Extra-")], "Extra-")) {
-				delete(h, key)
-			}
 		}
 	}
+}
+
+func strippedHeader(key string) bool {
+	if len(key) < len("X-Remote-Uid") {
+		return false
+	}
+	switch key[0] | 0x20 {
+	case 'a':
+		return key != "Authorization" && equalHeaderName(key, "authorization")
+	case 'p':
+		return equalHeaderName(key, "proxy-authorization")
+	case 'i':
+		return hasHeaderPrefix(key, "impersonate-")
+	case 'x':
+		if !hasHeaderPrefix(key, "x-remote-") {
+			return false
+		}
+		rest := key[len("x-remote-"):]
+		return equalHeaderName(rest, "user") || equalHeaderName(rest, "uid") || equalHeaderName(rest, "group") ||
+			hasHeaderPrefix(rest, "extra-")
+	}
+	return false
+}
+
+// hasHeaderPrefix reports whether key starts with prefix (lowercase, with
+// '-') ignoring case and reading '_' as '-'.
+func hasHeaderPrefix(key, prefix string) bool {
+	if len(key) < len(prefix) {
+		return false
+	}
+	for i := 0; i < len(prefix); i++ {
+		c := key[i]
+		switch {
+		case c == '_':
+			c = '-'
+		case 'A' <= c && c <= 'Z':
+			c += 'a' - 'A'
+		}
+		if c != prefix[i] {
+			return false
+		}
+	}
+	return true
+}
+
+func equalHeaderName(key, name string) bool {
+	return len(key) == len(name) && hasHeaderPrefix(key, name)
 }
 
 func logDecision(logger klog.Logger, v int, r *http.Request, username, decision string, err error) {
@@ -368,4 +518,21 @@ func checkSet(ctx context.Context, az authorizer.UnconditionalAuthorizer, a auth
 		a = alt
 	}
 	return a, err
+}
+
+// validMethod reports whether method is an HTTP token (RFC 9110, 5.6.2).
+func validMethod(method string) bool {
+	if method == "" {
+		return false
+	}
+	for i := 0; i < len(method); i++ {
+		c := method[i]
+		switch {
+		case 'a' <= c && c <= 'z', 'A' <= c && c <= 'Z', '0' <= c && c <= '9':
+		case strings.IndexByte("!#$%&'*+-.^_`|~", c) >= 0:
+		default:
+			return false
+		}
+	}
+	return true
 }

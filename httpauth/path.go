@@ -6,6 +6,7 @@ import (
 	"net/url"
 	"path"
 	"strings"
+	"unicode/utf8"
 )
 
 // ErrBadPath is matched (with errors.Is) by every error [CleanPath] returns.
@@ -25,8 +26,10 @@ func (e *pathError) Is(target error) bool { return target == ErrBadPath }
 // Encodings that servers disagree about are refused rather than guessed at:
 // a percent-encoded '/', '.', '\', '%' or control character, a raw backslash
 // or control character, a malformed escape, a segment such as "..;x" that
-// some servers read as "..", and a path that does not start with '/'. The
-// error then matches [ErrBadPath]. An empty path is "/".
+// some servers read as "..", a path whose bytes, once decoded, are not valid
+// UTF-8 (such as the overlong "%C0%AE%C0%AE", which legacy decoders read as
+// ".."), and a path that does not start with '/'. The error then matches
+// [ErrBadPath]. An empty path is "/". The result is always valid UTF-8.
 //
 // CleanPath is a pure function, safe for concurrent use.
 func CleanPath(escaped string) (string, error) {
@@ -36,10 +39,12 @@ func CleanPath(escaped string) (string, error) {
 	if escaped[0] != '/' {
 		return "", &pathError{"path must start with /"}
 	}
-	encoded, dirty := false, false
+	encoded, dirty, high := false, false, false
 	for i := 0; i < len(escaped); i++ {
 		c := escaped[i]
 		switch {
+		case c >= utf8.RuneSelf:
+			high = true
 		case c == '/':
 			if i+1 < len(escaped) && (escaped[i+1] == '/' || escaped[i+1] == '.') {
 				dirty = true
@@ -54,6 +59,8 @@ func CleanPath(escaped string) (string, error) {
 				return "", &pathError{fmt.Sprintf("ambiguous percent-encoding %q", escaped[i:i+3])}
 			case b < 0x20, b == 0x7f:
 				return "", &pathError{"encoded control character"}
+			case b >= utf8.RuneSelf:
+				high = true
 			}
 			encoded = true
 			i += 2
@@ -63,8 +70,9 @@ func CleanPath(escaped string) (string, error) {
 			return "", &pathError{"control character in path"}
 		}
 	}
-	if !encoded && !dirty {
-		// No escapes, no "//", no segment starting with '.': already clean.
+	if !encoded && !dirty && !high {
+		// ASCII, no escapes, no "//", no segment starting with '.':
+		// already clean.
 		return escaped, nil
 	}
 	p := escaped
@@ -73,6 +81,12 @@ func CleanPath(escaped string) (string, error) {
 		if p, err = url.PathUnescape(escaped); err != nil {
 			return "", &pathError{"malformed percent-encoding"}
 		}
+	}
+	if high && !utf8.ValidString(p) {
+		// Overlong forms (%C0%AE is '.' to a lenient decoder), surrogates
+		// and stray bytes: a server that decodes them differently would
+		// serve another path than the one authorized.
+		return "", &pathError{"not valid UTF-8"}
 	}
 	for seg := range strings.SplitSeq(p, "/") {
 		if strings.HasPrefix(seg, ".;") || strings.HasPrefix(seg, "..;") {

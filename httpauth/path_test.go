@@ -5,6 +5,7 @@ import (
 	"net/url"
 	"strings"
 	"testing"
+	"unicode/utf8"
 
 	"github.com/reviewauth/reviewauth/httpauth"
 )
@@ -45,6 +46,17 @@ func TestCleanPath(t *testing.T) {
 		{name: "dot dot with params", in: "/logs/..;/metrics", wantErr: true},
 		{name: "dot with params", in: "/.;x/metrics", wantErr: true},
 		{name: "relative", in: "metrics", wantErr: true},
+		{name: "valid UTF-8 decoded", in: "/logs/%C3%A9t%C3%A9", want: "/logs/\u00e9t\u00e9"},
+		{name: "raw valid UTF-8 kept", in: "/logs/\u00e9t\u00e9", want: "/logs/\u00e9t\u00e9"},
+		{name: "overlong dot dot", in: "/metrics/%C0%AE%C0%AE/logs/x", wantErr: true},
+		{name: "overlong dot dot lower", in: "/metrics/%c0%ae%c0%ae/logs/x", wantErr: true},
+		{name: "overlong slash", in: "/metrics%C0%AFlogs", wantErr: true},
+		{name: "three-byte overlong dot", in: "/metrics/%E0%80%AE%E0%80%AE/logs", wantErr: true},
+		{name: "raw overlong dot dot", in: "/metrics/\xc0\xae\xc0\xae/logs/x", wantErr: true},
+		{name: "encoded surrogate", in: "/metrics/%ED%A0%80", wantErr: true},
+		{name: "stray continuation byte", in: "/metrics/%80", wantErr: true},
+		{name: "invalid byte", in: "/metrics/%FF", wantErr: true},
+		{name: "truncated sequence", in: "/metrics/%C3", wantErr: true},
 		{name: "asterisk", in: "*", wantErr: true},
 	}
 	for _, tt := range tests {
@@ -68,6 +80,7 @@ func FuzzCleanPath(f *testing.F) {
 	for _, s := range []string{
 		"", "/", "/metrics", "//logs", "/metrics/../logs/x", "/metrics/%2e%2e/logs", "/a%2fb",
 		"/logs/", "/./x/./", "/%41", "/..;/x", "/a/b/../../..", "/%c3%a9", "/a\\b",
+		"/%C0%AE%C0%AE/x", "/\xc0\xae\xc0\xae/x", "/%E0%80%AE", "/%ED%A0%80", "/\xff",
 	} {
 		f.Add(s)
 	}
@@ -81,6 +94,9 @@ func FuzzCleanPath(f *testing.F) {
 		}
 		if !strings.HasPrefix(got, "/") {
 			t.Fatalf("CleanPath(%q) = %q; want an absolute path", in, got)
+		}
+		if !utf8.ValidString(got) {
+			t.Fatalf("CleanPath(%q) = %q; want valid UTF-8", in, got)
 		}
 		if strings.Contains(got, "//") || strings.Contains(got, "\\") {
 			t.Fatalf("CleanPath(%q) = %q; want no // and no backslash", in, got)

@@ -14,11 +14,14 @@
 //	metricsproxy --upstream http://127.0.0.1:9100 --listen :8443 \
 //	  --audience metricsproxy --node-name "$NODE_NAME" [--kubeconfig FILE] \
 //	  [--tls-cert-file FILE --tls-private-key-file FILE] [--client-ca-file FILE] \
-//	  [--allow-path /healthz ...]
+//	  [--authorization-always-allow-paths /healthz,/readyz]
 //
-// Unlike kube-rbac-proxy's --allow-paths (a list of the only paths proxied),
-// --allow-path here names a path served without authentication or
-// authorization, like the API server's --authorization-always-allow-paths.
+// --authorization-always-allow-paths means what it means in the API server:
+// GET and HEAD requests to those paths are served without authorization,
+// and without a credential (as system:anonymous); a request that presents
+// a credential must present a valid one; other methods are authorized like
+// any request. (kube-rbac-proxy's --allow-paths, a list of the only paths
+// proxied, is something else; this proxy has no such flag.)
 //
 // Once listening, metricsproxy prints "listening on https://ADDR" on
 // standard output, so that a supervisor started with --listen 127.0.0.1:0
@@ -65,10 +68,9 @@ func main() {
 type config struct {
 	upstream, listen  string
 	certFile, keyFile string
-	allowPaths        []string
 	fineGrained       bool
 	review            serving.Flags
-	certs             httpauth.Flags
+	http              httpauth.Flags
 }
 
 func parseFlags(args []string, output io.Writer) (*config, error) {
@@ -79,10 +81,9 @@ func parseFlags(args []string, output io.Writer) (*config, error) {
 	fs.StringVar(&c.listen, "listen", ":8443", "address to serve HTTPS on")
 	fs.StringVar(&c.certFile, "tls-cert-file", "", "serving certificate (PEM); a self-signed one is generated when unset")
 	fs.StringVar(&c.keyFile, "tls-private-key-file", "", "private key of --tls-cert-file (PEM)")
-	fs.StringSliceVar(&c.allowPaths, "allow-path", nil, "path served without authentication or authorization, exact or with a trailing * (repeatable), such as /healthz")
-	fs.BoolVar(&c.fineGrained, "kubelet-fine-grained-authz", false, "map paths like a kubelet with fine-grained authorization (KEP-2862): /spec to nodes/spec, and /pods, /healthz, /configz to their own subresource or else nodes/proxy")
+	fs.BoolVar(&c.fineGrained, "kubelet-fine-grained-authz", false, "map paths like a kubelet with fine-grained authorization (KEP-2862, the kubelet's only mode since 1.36): /pods, /allocatedPods, /runningpods to nodes/pods, /healthz to nodes/healthz and /configz to nodes/configz, each or else nodes/proxy")
 	c.review.AddFlags(fs) // --kubeconfig, --audience, --node-name, --authentication-*, --authorization-*, --metrics-listen
-	c.certs.AddFlags(fs)  // --client-ca-file
+	c.http.AddFlags(fs)   // --client-ca-file, --authorization-always-allow-paths
 	if err := fs.Parse(args); err != nil {
 		return nil, err
 	}
@@ -99,7 +100,7 @@ func parseFlags(args []string, output io.Writer) (*config, error) {
 	case (c.certFile == "") != (c.keyFile == ""):
 		return nil, errors.New("metricsproxy: --tls-cert-file and --tls-private-key-file go together")
 	}
-	if err := c.certs.Validate(); err != nil {
+	if err := c.http.Validate(); err != nil {
 		return nil, fmt.Errorf("metricsproxy: %w", err)
 	}
 	return &c, nil
@@ -126,15 +127,15 @@ func run(ctx context.Context, args []string, stdout io.Writer) error {
 		Authenticator:    built.Authenticator,
 		Authorizer:       built.Authorizer,
 		Attributes:       httpauth.Kubelet(c.review.Authz.NodeName),
-		AlwaysAllowPaths: c.allowPaths,
+		AlwaysAllowPaths: c.http.AlwaysAllowPaths,
 		Metrics:          built.Metrics,
 	}
 	if c.fineGrained {
 		opts.Attributes = httpauth.KubeletFineGrained(c.review.Authz.NodeName)
 	}
 	tlsConfig := &tls.Config{MinVersion: tls.VersionTLS12}
-	if c.certs.ClientCAFile != "" {
-		if opts.ClientCertificates, err = c.certs.ClientCertificates(httpauth.ClientCertOptions{}); err != nil {
+	if c.http.ClientCAFile != "" {
+		if opts.ClientCertificates, err = c.http.ClientCertificates(httpauth.ClientCertOptions{}); err != nil {
 			return fmt.Errorf("metricsproxy: %w", err)
 		}
 		// Request, but do not verify, client certificates in the handshake:
@@ -189,7 +190,7 @@ func run(ctx context.Context, args []string, stdout io.Writer) error {
 		ln.Close()
 		return fmt.Errorf("metricsproxy: %w", err)
 	}
-	klog.InfoS("Serving", "address", ln.Addr().String(), "upstream", upstream.Redacted(), "node", c.review.Authz.NodeName, "audiences", built.Authenticator.Audiences(), "alwaysAllowPaths", c.allowPaths)
+	klog.InfoS("Serving", "address", ln.Addr().String(), "upstream", upstream.Redacted(), "node", c.review.Authz.NodeName, "audiences", built.Authenticator.Audiences(), "alwaysAllowPaths", c.http.AlwaysAllowPaths)
 
 	errc := make(chan error, 1)
 	go func() { errc <- srv.ServeTLS(ln, "", "") }()

@@ -186,7 +186,7 @@ func TestProxy(t *testing.T) {
 	})
 
 	base := startProxy(t, "--upstream", upSrv.URL, "--kubeconfig", kubeconfig, "--audience", "metricsproxy",
-		"--node-name", "node-1", "--client-ca-file", caFile, "--allow-path", "/healthz")
+		"--node-name", "node-1", "--client-ca-file", caFile, "--authorization-always-allow-paths", "/healthz")
 
 	insecure := &tls.Config{InsecureSkipVerify: true} // the proxy's certificate is self-signed
 	tokenClient := &http.Client{Transport: &http.Transport{TLSClientConfig: insecure}}
@@ -197,11 +197,12 @@ func TestProxy(t *testing.T) {
 	t.Cleanup(certClient.CloseIdleConnections)
 
 	tests := []struct {
-		name, path, token string
-		client            *http.Client
-		spoof             bool
-		wantCode          int
-		wantUpstream      string // path the upstream must have served
+		name, method string
+		path, token  string
+		client       *http.Client
+		spoof        bool
+		wantCode     int
+		wantUpstream string // path the upstream must have served
 	}{
 		{name: "scraper gets /metrics", path: "/metrics", token: token, wantCode: 200, wantUpstream: "/metrics"},
 		{name: "scraper gets /metrics/cadvisor", path: "/metrics/cadvisor", token: token, wantCode: 200, wantUpstream: "/metrics/cadvisor"},
@@ -216,13 +217,23 @@ func TestProxy(t *testing.T) {
 		{name: "token for the API server's audience", path: "/metrics", token: apiServerToken, wantCode: 401},
 		{name: "garbage token", path: "/metrics", token: "not-a-token", wantCode: 401},
 		{name: "always-allowed path", path: "/healthz", wantCode: 200, wantUpstream: "/healthz"},
+		{name: "always-allowed path, HEAD", method: "HEAD", path: "/healthz", wantCode: 200, wantUpstream: "/healthz"},
+		{name: "always-allowed path with a valid token", path: "/healthz", token: token, spoof: true, wantCode: 200, wantUpstream: "/healthz"},
+		{name: "always-allowed path with a bad token", path: "/healthz", token: "not-a-token", wantCode: 401},
+		{name: "always-allowed path with an API server token", path: "/healthz", token: apiServerToken, wantCode: 401},
+		{name: "POST to an always-allowed path", method: "POST", path: "/healthz", wantCode: 401},
+		{name: "DELETE to an always-allowed path", method: "DELETE", path: "/healthz", token: token, wantCode: 403},
 		{name: "client certificate gets /metrics", path: "/metrics", client: certClient, wantCode: 200, wantUpstream: "/metrics"},
 		{name: "client certificate is refused /logs/", path: "/logs/", client: certClient, wantCode: 403},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
 			before, _ := up.seen()
-			req, err := http.NewRequest("GET", base+"/", nil)
+			method := tt.method
+			if method == "" {
+				method = "GET"
+			}
+			req, err := http.NewRequest(method, base+"/", nil)
 			if err != nil {
 				t.Fatal(err)
 			}
@@ -235,6 +246,10 @@ func TestProxy(t *testing.T) {
 				req.Header.Set("X-Remote-User", "system:admin")
 				req.Header.Set("X-Remote-Group", "system:masters")
 				req.Header.Set("X-Remote-Extra-Scopes", "all")
+				req.Header.Set("Impersonate-User", "system:admin")
+				req.Header.Set("Impersonate-Group", "system:masters")
+				req.Header["X-Remote_User"] = []string{"system:admin"}
+				req.Header["Impersonate_User"] = []string{"system:admin"}
 			}
 			client := tt.client
 			if client == nil {
@@ -264,12 +279,12 @@ func TestProxy(t *testing.T) {
 			}
 			h := headers[len(headers)-1]
 			for k := range h {
-				lk := strings.ToLower(k)
-				if lk == "authorization" || strings.HasPrefix(lk, "x-remote-") {
+				lk := strings.ReplaceAll(strings.ToLower(k), "_", "-")
+				if lk == "authorization" || strings.HasPrefix(lk, "x-remote-") || strings.HasPrefix(lk, "impersonate-") {
 					t.Errorf("GET %s: upstream received header %s; want it stripped", tt.path, k)
 				}
 			}
-			if string(body) != "upstream "+tt.wantUpstream {
+			if method != "HEAD" && string(body) != "upstream "+tt.wantUpstream {
 				t.Errorf("GET %s: body = %q; want %q", tt.path, body, "upstream "+tt.wantUpstream)
 			}
 		})
@@ -291,6 +306,8 @@ func TestFlags(t *testing.T) {
 		{"bad upstream", []string{"--upstream", "unix:///x", "--node-name", "n", "--audience", "a"}, "not an http(s) URL"},
 		{"missing kubeconfig", base, "--authentication-kubeconfig"},
 		{"stray argument", append(base, "extra"), "unexpected arguments"},
+		{"--allow-path is gone", append(base, "--allow-path", "/healthz"), "unknown flag: --allow-path"},
+		{"bad always-allow path", append(base, "--authorization-always-allow-paths", "healthz"), "--authorization-always-allow-paths"},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
