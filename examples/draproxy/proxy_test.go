@@ -432,8 +432,8 @@ func TestParseAllow(t *testing.T) {
 	t.Parallel()
 	good := map[string]rule{
 		"get,list,watch:deviceclasses.resource.k8s.io": {group: "resource.k8s.io", resource: "deviceclasses", verbs: []string{"get", "list", "watch"}},
-		"get:configmaps":    {resource: "configmaps", verbs: []string{"get"}},
-		"get:pods/log":      {resource: "pods", subresource: "log", verbs: []string{"get"}},
+		"get:configmaps":                    {resource: "configmaps", verbs: []string{"get"}},
+		"get:pods/log":                      {resource: "pods", subresource: "log", verbs: []string{"get"}},
 		"create:leases.coordination.k8s.io": {group: "coordination.k8s.io", resource: "leases", verbs: []string{"create"}},
 	}
 	for s, want := range good {
