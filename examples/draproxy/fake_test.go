@@ -88,6 +88,8 @@ type fakeAPI struct {
 	// fail, when not zero, is the status every resource request is
 	// answered with; -1 drops the connection.
 	fail atomic.Int32
+	// noRecord stops recording requests (benchmarks).
+	noRecord atomic.Bool
 
 	mu       sync.Mutex
 	objects  map[string]map[string]any // API path -> object
@@ -277,9 +279,11 @@ func sliceFields(obj map[string]any) fields.Set {
 
 func (f *fakeAPI) serve(w http.ResponseWriter, r *http.Request) {
 	body, _ := io.ReadAll(r.Body)
-	f.mu.Lock()
-	f.requests = append(f.requests, seen{Method: r.Method, Path: r.URL.Path, RawQuery: r.URL.RawQuery, Header: r.Header.Clone(), Body: body})
-	f.mu.Unlock()
+	if !f.noRecord.Load() {
+		f.mu.Lock()
+		f.requests = append(f.requests, seen{Method: r.Method, Path: r.URL.Path, RawQuery: r.URL.RawQuery, Header: r.Header.Clone(), Body: body})
+		f.mu.Unlock()
+	}
 	switch code := f.fail.Load(); {
 	case code == -1:
 		panic(http.ErrAbortHandler) // drops the connection
