@@ -201,6 +201,10 @@ func (p *proxy) serve(w http.ResponseWriter, r *http.Request) {
 		writeStatus(w, apierrors.NewBadRequest("draproxy: the query does not parse: "+err.Error()))
 		return
 	}
+	if r.Header.Get("Upgrade") != "" {
+		writeStatus(w, apierrors.NewBadRequest("draproxy does not forward protocol upgrades (exec, attach, port-forward, websocket watches)"))
+		return
+	}
 	if ce := r.Header.Get("Content-Encoding"); ce != "" && !strings.EqualFold(ce, "identity") {
 		writeStatus(w, unsupportedMediaType(fmt.Sprintf("draproxy: request bodies with Content-Encoding %q are not accepted", ce)))
 		return
@@ -303,15 +307,19 @@ func (p *proxy) checkObject(ctx context.Context, r *http.Request, a authorizer.A
 }
 
 // rewrite builds the request to the API server: its URL plus the cleaned
-// path and the re-encoded query, and only the forwarded headers. The
-// impersonation headers are added by the transport.
+// path and the re-encoded query, only the forwarded headers, and the
+// impersonation of the authenticated driver (the transport adds draproxy's
+// own credentials).
 func (p *proxy) rewrite(pr *httputil.ProxyRequest) {
 	pr.SetURL(p.upstream)
-	h := make(http.Header, len(forwardedHeaders))
+	h := make(http.Header, len(forwardedHeaders)+4+len(forwardedExtras))
 	for _, k := range forwardedHeaders {
 		if v, ok := pr.In.Header[k]; ok {
 			h[k] = slices.Clone(v)
 		}
+	}
+	if u, ok := request.UserFrom(pr.In.Context()); ok {
+		setImpersonation(h, u)
 	}
 	pr.Out.Header = h
 }
@@ -342,46 +350,76 @@ func (p *proxy) upstreamError(w http.ResponseWriter, r *http.Request, err error)
 	writeUnavailable(w, "draproxy: the API server is unavailable", time.Second)
 }
 
-// impersonating sends each forwarded request as the authenticated driver,
-// with draproxy's own credentials (base): user, UID, groups and the
-// forwardedExtras, through client-go's impersonating round tripper. A
-// request without an authenticated user is never sent.
+// impersonating sends each forwarded request with draproxy's own
+// credentials (base) as the driver that rewrite impersonated. A request
+// without impersonation, or with an impersonated user other than the
+// authenticated one, is never sent.
 type impersonating struct{ base http.RoundTripper }
 
 func (t impersonating) RoundTrip(req *http.Request) (*http.Response, error) {
 	u, ok := request.UserFrom(req.Context())
-	if !ok || u.GetName() == "" {
-		return nil, errors.New("draproxy: refusing to forward a request without an authenticated user")
+	if !ok || u.GetName() == "" || req.Header.Get(transport.ImpersonateUserHeader) != u.GetName() {
+		return nil, errors.New("draproxy: refusing to forward a request that does not impersonate its authenticated user")
 	}
-	for k := range req.Header {
-		if len(k) >= len("Impersonate-") && strings.EqualFold(k[:len("Impersonate-")], "Impersonate-") {
-			return nil, errors.New("draproxy: refusing to forward a request that carries impersonation headers")
-		}
-	}
-	return transport.NewImpersonatingRoundTripper(impersonationFor(u), t.base).RoundTrip(req)
+	return t.base.RoundTrip(req)
 }
 
-// impersonationFor is the impersonation of u: its name, UID and groups
-// (but system:authenticated, which the API server adds to every
-// impersonated user itself), and its forwardedExtras.
-func impersonationFor(u user.Info) transport.ImpersonationConfig {
-	c := transport.ImpersonationConfig{UserName: u.GetName(), UID: u.GetUID()}
+// setImpersonation sets the impersonation headers of u on h, as client-go's
+// impersonating round tripper does for rest.ImpersonationConfig: its name,
+// UID and groups (but system:authenticated, which the API server adds to
+// every impersonated user itself), and its forwardedExtras. It writes into
+// the header map the reverse proxy already owns, where the round tripper
+// would clone the request (and escape the extras' keys) once more.
+func setImpersonation(h http.Header, u user.Info) {
+	h[transport.ImpersonateUserHeader] = []string{u.GetName()}
+	if uid := u.GetUID(); uid != "" {
+		h[transport.ImpersonateUIDHeader] = []string{uid}
+	}
+	var groups []string
 	for _, g := range u.GetGroups() {
 		if g != user.AllAuthenticated {
-			c.Groups = append(c.Groups, g)
+			groups = append(groups, g)
 		}
+	}
+	if len(groups) > 0 {
+		h[transport.ImpersonateGroupHeader] = groups
 	}
 	extra := u.GetExtra()
-	for _, k := range forwardedExtras {
+	for i, k := range forwardedExtras {
 		if v := extra[k]; len(v) > 0 {
-			if c.Extra == nil {
-				c.Extra = make(map[string][]string, len(forwardedExtras))
-			}
-			c.Extra[k] = v
+			h[extraHeaders[i]] = slices.Clone(v)
 		}
 	}
-	return c
 }
+
+// extraHeaders are the header names of forwardedExtras, spelled (escaped
+// and canonicalized) by client-go's impersonating round tripper itself,
+// once.
+var extraHeaders = func() []string {
+	var seen http.Header
+	capture := roundTripperFunc(func(r *http.Request) (*http.Response, error) {
+		seen = r.Header
+		return nil, errors.New("captured")
+	})
+	names := make([]string, len(forwardedExtras))
+	for i, k := range forwardedExtras {
+		rt := transport.NewImpersonatingRoundTripper(transport.ImpersonationConfig{UserName: "u", Extra: map[string][]string{k: {"v"}}}, capture)
+		_, _ = rt.RoundTrip(&http.Request{Header: http.Header{}})
+		for name := range seen {
+			if strings.HasPrefix(name, transport.ImpersonateUserExtraHeaderPrefix) {
+				names[i] = name
+			}
+		}
+		if names[i] == "" {
+			panic("draproxy: client-go set no impersonation header for " + k)
+		}
+	}
+	return names
+}()
+
+type roundTripperFunc func(*http.Request) (*http.Response, error)
+
+func (f roundTripperFunc) RoundTrip(r *http.Request) (*http.Response, error) { return f(r) }
 
 func isJSON(contentType string) bool {
 	mt, _, err := mime.ParseMediaType(contentType)

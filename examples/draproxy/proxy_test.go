@@ -7,6 +7,7 @@ import (
 	"io"
 	"net/http"
 	"net/http/httptest"
+	"reflect"
 	"slices"
 	"strconv"
 	"strings"
@@ -19,8 +20,10 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/apiserver/pkg/authentication/user"
+	"k8s.io/apiserver/pkg/endpoints/request"
 	"k8s.io/client-go/kubernetes"
 	"k8s.io/client-go/rest"
+	"k8s.io/client-go/transport"
 	clocktesting "k8s.io/utils/clock/testing"
 	"k8s.io/utils/ptr"
 
@@ -506,13 +509,52 @@ func TestForwardedIdentity(t *testing.T) {
 			t.Errorf("forwarded header %s = %q; want it dropped", k, got[k])
 		}
 	}
+
+	// Protocol upgrades and encoded bodies are refused, not forwarded.
+	for name, hdr := range map[string]http.Header{
+		"upgrade":          {"Connection": {"Upgrade"}, "Upgrade": {"websocket"}},
+		"content encoding": {"Content-Encoding": {"gzip"}},
+	} {
+		code, body := h.do(t, http.MethodGet, "/apis/resource.k8s.io/v1/resourceslices?watch=1&fieldSelector=spec.nodeName%3Dnode-a", token, nil, hdr)
+		if code != http.StatusBadRequest && code != http.StatusUnsupportedMediaType {
+			t.Errorf("GET with %s = %d %s; want 400 or 415", name, code, body)
+		}
+	}
+	if s := f.seen(); len(s) != 0 {
+		t.Errorf("the API server received %d requests; want none", len(s))
+	}
 }
 
-func TestImpersonationFor(t *testing.T) {
+// TestImpersonationHeaders: the headers are client-go's for the same
+// rest.ImpersonationConfig, minus system:authenticated and the extras not
+// forwarded.
+func TestImpersonationHeaders(t *testing.T) {
 	t.Parallel()
-	got := impersonationFor(&user.DefaultInfo{Name: "u", Groups: []string{"system:authenticated", "g"}, Extra: map[string][]string{"scopes": {"x"}}})
-	if got.UserName != "u" || got.UID != "" || !slices.Equal(got.Groups, []string{"g"}) || got.Extra != nil {
-		t.Errorf("impersonationFor = %+v; want u, group g, no extras", got)
+	u := driverOn("node-a")
+	var want http.Header
+	cfg := transport.ImpersonationConfig{UserName: u.Name, UID: u.UID, Groups: []string{"system:serviceaccounts", "system:serviceaccounts:dra"}, Extra: map[string][]string{}}
+	for _, k := range forwardedExtras {
+		cfg.Extra[k] = u.Extra[k]
+	}
+	rt := transport.NewImpersonatingRoundTripper(cfg, roundTripperFunc(func(r *http.Request) (*http.Response, error) {
+		want = r.Header
+		return nil, errors.New("captured")
+	}))
+	_, _ = rt.RoundTrip(&http.Request{Header: http.Header{}})
+	got := http.Header{}
+	setImpersonation(got, u)
+	if !reflect.DeepEqual(got, want) {
+		t.Errorf("setImpersonation = %v; want client-go's %v", got, want)
+	}
+	got = http.Header{}
+	setImpersonation(got, &user.DefaultInfo{Name: "u", Groups: []string{"system:authenticated"}, Extra: map[string][]string{"scopes": {"x"}}})
+	if want := (http.Header{"Impersonate-User": {"u"}}); !reflect.DeepEqual(got, want) {
+		t.Errorf("setImpersonation(u) = %v; want %v", got, want)
+	}
+	// The transport refuses a request whose impersonation is not its user's.
+	_, err := impersonating{base: http.DefaultTransport}.RoundTrip(httptest.NewRequest(http.MethodGet, "/", nil).WithContext(request.WithUser(t.Context(), u)))
+	if err == nil {
+		t.Error("impersonating.RoundTrip(no impersonation) = nil error; want one")
 	}
 }
 
