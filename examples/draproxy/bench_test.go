@@ -134,7 +134,7 @@ func BenchmarkDRAProxy(b *testing.B) {
 		upstream := f.srv.Config.Handler
 		handler, err := newProxy(options{
 			NodeName: "node-a", Authenticator: must(authn.NewForConfig(f.config(), authn.Options{Audiences: []string{testAudience}})),
-			SAR: must(authz.NewForConfig(f.config(), authz.Options{})),
+			SAR:      must(authz.NewForConfig(f.config(), authz.Options{})),
 			Upstream: &rest.Config{Host: "https://fake.invalid", BearerToken: f.proxyToken, Transport: handlerTransport{upstream}},
 			Clock:    h.clk,
 		})
