@@ -214,12 +214,12 @@ func (p *proxy) serve(w http.ResponseWriter, r *http.Request) {
 		writeStatus(w, status)
 		return
 	}
-	if status := p.checkObject(ctx, r, a, rl, body); status != nil {
+	if status, err := p.checkObject(ctx, r, a, rl, body); status != nil {
 		logger := klog.FromContext(ctx)
-		if status.ErrStatus.Code == http.StatusServiceUnavailable {
-			logger.Error(status, "draproxy: could not check the request", "user", u.GetName(), "verb", a.GetVerb(), "resource", a.GetResource(), "name", a.GetName())
+		if err != nil {
+			logger.Error(err, "draproxy: could not check the request", "user", u.GetName(), "verb", a.GetVerb(), "resource", a.GetResource(), "namespace", a.GetNamespace(), "name", a.GetName())
 		} else {
-			logger.V(2).Info("draproxy: request refused", "user", u.GetName(), "verb", a.GetVerb(), "resource", a.GetResource(), "name", a.GetName(), "code", status.ErrStatus.Code, "reason", status.ErrStatus.Message)
+			logger.V(2).Info("draproxy: request refused", "user", u.GetName(), "verb", a.GetVerb(), "resource", a.GetResource(), "namespace", a.GetNamespace(), "name", a.GetName(), "code", status.ErrStatus.Code, "reason", status.ErrStatus.Message)
 		}
 		writeStatus(w, status)
 		return
@@ -258,52 +258,54 @@ func (p *proxy) readBody(r *http.Request) ([]byte, *apierrors.StatusError) {
 }
 
 // checkObject checks what the rule requires beyond the attributes. It
-// returns nil to forward, or the status to answer.
-func (p *proxy) checkObject(ctx context.Context, r *http.Request, a authorizer.Attributes, rl rule, body []byte) *apierrors.StatusError {
+// returns nil to forward, or the status to answer and, when the check
+// could not be made, why (for the log; the driver gets a 503 that names
+// only what could not be read).
+func (p *proxy) checkObject(ctx context.Context, r *http.Request, a authorizer.Attributes, rl rule, body []byte) (*apierrors.StatusError, error) {
 	switch rl.check {
 	case sliceOnNode:
 		switch a.GetVerb() {
 		case "list", "watch", "deletecollection":
-			return nil // the field selector: authz.NodeScope
+			return nil, nil // the field selector: authz.NodeScope
 		case "create":
 			if !isJSON(r.Header.Get("Content-Type")) {
-				return unsupportedMediaType(fmt.Sprintf("draproxy reads the spec.nodeName of a new ResourceSlice and accepts only JSON bodies (Content-Type: application/json), not %q: set ContentType to \"application/json\" in the driver's rest.Config", r.Header.Get("Content-Type")))
+				return unsupportedMediaType(fmt.Sprintf("draproxy reads the spec.nodeName of a new ResourceSlice and accepts only JSON bodies (Content-Type: application/json), not %q: set ContentType to \"application/json\" in the driver's rest.Config", r.Header.Get("Content-Type"))), nil
 			}
 			node, set, err := bodyNodeName(body)
 			switch {
 			case err != nil:
-				return apierrors.NewBadRequest(err.Error())
+				return apierrors.NewBadRequest(err.Error()), nil
 			case !set:
-				return responsewriters.ForbiddenStatusError(a, fmt.Sprintf("a ResourceSlice created through draproxy must have spec.nodeName %q (this node); it has none", p.node))
+				return responsewriters.ForbiddenStatusError(a, fmt.Sprintf("a ResourceSlice created through draproxy must have spec.nodeName %q (this node); it has none", p.node)), nil
 			case node != p.node:
-				return responsewriters.ForbiddenStatusError(a, fmt.Sprintf("a ResourceSlice created through draproxy must have spec.nodeName %q (this node), not %q", p.node, node))
+				return responsewriters.ForbiddenStatusError(a, fmt.Sprintf("a ResourceSlice created through draproxy must have spec.nodeName %q (this node), not %q", p.node, node)), nil
 			}
-			return nil
+			return nil, nil
 		default: // get, update, patch, delete of one slice
 			node, err := p.objects.sliceNode(ctx, a.GetAPIGroup(), a.GetAPIVersion(), a.GetName())
 			switch {
 			case err == nil && node == p.node:
-				return nil
+				return nil, nil
 			case err == nil || errors.Is(err, errNotFound):
 				// One answer for "another node's" and "no such slice": a
 				// driver learns nothing about other nodes' slices.
-				return responsewriters.ForbiddenStatusError(a, fmt.Sprintf("the ResourceSlice is not a slice of node %q, or does not exist", p.node))
+				return responsewriters.ForbiddenStatusError(a, fmt.Sprintf("the ResourceSlice is not a slice of node %q, or does not exist", p.node)), nil
 			}
-			return lookupUnavailable(err)
+			return lookupUnavailable("ResourceSlice "+strconv.Quote(a.GetName()), err), err
 		}
 	case claimOnNode:
 		ok, err := p.objects.claimReservedOnNode(ctx, a.GetAPIGroup(), a.GetAPIVersion(), a.GetNamespace(), a.GetName(), p.node)
 		switch {
 		case ok:
-			return nil
+			return nil, nil
 		case err == nil || errors.Is(err, errNotFound):
-			return responsewriters.ForbiddenStatusError(a, fmt.Sprintf("the ResourceClaim is not reserved for a pod on node %q, or does not exist", p.node))
+			return responsewriters.ForbiddenStatusError(a, fmt.Sprintf("the ResourceClaim is not reserved for a pod on node %q, or does not exist", p.node)), nil
 		}
-		return lookupUnavailable(err)
+		return lookupUnavailable("ResourceClaim "+a.GetNamespace()+"/"+a.GetName()+" or the pods it is reserved for", err), err
 	case thisNode, sarOnly:
-		return nil // the name: policy; the rest: SubjectAccessReview
+		return nil, nil // the name: policy; the rest: SubjectAccessReview
 	}
-	return responsewriters.ForbiddenStatusError(a, "draproxy: unknown check") // fail closed
+	return responsewriters.ForbiddenStatusError(a, "draproxy: unknown check"), nil // fail closed
 }
 
 // rewrite builds the request to the API server: its URL plus the cleaned
@@ -437,14 +439,17 @@ func unsupportedMediaType(msg string) *apierrors.StatusError {
 	}}
 }
 
-func lookupUnavailable(err error) *apierrors.StatusError {
+// lookupUnavailable is the 503 for a check that could not be made: it
+// names what could not be read, and carries the API server's Retry-After
+// (at least a second).
+func lookupUnavailable(what string, err error) *apierrors.StatusError {
 	retry := time.Second
 	var le *lookupError
-	if errors.As(err, &le) && le.retryAfter > 0 {
+	if errors.As(err, &le) && le.retryAfter > retry {
 		retry = le.retryAfter
 	}
-	st := apierrors.NewServiceUnavailable(err.Error())
-	st.ErrStatus.Details = &metav1.StatusDetails{RetryAfterSeconds: int32(max(retry/time.Second, 1))}
+	st := apierrors.NewServiceUnavailable(fmt.Sprintf("draproxy could not read %s to check the request; retry later", what))
+	st.ErrStatus.Details = &metav1.StatusDetails{RetryAfterSeconds: int32(retry / time.Second)}
 	return st
 }
 

@@ -753,8 +753,12 @@ func TestOutage(t *testing.T) {
 					t.Errorf("fault %d: GET %s: Retry-After %q; want whole seconds", fault, target, resp.Header.Get("Retry-After"))
 				}
 				var st metav1.Status
-				if json.Unmarshal(b, &st) != nil || st.Kind != "Status" || st.Code != 503 || strings.Contains(string(b), token) {
-					t.Errorf("fault %d: GET %s answered %s; want a 503 Status without the token", fault, target, b)
+				if json.Unmarshal(b, &st) != nil || st.Kind != "Status" || st.Code != 503 || strings.Contains(string(b), token) || strings.Contains(string(b), f.srv.Listener.Addr().String()) {
+					t.Errorf("fault %d: GET %s answered %s; want a 503 Status without the token or the API server's address", fault, target, b)
+				}
+				// The fake's failures carry Retry-After: 3; a lookup passes it on.
+				if lookup := !strings.Contains(target, "?"); lookup && (fault == http.StatusServiceUnavailable || fault == http.StatusTooManyRequests) && resp.Header.Get("Retry-After") != "3" {
+					t.Errorf("fault %d: GET %s: Retry-After %q; want the API server's 3", fault, target, resp.Header.Get("Retry-After"))
 				}
 			}
 		}
