@@ -118,9 +118,14 @@
 //
 // The driver keeps the RBAC its chart grants (resourceslices get, list,
 // watch, create, update, patch, delete, deletecollection; resourceclaims
-// get; resourceclaims/status update, patch; nodes get): draproxy asks for
-// it in a SubjectAccessReview, and the API server checks it again on the
-// impersonated request. draproxy's own ServiceAccount needs:
+// get; resourceclaims/status update, patch; nodes get; and, since
+// Kubernetes 1.37, resourceclaims/driver associated-node:update and
+// associated-node:patch with resourceNames [DRIVER_NAME] to write a
+// claim's status.devices): draproxy asks for it in a SubjectAccessReview,
+// and the API server checks it again on the impersonated request. Because
+// draproxy impersonates the node-name extra, the API server's own
+// node-association checks (the associated-node verbs) work through it as
+// they do for a direct call. draproxy's own ServiceAccount needs:
 //
 //	# Reviews: create tokenreviews and subjectaccessreviews.
 //	kind: ClusterRoleBinding  # roleRef: ClusterRole system:auth-delegator
@@ -165,11 +170,13 @@
 // pod and node UIDs and credential IDs differ per pod and per token, and
 // node names differ per node while one ServiceAccount serves the whole
 // DaemonSet (listing every node's name narrows node-name only to the
-// cluster's nodes). The credential ID is forwarded anyway: it ties each
-// write in the audit log to the very token that made it, and impersonating
-// it adds no power the pod extras do not already need. The API server's
-// constrained impersonation (KEP-5284) cannot carry extras for a
-// ServiceAccount user, so draproxy uses the impersonate verb.
+// cluster's nodes). So draproxy, like the kubelet, is trusted with node
+// identity: its credentials can claim any node's drivers. The credential
+// ID is forwarded anyway: it ties each write in the audit log to the very
+// token that made it, and impersonating it adds no power the pod extras do
+// not already need. The API server's constrained impersonation (KEP-5284)
+// cannot carry UID, groups or extras for a ServiceAccount user, so
+// draproxy uses the impersonate verb.
 //
 // # Caches and limits
 //
