@@ -3,8 +3,11 @@ package main
 import (
 	"net/http"
 	"net/http/httptest"
+	"runtime"
 	"testing"
 	"time"
+
+	"golang.org/x/sys/unix"
 
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/watch"
@@ -41,7 +44,10 @@ import (
 //     draproxy, alternately.
 //
 // x-middleware is added-ns/op divided by the middleware's added-ns/op of
-// the same run.
+// the same run. The in-process variants (middleware, get-handler) also
+// report added-cpu-ns/op, the difference in the CPU time of the thread
+// they run on, which other load on the machine does not inflate, and
+// x-middleware-cpu, the ratio of those.
 func BenchmarkDRAProxy(b *testing.B) {
 	f := startFakeAPI(b)
 	f.noRecord.Store(true)
@@ -61,7 +67,7 @@ func BenchmarkDRAProxy(b *testing.B) {
 	}()
 	proxied := h.client(b, token)
 
-	var middlewareAdded float64
+	var middlewareAdded, middlewareAddedCPU float64
 	b.Run("middleware", func(b *testing.B) {
 		an, err := authn.NewForConfig(f.config(), authn.Options{Audiences: []string{testAudience}})
 		if err != nil {
@@ -79,27 +85,33 @@ func BenchmarkDRAProxy(b *testing.B) {
 		ours := mw(bare)
 		r := httptest.NewRequest(http.MethodGet, "/apis/resource.k8s.io/v1/resourceslices/a-1", nil)
 		auth := []string{"Bearer " + token}
-		serve := func(h http.Handler) time.Duration {
+		serve := func(h http.Handler) (time.Duration, time.Duration) {
 			r.Header["Authorization"] = auth
 			w := httptest.NewRecorder()
-			start := time.Now()
+			start, cpu := time.Now(), threadCPU()
 			h.ServeHTTP(w, r)
-			d := time.Since(start)
+			d, c := time.Since(start), threadCPU()-cpu
 			if w.Code != http.StatusOK {
 				b.Fatalf("code %d (%s); want 200", w.Code, w.Body)
 			}
-			return d
+			return d, c
 		}
+		runtime.LockOSThread() // the handlers run on this thread: its CPU time is theirs
+		defer runtime.UnlockOSThread()
 		serve(ours) // warm
-		var with, without time.Duration
+		var with, without, withCPU, withoutCPU time.Duration
 		b.ReportAllocs()
 		for b.Loop() {
-			with += serve(ours)
-			without += serve(bare)
+			d, c := serve(ours)
+			with, withCPU = with+d, withCPU+c
+			d, c = serve(bare)
+			without, withoutCPU = without+d, withoutCPU+c
 		}
 		middlewareAdded = float64(with-without) / float64(b.N)
+		middlewareAddedCPU = float64(withCPU-withoutCPU) / float64(b.N)
 		b.ReportMetric(float64(with)/float64(b.N), "reviewauth-ns/op")
 		b.ReportMetric(middlewareAdded, "added-ns/op")
+		b.ReportMetric(middlewareAddedCPU, "added-cpu-ns/op")
 	})
 
 	report := func(b *testing.B, direct, proxied time.Duration) {
@@ -141,26 +153,35 @@ func BenchmarkDRAProxy(b *testing.B) {
 		if err != nil {
 			b.Fatal(err)
 		}
-		serve := func(h http.Handler, auth string) time.Duration {
+		serve := func(h http.Handler, auth string) (time.Duration, time.Duration) {
 			r := httptest.NewRequest(http.MethodGet, "/apis/resource.k8s.io/v1/resourceslices/a-1", nil)
 			r.Header.Set("Authorization", auth)
 			w := httptest.NewRecorder()
-			start := time.Now()
+			start, cpu := time.Now(), threadCPU()
 			h.ServeHTTP(w, r)
-			d := time.Since(start)
+			d, c := time.Since(start), threadCPU()-cpu
 			if w.Code != http.StatusOK {
 				b.Fatalf("code %d (%s); want 200", w.Code, w.Body)
 			}
-			return d
+			return d, c
 		}
+		runtime.LockOSThread()
+		defer runtime.UnlockOSThread()
 		serve(handler, "Bearer "+token)
-		var d, p time.Duration
+		var d, p, dCPU, pCPU time.Duration
 		b.ReportAllocs()
 		for b.Loop() {
-			d += serve(upstream, "Bearer "+f.proxyToken)
-			p += serve(handler, "Bearer "+token)
+			wall, cpu := serve(upstream, "Bearer "+f.proxyToken)
+			d, dCPU = d+wall, dCPU+cpu
+			wall, cpu = serve(handler, "Bearer "+token)
+			p, pCPU = p+wall, pCPU+cpu
 		}
 		report(b, d, p)
+		addedCPU := float64(pCPU-dCPU) / float64(b.N)
+		b.ReportMetric(addedCPU, "added-cpu-ns/op")
+		if middlewareAddedCPU > 0 {
+			b.ReportMetric(addedCPU/middlewareAddedCPU, "x-middleware-cpu")
+		}
 	})
 
 	b.Run("watch-event", func(b *testing.B) {
@@ -200,6 +221,17 @@ func BenchmarkDRAProxy(b *testing.B) {
 		}
 		report(b, d, p)
 	})
+}
+
+// threadCPU is the CPU time of the calling thread (CLOCK_THREAD_CPUTIME_ID):
+// with the goroutine locked to its thread, the work of a synchronous
+// handler, whatever else the machine runs.
+func threadCPU() time.Duration {
+	var ts unix.Timespec
+	if err := unix.ClockGettime(unix.CLOCK_THREAD_CPUTIME_ID, &ts); err != nil {
+		panic(err)
+	}
+	return time.Duration(ts.Nano())
 }
 
 func must[T any](v T, err error) T {

@@ -11,6 +11,7 @@ import (
 	"net/url"
 	"os"
 	"path/filepath"
+	"strconv"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -393,10 +394,14 @@ func status(code int, msg string) map[string]any {
 	return map[string]any{"apiVersion": "v1", "kind": "Status", "status": "Failure", "code": code, "message": msg}
 }
 
+// writeJSON writes v with its Content-Length, as an API server writes an
+// object (a watch stream has none).
 func writeJSON(w http.ResponseWriter, code int, v any) {
+	b, _ := json.Marshal(v)
 	w.Header().Set("Content-Type", "application/json")
+	w.Header().Set("Content-Length", strconv.Itoa(len(b)))
 	w.WriteHeader(code)
-	_ = json.NewEncoder(w).Encode(v)
+	_, _ = w.Write(b)
 }
 
 func certPEM(s *httptest.Server) []byte {

@@ -142,7 +142,11 @@ func newProxy(o options) (http.Handler, error) {
 	p.rp = &httputil.ReverseProxy{
 		Rewrite:        p.rewrite,
 		Transport:      impersonating{base: base},
-		FlushInterval:  -1, // watch events are written as they come
+		// A response without a Content-Length (every watch) is flushed
+		// after each write, as it comes (httputil's rule for streams);
+		// one with a length is copied through the pooled buffer, without
+		// the flush timer a negative interval would arm for it too.
+		FlushInterval:  0,
 		ModifyResponse: p.modifyResponse,
 		ErrorHandler:   p.upstreamError,
 		BufferPool:     copyBuffers{},
