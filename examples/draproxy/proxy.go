@@ -140,8 +140,8 @@ func newProxy(o options) (http.Handler, error) {
 		upstream: host,
 	}
 	p.rp = &httputil.ReverseProxy{
-		Rewrite:        p.rewrite,
-		Transport:      impersonating{base: base},
+		Rewrite:   p.rewrite,
+		Transport: impersonating{base: base},
 		// A response without a Content-Length (every watch) is flushed
 		// after each write, as it comes (httputil's rule for streams);
 		// one with a length is copied through the pooled buffer, without
