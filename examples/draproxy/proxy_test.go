@@ -769,8 +769,8 @@ func TestOutage(t *testing.T) {
 	}
 }
 
-// TestWatchStreams: a watch event reaches the driver while the upstream
-// response is still open, through HTTP/1.1 and HTTP/2.
+// TestWatchStreams: each watch event reaches the driver (HTTP/1.1) while
+// the API server's response (HTTP/2) is still open: nothing is buffered.
 func TestWatchStreams(t *testing.T) {
 	t.Parallel()
 	f := startFakeAPI(t)
