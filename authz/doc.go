@@ -34,8 +34,11 @@
 // # Deciding locally
 //
 // Some decisions need no API server: [AlwaysAllowGroups] and
-// [AlwaysAllowPaths] (opt-in), [StaticRules], and [NodeLocal], which admits
-// only callers whose node-bound service-account token names this node.
+// [AlwaysAllowPaths] (opt-in), [StaticRules], [NodeLocal], which admits
+// only callers whose node-bound service-account token names this node, and
+// [NodeScope], which lets such callers list, watch and deletecollection
+// node-scoped resources (ResourceSlices by default) only with a field
+// selector naming their own node.
 //
 // # Composing
 //
@@ -47,6 +50,8 @@
 //	authz.First(authz.AlwaysAllowGroups("system:masters"), paths, sar)
 //	// a DRA plugin: callers on this node, and allowed by RBAC
 //	authz.All(authz.NodeLocal(authz.NodeLocalOptions{NodeName: node}), sar)
+//	// a node-local API proxy: also, collections only of this node's objects
+//	authz.All(authz.NodeLocal(authz.NodeLocalOptions{NodeName: node}), scope, sar)
 //
 // # What the transports use
 //

@@ -83,8 +83,9 @@ type Cluster struct {
 // --service-account-issuer, --service-account-signing-key-file and
 // --service-account-key-file (a generated RSA 2048 key), --api-audiences,
 // --authorization-mode=Node,RBAC, --endpoint-reconciler-type=none,
-// --service-cluster-ip-range=10.0.0.0/24, --permit-port-sharing and
-// --profiling=false, then [Options.ExtraAPIServerFlags].
+// --service-cluster-ip-range=10.0.0.0/24, --permit-port-sharing,
+// --profiling=false, and an audit log of the resource.k8s.io API group
+// ([Cluster.AuditEvents]), then [Options.ExtraAPIServerFlags].
 func Start(ctx context.Context, opts Options) (_ *Cluster, err error) {
 	if opts.StartTimeout <= 0 {
 		opts.StartTimeout = 60 * time.Second
@@ -182,7 +183,7 @@ func Start(ctx context.Context, opts Options) (_ *Cluster, err error) {
 			"--service-cluster-ip-range=10.0.0.0/24",
 			"--profiling=false",
 			"--v=" + strconv.Itoa(opts.Verbosity),
-		}, opts.ExtraAPIServerFlags...),
+		}, append(c.auditFlags(), opts.ExtraAPIServerFlags...)...),
 	}
 
 	c.admin = &rest.Config{
@@ -251,7 +252,8 @@ func (c *Cluster) writeFiles() error {
 		"client-ca.crt":  c.clientCA.CertPEM,
 		"sa.key":         saKey,
 		// token,user,uid,"group1,group2"
-		"tokens.csv": []byte(c.adminToken + `,admin,admin-uid,"system:masters"` + "\n"),
+		"tokens.csv":        []byte(c.adminToken + `,admin,admin-uid,"system:masters"` + "\n"),
+		"audit-policy.yaml": []byte(auditPolicy),
 	}
 	for name, b := range files {
 		if err := os.WriteFile(c.path(name), b, 0o600); err != nil {

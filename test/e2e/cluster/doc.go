@@ -22,5 +22,7 @@
 // [Cluster.UserConfig] (client certificates from [Cluster.ClientCA]),
 // [Cluster.TokenConfig] (any bearer token). [Cluster.Stop], [Cluster.Kill]
 // and [Cluster.Restart] make API server outages; [Cluster.MetricValue]
-// counts what the API server received; [Cluster.LogTail] explains failures.
+// counts what the API server received; [Cluster.AuditEvents] reads its
+// audit log (resource.k8s.io requests); [Cluster.LogTail] explains
+// failures.
 package cluster

@@ -1,0 +1,423 @@
+package main
+
+import (
+	"encoding/json"
+	"encoding/pem"
+	"fmt"
+	"io"
+	"net/http"
+	"net/http/httptest"
+	"net/http/httputil"
+	"net/url"
+	"os"
+	"path/filepath"
+	"strconv"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"k8s.io/apimachinery/pkg/fields"
+	"k8s.io/apiserver/pkg/authentication/user"
+	"k8s.io/client-go/rest"
+	"k8s.io/client-go/tools/clientcmd"
+	clientcmdapi "k8s.io/client-go/tools/clientcmd/api"
+
+	"github.com/reviewauth/reviewauth/authtest"
+)
+
+const (
+	testAudience = "draproxy.example.com"
+	driverSA     = "system:serviceaccount:dra:driver"
+	driverUID    = "0b0e4c1e-0000-4000-8000-000000000007"
+)
+
+// driverOn is the identity the API server gives a token of the dra/driver
+// ServiceAccount bound to pod driver-NODE on node (bound to no node when
+// node is empty).
+func driverOn(node string) *user.DefaultInfo {
+	u := &user.DefaultInfo{
+		Name:   driverSA,
+		UID:    driverUID,
+		Groups: []string{"system:serviceaccounts", "system:serviceaccounts:dra", "system:authenticated"},
+		Extra: map[string][]string{
+			"authentication.kubernetes.io/credential-id": {"JTI=4f6d1c2e-" + node},
+			"example.com/other":                          {"not forwarded"},
+		},
+	}
+	if node != "" {
+		u.Extra["authentication.kubernetes.io/node-name"] = []string{node}
+		u.Extra["authentication.kubernetes.io/node-uid"] = []string{"uid-" + node}
+		u.Extra["authentication.kubernetes.io/pod-name"] = []string{"driver-" + node}
+		u.Extra["authentication.kubernetes.io/pod-uid"] = []string{"pod-uid-" + node}
+	}
+	return u
+}
+
+// driverRBAC is what a DRA driver's chart grants its ServiceAccount, plus
+// deviceclasses for the --allow tests.
+func driverRBAC() authtest.Policy {
+	return authtest.Rules(
+		authtest.Rule{Users: []string{driverSA}, APIGroups: []string{"resource.k8s.io"}, Resources: []string{"resourceslices"},
+			Verbs: []string{"get", "list", "watch", "create", "update", "patch", "delete", "deletecollection"}},
+		authtest.Rule{Users: []string{driverSA}, APIGroups: []string{"resource.k8s.io"}, Resources: []string{"resourceclaims"}, Verbs: []string{"get", "list", "watch"}},
+		authtest.Rule{Users: []string{driverSA}, APIGroups: []string{"resource.k8s.io"}, Resources: []string{"resourceclaims"}, Subresources: []string{"status"}, Verbs: []string{"update", "patch"}},
+		authtest.Rule{Users: []string{driverSA}, APIGroups: []string{""}, Resources: []string{"nodes"}, Verbs: []string{"get", "list"}},
+		authtest.Rule{Users: []string{driverSA}, APIGroups: []string{"resource.k8s.io"}, Resources: []string{"deviceclasses"}, Verbs: []string{"get", "list"}},
+		authtest.Rule{Users: []string{driverSA}, APIGroups: []string{""}, Resources: []string{"configmaps"}, Verbs: []string{"get"}},
+	)
+}
+
+// seen is a request the fake API server received.
+type seen struct {
+	Method, Path, RawQuery string
+	Header                 http.Header
+	Body                   []byte
+}
+
+// fakeAPI is a fake kube-apiserver for draproxy: authtest answers the
+// reviews (reached through this server, as through one API server), and
+// the server itself stores ResourceSlices, ResourceClaims, pods and nodes
+// as JSON, lists them with field selectors and streams watch events. Every
+// request must carry proxyToken: draproxy's own credential.
+type fakeAPI struct {
+	srv        *httptest.Server
+	auth       *authtest.Server
+	proxyToken string
+
+	// fail, when not zero, is the status every resource request is
+	// answered with; -1 drops the connection.
+	fail atomic.Int32
+	// noRecord stops recording requests (benchmarks).
+	noRecord atomic.Bool
+
+	mu       sync.Mutex
+	objects  map[string]map[string]any // API path -> object
+	requests []seen
+	watchers map[chan map[string]any]fields.Selector
+}
+
+func startFakeAPI(t testing.TB) *fakeAPI {
+	t.Helper()
+	f := &fakeAPI{
+		auth:       authtest.Start(t),
+		proxyToken: "draproxy-own-token",
+		objects:    map[string]map[string]any{},
+		watchers:   map[chan map[string]any]fields.Selector{},
+	}
+	f.auth.SetPolicy(driverRBAC())
+	authURL, err := url.Parse(f.auth.URL())
+	if err != nil {
+		t.Fatal(err)
+	}
+	authTransport, err := rest.TransportFor(f.auth.Config())
+	if err != nil {
+		t.Fatal(err)
+	}
+	reviews := &httputil.ReverseProxy{
+		Rewrite: func(pr *httputil.ProxyRequest) {
+			pr.SetURL(authURL)
+			pr.Out.Header.Del("Authorization") // authtest's admin token is added by its transport
+		},
+		Transport: authTransport,
+	}
+	f.srv = httptest.NewUnstartedServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		if r.Header.Get("Authorization") != "Bearer "+f.proxyToken {
+			writeJSON(w, http.StatusUnauthorized, status(http.StatusUnauthorized, "Unauthorized"))
+			return
+		}
+		if strings.HasPrefix(r.URL.Path, "/apis/authentication.k8s.io/") || strings.HasPrefix(r.URL.Path, "/apis/authorization.k8s.io/") {
+			reviews.ServeHTTP(w, r)
+			return
+		}
+		f.serve(w, r)
+	}))
+	f.srv.EnableHTTP2 = true
+	f.srv.StartTLS()
+	t.Cleanup(f.close)
+	return f
+}
+
+func (f *fakeAPI) close() {
+	f.mu.Lock()
+	for ch := range f.watchers {
+		close(ch)
+		delete(f.watchers, ch)
+	}
+	f.mu.Unlock()
+	f.srv.Close()
+}
+
+// config is the API server with draproxy's own credential.
+func (f *fakeAPI) config() *rest.Config {
+	return &rest.Config{
+		Host:            f.srv.URL,
+		BearerToken:     f.proxyToken,
+		TLSClientConfig: rest.TLSClientConfig{CAData: certPEM(f.srv)},
+	}
+}
+
+// writeKubeconfig writes config() as a kubeconfig file and returns its path.
+func (f *fakeAPI) writeKubeconfig(t testing.TB) string {
+	t.Helper()
+	cfg := clientcmdapi.NewConfig()
+	cfg.Clusters["fake"] = &clientcmdapi.Cluster{Server: f.srv.URL, CertificateAuthorityData: certPEM(f.srv)}
+	cfg.AuthInfos["draproxy"] = &clientcmdapi.AuthInfo{Token: f.proxyToken}
+	cfg.Contexts["fake"] = &clientcmdapi.Context{Cluster: "fake", AuthInfo: "draproxy"}
+	cfg.CurrentContext = "fake"
+	p := filepath.Join(t.TempDir(), "kubeconfig")
+	if err := clientcmd.WriteToFile(*cfg, p); err != nil {
+		t.Fatal(err)
+	}
+	return p
+}
+
+// token mints a token for u with draproxy's audience.
+func (f *fakeAPI) token(u user.Info) string {
+	return f.auth.MintToken(u, []string{testAudience}, time.Now().Add(time.Hour))
+}
+
+// seen returns the requests received so far (reviews excluded) and forgets
+// them.
+func (f *fakeAPI) seen() []seen {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	s := f.requests
+	f.requests = nil
+	return s
+}
+
+// count returns how many of the requests received so far (not forgotten)
+// match method and path.
+func (f *fakeAPI) count(method, path string) int {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	n := 0
+	for _, s := range f.requests {
+		if s.Method == method && s.Path == path {
+			n++
+		}
+	}
+	return n
+}
+
+func slicePath(name string) string {
+	return "/apis/resource.k8s.io/v1/resourceslices/" + name
+}
+
+// addSlice stores a ResourceSlice of node (none when empty) for driver.
+func (f *fakeAPI) addSlice(name, node string) {
+	spec := map[string]any{"driver": "gpu.example.com", "pool": map[string]any{"name": "pool", "generation": 1, "resourceSliceCount": 1}}
+	if node != "" {
+		spec["nodeName"] = node
+	}
+	f.put(slicePath(name), map[string]any{
+		"apiVersion": "resource.k8s.io/v1", "kind": "ResourceSlice",
+		"metadata": map[string]any{"name": name, "uid": "uid-" + name, "resourceVersion": "1"},
+		"spec":     spec,
+	})
+}
+
+func claimPath(ns, name string) string {
+	return "/apis/resource.k8s.io/v1/namespaces/" + ns + "/resourceclaims/" + name
+}
+
+// addClaim stores the ResourceClaim ns/name reserved for the pods named
+// (name/uid pairs).
+func (f *fakeAPI) addClaim(ns, name string, reservedFor ...[2]string) {
+	var res []any
+	for _, p := range reservedFor {
+		res = append(res, map[string]any{"resource": "pods", "name": p[0], "uid": p[1]})
+	}
+	f.put(claimPath(ns, name), map[string]any{
+		"apiVersion": "resource.k8s.io/v1", "kind": "ResourceClaim",
+		"metadata": map[string]any{"name": name, "namespace": ns, "uid": "uid-" + name},
+		"status":   map[string]any{"reservedFor": res},
+	})
+}
+
+func podPath(ns, name string) string { return "/api/v1/namespaces/" + ns + "/pods/" + name }
+
+// addPod stores the pod ns/name with uid on node (unscheduled when empty).
+func (f *fakeAPI) addPod(ns, name, uid, node string) {
+	f.put(podPath(ns, name), map[string]any{
+		"apiVersion": "v1", "kind": "Pod",
+		"metadata": map[string]any{"name": name, "namespace": ns, "uid": uid},
+		"spec":     map[string]any{"nodeName": node},
+	})
+}
+
+func (f *fakeAPI) put(path string, obj map[string]any) {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	f.objects[path] = obj
+	f.notifyLocked("ADDED", obj)
+}
+
+func (f *fakeAPI) notifyLocked(typ string, obj map[string]any) {
+	if kind, _ := obj["kind"].(string); kind != "ResourceSlice" {
+		return
+	}
+	for ch, sel := range f.watchers {
+		if sel.Matches(sliceFields(obj)) {
+			select {
+			case ch <- map[string]any{"type": typ, "object": obj}:
+			default: // a slow watcher misses events; tests read promptly
+			}
+		}
+	}
+}
+
+func sliceFields(obj map[string]any) fields.Set {
+	spec, _ := obj["spec"].(map[string]any)
+	node, _ := spec["nodeName"].(string)
+	driver, _ := spec["driver"].(string)
+	md, _ := obj["metadata"].(map[string]any)
+	name, _ := md["name"].(string)
+	return fields.Set{"spec.nodeName": node, "spec.driver": driver, "metadata.name": name}
+}
+
+func (f *fakeAPI) serve(w http.ResponseWriter, r *http.Request) {
+	body, _ := io.ReadAll(r.Body)
+	if !f.noRecord.Load() {
+		f.mu.Lock()
+		f.requests = append(f.requests, seen{Method: r.Method, Path: r.URL.Path, RawQuery: r.URL.RawQuery, Header: r.Header.Clone(), Body: body})
+		f.mu.Unlock()
+	}
+	switch code := f.fail.Load(); {
+	case code == -1:
+		panic(http.ErrAbortHandler) // drops the connection
+	case code != 0:
+		w.Header().Set("Retry-After", "3")
+		writeJSON(w, int(code), status(int(code), "injected failure"))
+		return
+	}
+
+	p := r.URL.Path
+	const slices = "/apis/resource.k8s.io/v1/resourceslices"
+	switch {
+	case p == slices && r.Method == http.MethodGet:
+		sel, err := fields.ParseSelector(r.URL.Query().Get("fieldSelector"))
+		if err != nil {
+			writeJSON(w, http.StatusBadRequest, status(http.StatusBadRequest, err.Error()))
+			return
+		}
+		if r.URL.Query().Get("watch") == "true" || r.URL.Query().Get("watch") == "1" {
+			f.watch(w, r, sel)
+			return
+		}
+		f.mu.Lock()
+		items := []any{}
+		for k, obj := range f.objects {
+			if strings.HasPrefix(k, slices+"/") && sel.Matches(sliceFields(obj)) {
+				items = append(items, obj)
+			}
+		}
+		f.mu.Unlock()
+		writeJSON(w, http.StatusOK, map[string]any{"apiVersion": "resource.k8s.io/v1", "kind": "ResourceSliceList", "metadata": map[string]any{"resourceVersion": "1"}, "items": items})
+	case p == slices && r.Method == http.MethodPost:
+		var obj map[string]any
+		if err := json.Unmarshal(body, &obj); err != nil {
+			writeJSON(w, http.StatusBadRequest, status(http.StatusBadRequest, err.Error()))
+			return
+		}
+		md, _ := obj["metadata"].(map[string]any)
+		if md == nil {
+			md = map[string]any{}
+			obj["metadata"] = md
+		}
+		name, _ := md["name"].(string)
+		if name == "" {
+			gen, _ := md["generateName"].(string)
+			name = fmt.Sprintf("%s%d", gen, time.Now().UnixNano())
+			md["name"] = name
+		}
+		f.put(slices+"/"+name, obj)
+		writeJSON(w, http.StatusCreated, obj)
+	case p == slices && r.Method == http.MethodDelete:
+		writeJSON(w, http.StatusOK, map[string]any{"apiVersion": "resource.k8s.io/v1", "kind": "ResourceSliceList", "items": []any{}})
+	default:
+		f.mu.Lock()
+		key := strings.TrimSuffix(p, "/status")
+		obj, ok := f.objects[key]
+		if ok && r.Method == http.MethodDelete {
+			delete(f.objects, key)
+			f.notifyLocked("DELETED", obj)
+		}
+		f.mu.Unlock()
+		if !ok {
+			writeJSON(w, http.StatusNotFound, status(http.StatusNotFound, "not found"))
+			return
+		}
+		writeJSON(w, http.StatusOK, obj)
+	}
+}
+
+// watch streams the events of slices matching sel until the request ends.
+func (f *fakeAPI) watch(w http.ResponseWriter, r *http.Request, sel fields.Selector) {
+	ch := make(chan map[string]any, 64)
+	f.mu.Lock()
+	f.watchers[ch] = sel
+	f.mu.Unlock()
+	defer func() {
+		f.mu.Lock()
+		if _, ok := f.watchers[ch]; ok {
+			delete(f.watchers, ch)
+		}
+		f.mu.Unlock()
+	}()
+	w.Header().Set("Content-Type", "application/json")
+	w.WriteHeader(http.StatusOK)
+	rc := http.NewResponseController(w)
+	_ = rc.Flush()
+	for {
+		select {
+		case <-r.Context().Done():
+			return
+		case ev, ok := <-ch:
+			if !ok {
+				return
+			}
+			b, _ := json.Marshal(ev)
+			if _, err := w.Write(append(b, '\n')); err != nil {
+				return
+			}
+			if err := rc.Flush(); err != nil {
+				return
+			}
+		}
+	}
+}
+
+func status(code int, msg string) map[string]any {
+	return map[string]any{"apiVersion": "v1", "kind": "Status", "status": "Failure", "code": code, "message": msg}
+}
+
+// writeJSON writes v with its Content-Length, as an API server writes an
+// object (a watch stream has none).
+func writeJSON(w http.ResponseWriter, code int, v any) {
+	b, _ := json.Marshal(v)
+	w.Header().Set("Content-Type", "application/json")
+	w.Header().Set("Content-Length", strconv.Itoa(len(b)))
+	w.WriteHeader(code)
+	_, _ = w.Write(b)
+}
+
+func certPEM(s *httptest.Server) []byte {
+	return pemEncode(s.Certificate().Raw)
+}
+
+// writeToken writes token where a projected volume would put it.
+func writeToken(t testing.TB, token string) string {
+	t.Helper()
+	p := filepath.Join(t.TempDir(), "token")
+	if err := os.WriteFile(p, []byte(token), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	return p
+}
+
+func pemEncode(der []byte) []byte {
+	return pem.EncodeToMemory(&pem.Block{Type: "CERTIFICATE", Bytes: der})
+}

@@ -1,0 +1,835 @@
+package main
+
+import (
+	"bytes"
+	"encoding/json"
+	"errors"
+	"io"
+	"net/http"
+	"net/http/httptest"
+	"reflect"
+	"slices"
+	"strconv"
+	"strings"
+	"testing"
+	"time"
+
+	"go.uber.org/goleak"
+	resourcev1 "k8s.io/api/resource/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/types"
+	"k8s.io/apiserver/pkg/authentication/user"
+	"k8s.io/apiserver/pkg/endpoints/request"
+	"k8s.io/client-go/kubernetes"
+	"k8s.io/client-go/rest"
+	"k8s.io/client-go/transport"
+	clocktesting "k8s.io/utils/clock/testing"
+	"k8s.io/utils/ptr"
+
+	"github.com/reviewauth/reviewauth/authn"
+	"github.com/reviewauth/reviewauth/authz"
+)
+
+func TestMain(m *testing.M) {
+	goleak.VerifyTestMain(m,
+		// Idle keep-alive connections close asynchronously once a server
+		// is gone.
+		goleak.IgnoreTopFunction("net/http.(*persistConn).readLoop"),
+		goleak.IgnoreTopFunction("net/http.(*persistConn).writeLoop"),
+		goleak.IgnoreTopFunction("internal/poll.runtime_pollWait"),
+		goleak.IgnoreAnyFunction("net/http.(*http2ClientConn).readLoop"),
+	)
+}
+
+// harness is a draproxy handler for node-a in front of a fakeAPI, served
+// over plain HTTP on loopback.
+type harness struct {
+	f   *fakeAPI
+	url string
+	clk *clocktesting.FakeClock
+}
+
+func startProxy(t testing.TB, f *fakeAPI, mods ...func(*options)) *harness {
+	t.Helper()
+	an, err := authn.NewForConfig(f.config(), authn.Options{Audiences: []string{testAudience}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	sar, err := authz.NewForConfig(f.config(), authz.Options{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	h := &harness{f: f, clk: clocktesting.NewFakeClock(time.Now())}
+	o := options{NodeName: "node-a", Authenticator: an, SAR: sar, Upstream: f.config(), Clock: h.clk}
+	for _, m := range mods {
+		m(&o)
+	}
+	handler, err := newProxy(o)
+	if err != nil {
+		t.Fatal(err)
+	}
+	srv := httptest.NewServer(handler)
+	t.Cleanup(srv.Close)
+	h.url = srv.URL
+	return h
+}
+
+// client is client-go pointed at the proxy with token, sending JSON as a
+// driver configured for draproxy does.
+func (h *harness) client(t testing.TB, token string, mods ...func(*rest.Config)) *kubernetes.Clientset {
+	t.Helper()
+	cfg := &rest.Config{Host: h.url, BearerToken: token, QPS: -1, Timeout: 10 * time.Second}
+	cfg.ContentType = "application/json"
+	for _, m := range mods {
+		m(cfg)
+	}
+	cs, err := kubernetes.NewForConfig(cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return cs
+}
+
+// do sends one raw request to the proxy.
+func (h *harness) do(t testing.TB, method, target, token string, body []byte, header http.Header) (int, string) {
+	t.Helper()
+	req, err := http.NewRequestWithContext(t.Context(), method, h.url+target, bytes.NewReader(body))
+	if err != nil {
+		t.Fatal(err)
+	}
+	for k, v := range header {
+		req.Header[k] = v
+	}
+	if token != "" {
+		req.Header.Set("Authorization", "Bearer "+token)
+	}
+	resp, err := http.DefaultClient.Do(req)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer resp.Body.Close()
+	b, _ := io.ReadAll(resp.Body)
+	return resp.StatusCode, string(b)
+}
+
+func newSlice(node string) *resourcev1.ResourceSlice {
+	s := &resourcev1.ResourceSlice{
+		ObjectMeta: metav1.ObjectMeta{GenerateName: "gpu-"},
+		Spec: resourcev1.ResourceSliceSpec{
+			Driver: "gpu.example.com",
+			Pool:   resourcev1.ResourcePool{Name: "pool", ResourceSliceCount: 1},
+		},
+	}
+	if node != "" {
+		s.Spec.NodeName = ptr.To(node)
+	}
+	return s
+}
+
+// wantStatus checks that err is a Kubernetes Status error with code whose
+// message contains msg.
+func wantStatus(t testing.TB, what string, err error, code int32, msg string) {
+	t.Helper()
+	var se apierrors.APIStatus
+	if !errors.As(err, &se) {
+		t.Errorf("%s = %v; want a Status error %d", what, err, code)
+		return
+	}
+	if st := se.Status(); st.Code != code || !strings.Contains(st.Message, msg) {
+		t.Errorf("%s = %d %q; want %d containing %q", what, st.Code, st.Message, code, msg)
+	}
+}
+
+func TestSlices(t *testing.T) {
+	t.Parallel()
+	f := startFakeAPI(t)
+	h := startProxy(t, f)
+	f.addSlice("a-1", "node-a")
+	f.addSlice("b-1", "node-b")
+	f.addSlice("none-1", "")
+	rs := h.client(t, f.token(driverOn("node-a"))).ResourceV1().ResourceSlices()
+	ctx := t.Context()
+	const need = "requires the field selector spec.nodeName=node-a"
+
+	t.Run("list", func(t *testing.T) {
+		_, err := rs.List(ctx, metav1.ListOptions{})
+		wantStatus(t, "List(no selector)", err, http.StatusForbidden, need)
+		_, err = rs.List(ctx, metav1.ListOptions{FieldSelector: "spec.nodeName=node-b"})
+		wantStatus(t, "List(node-b)", err, http.StatusForbidden, need)
+		_, err = rs.List(ctx, metav1.ListOptions{FieldSelector: "spec.nodeName!=node-b"})
+		wantStatus(t, "List(!= node-b)", err, http.StatusForbidden, need)
+		_, err = rs.List(ctx, metav1.ListOptions{FieldSelector: "spec.driver=gpu.example.com"})
+		wantStatus(t, "List(driver only)", err, http.StatusForbidden, need)
+		for _, sel := range []string{"spec.nodeName=node-a", "spec.driver=gpu.example.com,spec.nodeName=node-a"} {
+			l, err := rs.List(ctx, metav1.ListOptions{FieldSelector: sel})
+			if err != nil {
+				t.Fatalf("List(%s) = %v", sel, err)
+			}
+			if len(l.Items) != 1 || l.Items[0].Name != "a-1" {
+				t.Errorf("List(%s) = %d items; want a-1 only", sel, len(l.Items))
+			}
+		}
+	})
+	t.Run("watch", func(t *testing.T) {
+		_, err := rs.Watch(ctx, metav1.ListOptions{})
+		wantStatus(t, "Watch(no selector)", err, http.StatusForbidden, need)
+		w, err := rs.Watch(ctx, metav1.ListOptions{FieldSelector: "spec.nodeName=node-a"})
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer w.Stop()
+		f.addSlice("b-2", "node-b")
+		f.addSlice("a-2", "node-a")
+		select {
+		case ev := <-w.ResultChan():
+			if s, ok := ev.Object.(*resourcev1.ResourceSlice); !ok || s.Name != "a-2" {
+				t.Errorf("watch event = %v %T; want a-2", ev.Type, ev.Object)
+			}
+		case <-time.After(10 * time.Second):
+			t.Fatal("no watch event within 10s")
+		}
+	})
+	t.Run("one slice", func(t *testing.T) {
+		const notOurs = `is not a slice of node "node-a", or does not exist`
+		if _, err := rs.Get(ctx, "a-1", metav1.GetOptions{}); err != nil {
+			t.Errorf("Get(a-1) = %v", err)
+		}
+		for _, name := range []string{"b-1", "none-1", "missing"} {
+			_, err := rs.Get(ctx, name, metav1.GetOptions{})
+			wantStatus(t, "Get("+name+")", err, http.StatusForbidden, notOurs)
+			_, err = rs.Update(ctx, &resourcev1.ResourceSlice{ObjectMeta: metav1.ObjectMeta{Name: name}, Spec: resourcev1.ResourceSliceSpec{NodeName: ptr.To("node-a")}}, metav1.UpdateOptions{})
+			wantStatus(t, "Update("+name+")", err, http.StatusForbidden, notOurs)
+			_, err = rs.Patch(ctx, name, types.MergePatchType, []byte(`{"metadata":{"labels":{"x":"y"}}}`), metav1.PatchOptions{})
+			wantStatus(t, "Patch("+name+")", err, http.StatusForbidden, notOurs)
+			err = rs.Delete(ctx, name, metav1.DeleteOptions{})
+			wantStatus(t, "Delete("+name+")", err, http.StatusForbidden, notOurs)
+		}
+		if _, err := rs.Update(ctx, &resourcev1.ResourceSlice{ObjectMeta: metav1.ObjectMeta{Name: "a-1"}, Spec: resourcev1.ResourceSliceSpec{NodeName: ptr.To("node-a")}}, metav1.UpdateOptions{}); err != nil {
+			t.Errorf("Update(a-1) = %v", err)
+		}
+		if _, err := rs.Patch(ctx, "a-1", types.ApplyPatchType, []byte(`{"apiVersion":"resource.k8s.io/v1","kind":"ResourceSlice"}`), metav1.PatchOptions{FieldManager: "x"}); err != nil {
+			t.Errorf("Patch(a-1, apply) = %v", err)
+		}
+		// Server-side apply of a slice that does not exist would create
+		// it: refused like any slice not known to be this node's.
+		_, err := rs.Patch(ctx, "new-by-apply", types.ApplyPatchType, []byte(`{"apiVersion":"resource.k8s.io/v1","kind":"ResourceSlice","spec":{"nodeName":"node-a"}}`), metav1.PatchOptions{FieldManager: "x"})
+		wantStatus(t, "Patch(new slice, apply)", err, http.StatusForbidden, notOurs)
+		if err := rs.Delete(ctx, "a-1", metav1.DeleteOptions{}); err != nil {
+			t.Errorf("Delete(a-1) = %v", err)
+		}
+	})
+	t.Run("create", func(t *testing.T) {
+		if s, err := rs.Create(ctx, newSlice("node-a"), metav1.CreateOptions{}); err != nil || *s.Spec.NodeName != "node-a" {
+			t.Errorf("Create(node-a) = %v, %v", s, err)
+		}
+		_, err := rs.Create(ctx, newSlice("node-b"), metav1.CreateOptions{})
+		wantStatus(t, "Create(node-b)", err, http.StatusForbidden, `must have spec.nodeName "node-a" (this node), not "node-b"`)
+		_, err = rs.Create(ctx, newSlice(""), metav1.CreateOptions{})
+		wantStatus(t, "Create(no node)", err, http.StatusForbidden, `must have spec.nodeName "node-a" (this node); it has none`)
+		allNodes := newSlice("")
+		allNodes.Spec.AllNodes = ptr.To(true)
+		_, err = rs.Create(ctx, allNodes, metav1.CreateOptions{})
+		wantStatus(t, "Create(all nodes)", err, http.StatusForbidden, "it has none")
+	})
+	t.Run("create, protobuf", func(t *testing.T) {
+		// client-go's default for built-in types.
+		pb := h.client(t, f.token(driverOn("node-a")), func(c *rest.Config) { c.ContentType = "" }).ResourceV1().ResourceSlices()
+		_, err := pb.Create(ctx, newSlice("node-a"), metav1.CreateOptions{})
+		wantStatus(t, "Create(protobuf)", err, http.StatusUnsupportedMediaType, `set ContentType to "application/json" in the driver's rest.Config`)
+		// Reads in protobuf pass through.
+		if _, err := pb.List(ctx, metav1.ListOptions{FieldSelector: "spec.nodeName=node-a"}); err != nil {
+			t.Errorf("List(protobuf) = %v", err)
+		}
+	})
+	t.Run("deletecollection", func(t *testing.T) {
+		err := rs.DeleteCollection(ctx, metav1.DeleteOptions{}, metav1.ListOptions{})
+		wantStatus(t, "DeleteCollection(no selector)", err, http.StatusForbidden, need)
+		if err := rs.DeleteCollection(ctx, metav1.DeleteOptions{}, metav1.ListOptions{FieldSelector: "spec.nodeName=node-a"}); err != nil {
+			t.Errorf("DeleteCollection(node-a) = %v", err)
+		}
+	})
+}
+
+// TestCreateBodies sends raw bodies: only a JSON object whose spec.nodeName
+// is this node, said once, is forwarded, byte for byte.
+func TestCreateBodies(t *testing.T) {
+	t.Parallel()
+	f := startFakeAPI(t)
+	h := startProxy(t, f)
+	token := f.token(driverOn("node-a"))
+	const target = "/apis/resource.k8s.io/v1/resourceslices"
+	tests := []struct {
+		name, contentType, body string
+		want                    int
+	}{
+		{name: "this node", contentType: "application/json", body: `{"metadata":{"name":"x1"},"spec":{"nodeName":"node-a"}}`, want: http.StatusCreated},
+		{name: "charset", contentType: "application/json; charset=utf-8", body: `{"metadata":{"name":"x2"},"spec":{"nodeName":"node-a"}}`, want: http.StatusCreated},
+		{name: "escaped key", contentType: "application/json", body: `{"metadata":{"name":"x3"},"spec":{"node\u004eame":"node-a"}}`, want: http.StatusCreated},
+		{name: "older version", contentType: "application/json", body: `{"apiVersion":"resource.k8s.io/v1beta1","spec":{"nodeName":"node-a"}}`, want: http.StatusCreated},
+		{name: "other node", contentType: "application/json", body: `{"spec":{"nodeName":"node-b"}}`, want: http.StatusForbidden},
+		{name: "null node", contentType: "application/json", body: `{"spec":{"nodeName":null}}`, want: http.StatusForbidden},
+		{name: "case differs", contentType: "application/json", body: `{"spec":{"NodeName":"node-a"}}`, want: http.StatusForbidden},
+		{name: "duplicate nodeName", contentType: "application/json", body: `{"spec":{"nodeName":"node-a","nodeName":"node-b"}}`, want: http.StatusBadRequest},
+		{name: "duplicate spec", contentType: "application/json", body: `{"spec":{"nodeName":"node-b"},"spec":{"nodeName":"node-a"}}`, want: http.StatusBadRequest},
+		{name: "number", contentType: "application/json", body: `{"spec":{"nodeName":1}}`, want: http.StatusBadRequest},
+		{name: "not an object", contentType: "application/json", body: `["spec"]`, want: http.StatusBadRequest},
+		{name: "trailing data", contentType: "application/json", body: `{"spec":{"nodeName":"node-a"}}{"spec":{"nodeName":"node-b"}}`, want: http.StatusBadRequest},
+		{name: "empty", contentType: "application/json", body: ``, want: http.StatusBadRequest},
+		{name: "yaml", contentType: "application/yaml", body: "spec:\n  nodeName: node-a\n", want: http.StatusUnsupportedMediaType},
+		{name: "protobuf", contentType: "application/vnd.kubernetes.protobuf", body: "k8s\x00", want: http.StatusUnsupportedMediaType},
+		{name: "cbor", contentType: "application/cbor", body: "\xa0", want: http.StatusUnsupportedMediaType},
+		{name: "no content type", contentType: "", body: `{"spec":{"nodeName":"node-a"}}`, want: http.StatusUnsupportedMediaType},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			f.seen()
+			hdr := http.Header{}
+			if tt.contentType != "" {
+				hdr.Set("Content-Type", tt.contentType)
+			}
+			code, body := h.do(t, http.MethodPost, target, token, []byte(tt.body), hdr)
+			if code != tt.want {
+				t.Fatalf("POST %s = %d %s; want %d", tt.body, code, body, tt.want)
+			}
+			var st metav1.Status
+			if code != http.StatusCreated && (json.Unmarshal([]byte(body), &st) != nil || st.Kind != "Status" || int(st.Code) != code) {
+				t.Errorf("POST %s answered %s; want a Status with code %d", tt.body, body, code)
+			}
+			var forwarded [][]byte
+			for _, s := range f.seen() {
+				if s.Method == http.MethodPost {
+					forwarded = append(forwarded, s.Body)
+				}
+			}
+			switch {
+			case code == http.StatusCreated && (len(forwarded) != 1 || string(forwarded[0]) != tt.body):
+				t.Errorf("forwarded %q; want exactly the body %q", forwarded, tt.body)
+			case code != http.StatusCreated && len(forwarded) != 0:
+				t.Errorf("forwarded %q; want nothing", forwarded)
+			}
+		})
+	}
+}
+
+func TestClaims(t *testing.T) {
+	t.Parallel()
+	f := startFakeAPI(t)
+	h := startProxy(t, f)
+	f.addPod("gpu", "job-a", "uid-job-a", "node-a")
+	f.addPod("gpu", "job-b", "uid-job-b", "node-b")
+	f.addPod("gpu", "pending", "uid-pending", "")
+	f.addClaim("gpu", "on-a", [2]string{"job-a", "uid-job-a"})
+	f.addClaim("gpu", "on-a-and-b", [2]string{"job-b", "uid-job-b"}, [2]string{"job-a", "uid-job-a"})
+	f.addClaim("gpu", "on-b", [2]string{"job-b", "uid-job-b"})
+	f.addClaim("gpu", "old-pod", [2]string{"job-a", "uid-of-an-earlier-job-a"})
+	f.addClaim("gpu", "gone-pod", [2]string{"gone", "uid-gone"})
+	f.addClaim("gpu", "pending", [2]string{"pending", "uid-pending"})
+	f.addClaim("gpu", "unreserved")
+	claims := h.client(t, f.token(driverOn("node-a"))).ResourceV1().ResourceClaims("gpu")
+	ctx := t.Context()
+
+	for _, name := range []string{"on-a", "on-a-and-b"} {
+		c, err := claims.Get(ctx, name, metav1.GetOptions{})
+		if err != nil {
+			t.Fatalf("Get(%s) = %v", name, err)
+		}
+		if _, err := claims.UpdateStatus(ctx, c, metav1.UpdateOptions{}); err != nil {
+			t.Errorf("UpdateStatus(%s) = %v", name, err)
+		}
+		if _, err := claims.Patch(ctx, name, types.MergePatchType, []byte(`{"status":{}}`), metav1.PatchOptions{}, "status"); err != nil {
+			t.Errorf("Patch(%s, status) = %v", name, err)
+		}
+	}
+	const notOurs = `is not reserved for a pod on node "node-a", or does not exist`
+	for _, name := range []string{"on-b", "old-pod", "gone-pod", "pending", "unreserved", "missing"} {
+		_, err := claims.Get(ctx, name, metav1.GetOptions{})
+		wantStatus(t, "Get("+name+")", err, http.StatusForbidden, notOurs)
+		_, err = claims.UpdateStatus(ctx, &resourcev1.ResourceClaim{ObjectMeta: metav1.ObjectMeta{Name: name, Namespace: "gpu"}}, metav1.UpdateOptions{})
+		wantStatus(t, "UpdateStatus("+name+")", err, http.StatusForbidden, notOurs)
+	}
+	_, err := claims.List(ctx, metav1.ListOptions{})
+	wantStatus(t, "List()", err, http.StatusForbidden, "draproxy refuses list of resourceclaims")
+	_, err = claims.Watch(ctx, metav1.ListOptions{})
+	wantStatus(t, "Watch()", err, http.StatusForbidden, "draproxy refuses watch of resourceclaims")
+	_, err = claims.Update(ctx, &resourcev1.ResourceClaim{ObjectMeta: metav1.ObjectMeta{Name: "on-a", Namespace: "gpu"}}, metav1.UpdateOptions{})
+	wantStatus(t, "Update(on-a)", err, http.StatusForbidden, "not on its allow-list")
+	err = claims.Delete(ctx, "on-a", metav1.DeleteOptions{})
+	wantStatus(t, "Delete(on-a)", err, http.StatusForbidden, "not on its allow-list")
+}
+
+// TestCallers: tokens of other nodes, of no node, for another audience, or
+// none at all never reach the API server.
+func TestCallers(t *testing.T) {
+	t.Parallel()
+	f := startFakeAPI(t)
+	h := startProxy(t, f, func(o *options) { o.NodeUID = "uid-node-a" })
+	f.addSlice("b-1", "node-b")
+	earlier := driverOn("node-a")
+	earlier.Extra["authentication.kubernetes.io/node-uid"] = []string{"uid-of-an-earlier-node-a"}
+	tests := []struct {
+		name  string
+		token string
+		want  int
+	}{
+		{name: "node-b's driver, its own selector", token: f.token(driverOn("node-b")), want: http.StatusForbidden},
+		{name: "bound to no node", token: f.token(driverOn("")), want: http.StatusForbidden},
+		{name: "earlier node of the same name", token: f.token(earlier), want: http.StatusForbidden},
+		{name: "API server audience", token: f.auth.MintToken(driverOn("node-a"), nil, time.Now().Add(time.Hour)), want: http.StatusUnauthorized},
+		{name: "unknown token", token: "not-a-token", want: http.StatusUnauthorized},
+		{name: "no token", want: http.StatusUnauthorized},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			f.seen()
+			code, body := h.do(t, http.MethodGet, "/apis/resource.k8s.io/v1/resourceslices?fieldSelector=spec.nodeName%3Dnode-b", tt.token, nil, nil)
+			var st metav1.Status
+			if code != tt.want || json.Unmarshal([]byte(body), &st) != nil || st.Kind != "Status" {
+				t.Errorf("GET = %d %s; want a Status %d", code, body, tt.want)
+			}
+			if s := f.seen(); len(s) != 0 {
+				t.Errorf("the API server received %d requests; want none", len(s))
+			}
+		})
+	}
+}
+
+func TestAllowList(t *testing.T) {
+	t.Parallel()
+	f := startFakeAPI(t)
+	deviceClasses, err := parseAllow("get,list:deviceclasses.resource.k8s.io")
+	if err != nil {
+		t.Fatal(err)
+	}
+	h := startProxy(t, f, func(o *options) { o.Allow = []rule{deviceClasses} })
+	f.put("/api/v1/nodes/node-a", map[string]any{"apiVersion": "v1", "kind": "Node", "metadata": map[string]any{"name": "node-a"}})
+	f.put("/api/v1/nodes/node-b", map[string]any{"apiVersion": "v1", "kind": "Node", "metadata": map[string]any{"name": "node-b"}})
+	f.put("/apis/resource.k8s.io/v1/deviceclasses/gpu", map[string]any{"apiVersion": "resource.k8s.io/v1", "kind": "DeviceClass", "metadata": map[string]any{"name": "gpu"}})
+	token := f.token(driverOn("node-a"))
+	tests := []struct {
+		method, target string
+		want           int
+		msg            string
+	}{
+		{method: "GET", target: "/api/v1/nodes/node-a", want: http.StatusOK},
+		{method: "GET", target: "/api/v1/nodes/node-b", want: http.StatusForbidden, msg: `only its own node`},
+		{method: "GET", target: "/api/v1/nodes", want: http.StatusForbidden, msg: "list of nodes is not on its allow-list"},
+		{method: "GET", target: "/apis/resource.k8s.io/v1/deviceclasses/gpu", want: http.StatusOK},
+		{method: "GET", target: "/apis/resource.k8s.io/v1beta2/deviceclasses/gpu", want: http.StatusNotFound}, // forwarded; the fake serves v1 only
+		{method: "DELETE", target: "/apis/resource.k8s.io/v1/deviceclasses/gpu", want: http.StatusForbidden, msg: "not on its allow-list"},
+		{method: "GET", target: "/api/v1/namespaces/kube-system/configmaps/x", want: http.StatusForbidden, msg: "get of configmaps is not on its allow-list"},
+		{method: "GET", target: "/api/v1/namespaces/kube-system/secrets/x", want: http.StatusForbidden, msg: "not on its allow-list"},
+		{method: "POST", target: "/api/v1/namespaces/gpu/pods/p/exec?command=sh", want: http.StatusForbidden, msg: "pods/exec is not on its allow-list"},
+		{method: "GET", target: "/version", want: http.StatusForbidden, msg: "no non-resource requests"},
+		{method: "GET", target: "/apis", want: http.StatusForbidden, msg: "no non-resource requests"},
+	}
+	for _, tt := range tests {
+		code, body := h.do(t, tt.method, tt.target, token, nil, nil)
+		if code != tt.want || !strings.Contains(body, tt.msg) {
+			t.Errorf("%s %s = %d %s; want %d with %q", tt.method, tt.target, code, body, tt.want, tt.msg)
+		}
+	}
+}
+
+func TestParseAllow(t *testing.T) {
+	t.Parallel()
+	good := map[string]rule{
+		"get,list,watch:deviceclasses.resource.k8s.io": {group: "resource.k8s.io", resource: "deviceclasses", verbs: []string{"get", "list", "watch"}},
+		"get:configmaps":                    {resource: "configmaps", verbs: []string{"get"}},
+		"get:pods/log":                      {resource: "pods", subresource: "log", verbs: []string{"get"}},
+		"create:leases.coordination.k8s.io": {group: "coordination.k8s.io", resource: "leases", verbs: []string{"create"}},
+	}
+	for s, want := range good {
+		got, err := parseAllow(s)
+		if err != nil || got.group != want.group || got.resource != want.resource || got.subresource != want.subresource || !slices.Equal(got.verbs, want.verbs) || got.check != sarOnly {
+			t.Errorf("parseAllow(%q) = %+v, %v; want %+v", s, got, err, want)
+		}
+	}
+	for _, s := range []string{
+		"", "get", ":configmaps", "get:", "GET:configmaps", "*:configmaps", "get:*", "get,,list:configmaps", "get:pods/log/x",
+		"list:resourceclaims.resource.k8s.io", "get:resourceslices.resource.k8s.io", "list:nodes", "update:resourceclaims.resource.k8s.io/status",
+	} {
+		if r, err := parseAllow(s); err == nil {
+			t.Errorf("parseAllow(%q) = %+v; want an error", s, r)
+		}
+	}
+}
+
+// TestForwardedIdentity: the API server sees the driver, impersonated
+// with draproxy's credentials, and none of the identity headers the driver
+// sent.
+func TestForwardedIdentity(t *testing.T) {
+	t.Parallel()
+	f := startFakeAPI(t)
+	h := startProxy(t, f)
+	token := f.token(driverOn("node-a"))
+	spoof := http.Header{
+		"Impersonate-User":  {"system:admin"},
+		"Impersonate-Group": {"system:masters"},
+		"Impersonate-Uid":   {"admin-uid"},
+		"Impersonate-Extra-Authentication.kubernetes.io%2fnode-Name": {"node-b"},
+		"X-Remote-User":   {"system:admin"},
+		"X-Remote-Group":  {"system:masters"},
+		"Audit-Id":        {"forged"},
+		"Cookie":          {"session=1"},
+		"X-Forwarded-For": {"10.0.0.1"},
+		"User-Agent":      {"driver/1.0"},
+		"Accept":          {"application/json"},
+	}
+	f.seen()
+	code, body := h.do(t, http.MethodGet, "/apis/resource.k8s.io/v1/resourceslices?fieldSelector=spec.nodeName%3Dnode-a", token, nil, spoof)
+	if code != http.StatusOK {
+		t.Fatalf("GET with spoofed headers = %d %s; want 200", code, body)
+	}
+	s := f.seen()
+	if len(s) != 1 {
+		t.Fatalf("the API server received %d requests; want 1", len(s))
+	}
+	got := s[0].Header
+	want := http.Header{
+		"Authorization":     {"Bearer " + f.proxyToken},
+		"Impersonate-User":  {driverSA},
+		"Impersonate-Uid":   {driverUID},
+		"Impersonate-Group": {"system:serviceaccounts", "system:serviceaccounts:dra"},
+		"Impersonate-Extra-Authentication.kubernetes.io%2fnode-Name":     {"node-a"},
+		"Impersonate-Extra-Authentication.kubernetes.io%2fnode-Uid":      {"uid-node-a"},
+		"Impersonate-Extra-Authentication.kubernetes.io%2fpod-Name":      {"driver-node-a"},
+		"Impersonate-Extra-Authentication.kubernetes.io%2fpod-Uid":       {"pod-uid-node-a"},
+		"Impersonate-Extra-Authentication.kubernetes.io%2fcredential-Id": {"JTI=4f6d1c2e-node-a"},
+		"User-Agent": {"driver/1.0"},
+		"Accept":     {"application/json"},
+	}
+	for k, v := range want {
+		if !slices.Equal(got[k], v) {
+			t.Errorf("forwarded %s = %q; want %q", k, got[k], v)
+		}
+	}
+	for k := range got {
+		if _, ok := want[k]; !ok && k != "Accept-Encoding" {
+			t.Errorf("forwarded header %s = %q; want it dropped", k, got[k])
+		}
+	}
+
+	// Protocol upgrades and encoded bodies are refused, not forwarded.
+	for name, hdr := range map[string]http.Header{
+		"upgrade":          {"Connection": {"Upgrade"}, "Upgrade": {"websocket"}},
+		"content encoding": {"Content-Encoding": {"gzip"}},
+	} {
+		code, body := h.do(t, http.MethodGet, "/apis/resource.k8s.io/v1/resourceslices?watch=1&fieldSelector=spec.nodeName%3Dnode-a", token, nil, hdr)
+		if code != http.StatusBadRequest && code != http.StatusUnsupportedMediaType {
+			t.Errorf("GET with %s = %d %s; want 400 or 415", name, code, body)
+		}
+	}
+	if s := f.seen(); len(s) != 0 {
+		t.Errorf("the API server received %d requests; want none", len(s))
+	}
+}
+
+// TestImpersonationHeaders: the headers are client-go's for the same
+// rest.ImpersonationConfig, minus system:authenticated and the extras not
+// forwarded.
+func TestImpersonationHeaders(t *testing.T) {
+	t.Parallel()
+	u := driverOn("node-a")
+	var want http.Header
+	cfg := transport.ImpersonationConfig{UserName: u.Name, UID: u.UID, Groups: []string{"system:serviceaccounts", "system:serviceaccounts:dra"}, Extra: map[string][]string{}}
+	for _, k := range forwardedExtras {
+		cfg.Extra[k] = u.Extra[k]
+	}
+	rt := transport.NewImpersonatingRoundTripper(cfg, roundTripperFunc(func(r *http.Request) (*http.Response, error) {
+		want = r.Header
+		return nil, errors.New("captured")
+	}))
+	_, _ = rt.RoundTrip(&http.Request{Header: http.Header{}})
+	got := http.Header{}
+	setImpersonation(got, u)
+	if !reflect.DeepEqual(got, want) {
+		t.Errorf("setImpersonation = %v; want client-go's %v", got, want)
+	}
+	got = http.Header{}
+	setImpersonation(got, &user.DefaultInfo{Name: "u", Groups: []string{"system:authenticated"}, Extra: map[string][]string{"scopes": {"x"}}})
+	if want := (http.Header{"Impersonate-User": {"u"}}); !reflect.DeepEqual(got, want) {
+		t.Errorf("setImpersonation(u) = %v; want %v", got, want)
+	}
+	// The transport refuses a request whose impersonation is not its user's.
+	_, err := impersonating{base: http.DefaultTransport}.RoundTrip(httptest.NewRequest(http.MethodGet, "/", nil).WithContext(request.WithUser(t.Context(), u)))
+	if err == nil {
+		t.Error("impersonating.RoundTrip(no impersonation) = nil error; want one")
+	}
+}
+
+// TestBodyLimit: a body of exactly the limit is forwarded; one byte more is
+// 413 and nothing is forwarded, with or without a Content-Length.
+func TestBodyLimit(t *testing.T) {
+	t.Parallel()
+	f := startFakeAPI(t)
+	prefix := `{"spec":{"nodeName":"node-a"},"pad":"`
+	limit := int64(len(prefix) + 100 + len(`"}`))
+	h := startProxy(t, f, func(o *options) { o.MaxBodyBytes = limit })
+	token := f.token(driverOn("node-a"))
+	body := func(n int64) []byte { return []byte(prefix + strings.Repeat("x", int(n)-len(prefix)-2) + `"}`) }
+	for _, tt := range []struct {
+		size    int64
+		chunked bool
+		want    int
+	}{
+		{size: limit, want: http.StatusCreated},
+		{size: limit, chunked: true, want: http.StatusCreated},
+		{size: limit + 1, want: http.StatusRequestEntityTooLarge},
+		{size: limit + 1, chunked: true, want: http.StatusRequestEntityTooLarge},
+	} {
+		f.seen()
+		b := body(tt.size)
+		req, err := http.NewRequestWithContext(t.Context(), http.MethodPost, h.url+"/apis/resource.k8s.io/v1/resourceslices", bytes.NewReader(b))
+		if err != nil {
+			t.Fatal(err)
+		}
+		if tt.chunked {
+			req.ContentLength = -1
+			req.Body = io.NopCloser(bytes.NewReader(b))
+		}
+		req.Header.Set("Authorization", "Bearer "+token)
+		req.Header.Set("Content-Type", "application/json")
+		resp, err := http.DefaultClient.Do(req)
+		if err != nil {
+			t.Fatal(err)
+		}
+		resp.Body.Close()
+		n := 0
+		for _, s := range f.seen() {
+			if s.Method == http.MethodPost {
+				n++
+			}
+		}
+		if resp.StatusCode != tt.want || (tt.want == http.StatusCreated) != (n == 1) {
+			t.Errorf("POST %d bytes (chunked %v) = %d, forwarded %d; want %d", tt.size, tt.chunked, resp.StatusCode, n, tt.want)
+		}
+	}
+}
+
+// TestSliceCache: a slice's node is read once per TTL (at the TTL it is
+// read again, 1ns before it is not), and forgotten when the slice is
+// deleted through the proxy.
+func TestSliceCache(t *testing.T) {
+	t.Parallel()
+	f := startFakeAPI(t)
+	h := startProxy(t, f)
+	f.addSlice("a-1", "node-a")
+	rs := h.client(t, f.token(driverOn("node-a"))).ResourceV1().ResourceSlices()
+	ctx := t.Context()
+	get := func() {
+		t.Helper()
+		if _, err := rs.Get(ctx, "a-1", metav1.GetOptions{}); err != nil {
+			t.Fatalf("Get(a-1) = %v", err)
+		}
+	}
+	// Each Get is one lookup (when not cached) plus the forwarded GET.
+	reads := func() int {
+		t.Helper()
+		n := 0
+		for _, s := range f.seen() {
+			if s.Path == slicePath("a-1") && s.Header.Get("Impersonate-User") == "" {
+				n++
+			}
+		}
+		return n
+	}
+	get()
+	if n := reads(); n != 1 {
+		t.Fatalf("first Get: %d lookups; want 1", n)
+	}
+	h.clk.Step(DefaultSliceTTL - 1)
+	get()
+	if n := reads(); n != 0 {
+		t.Errorf("Get 1ns before the TTL: %d lookups; want 0", n)
+	}
+	h.clk.Step(1)
+	get()
+	if n := reads(); n != 1 {
+		t.Errorf("Get at the TTL: %d lookups; want 1", n)
+	}
+	// Deleted through the proxy, then re-created for another node: the
+	// remembered node-a must not let the driver at it.
+	if err := rs.Delete(ctx, "a-1", metav1.DeleteOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	f.addSlice("a-1", "node-b")
+	_, err := rs.Get(ctx, "a-1", metav1.GetOptions{})
+	wantStatus(t, "Get(a-1, re-created on node-b)", err, http.StatusForbidden, "is not a slice of node")
+}
+
+// TestPodCache: a pod's node is read once per TTL and keyed by UID; claims
+// are read on every request.
+func TestPodCache(t *testing.T) {
+	t.Parallel()
+	f := startFakeAPI(t)
+	h := startProxy(t, f)
+	f.addPod("gpu", "job-a", "uid-job-a", "node-a")
+	f.addClaim("gpu", "c", [2]string{"job-a", "uid-job-a"})
+	claims := h.client(t, f.token(driverOn("node-a"))).ResourceV1().ResourceClaims("gpu")
+	get := func() (claimReads, podReads int) {
+		t.Helper()
+		f.seen()
+		if _, err := claims.Get(t.Context(), "c", metav1.GetOptions{}); err != nil {
+			t.Fatalf("Get(c) = %v", err)
+		}
+		for _, s := range f.seen() {
+			if s.Header.Get("Impersonate-User") != "" {
+				continue
+			}
+			switch s.Path {
+			case claimPath("gpu", "c"):
+				claimReads++
+			case podPath("gpu", "job-a"):
+				podReads++
+			}
+		}
+		return claimReads, podReads
+	}
+	if c, p := get(); c != 1 || p != 1 {
+		t.Errorf("first Get: %d claim and %d pod lookups; want 1 and 1", c, p)
+	}
+	h.clk.Step(DefaultPodTTL - 1)
+	if c, p := get(); c != 1 || p != 0 {
+		t.Errorf("Get 1ns before the pod TTL: %d claim and %d pod lookups; want 1 and 0", c, p)
+	}
+	h.clk.Step(1)
+	if c, p := get(); c != 1 || p != 1 {
+		t.Errorf("Get at the pod TTL: %d claim and %d pod lookups; want 1 and 1", c, p)
+	}
+	// The pod is re-created under the same name on node-b: another UID,
+	// so the reservation no longer counts.
+	f.addPod("gpu", "job-a", "uid-job-a-2", "node-b")
+	h.clk.Step(DefaultPodTTL)
+	_, err := claims.Get(t.Context(), "c", metav1.GetOptions{})
+	wantStatus(t, "Get(c, pod re-created)", err, http.StatusForbidden, "is not reserved for a pod")
+}
+
+// TestOutage: when the API server cannot answer, draproxy answers 503
+// with Retry-After, never 403 or 401, whether it was reading an object for
+// its own check or forwarding.
+func TestOutage(t *testing.T) {
+	t.Parallel()
+	f := startFakeAPI(t)
+	h := startProxy(t, f)
+	f.addSlice("a-1", "node-a")
+	f.addPod("gpu", "job-a", "uid-job-a", "node-a")
+	f.addClaim("gpu", "c", [2]string{"job-a", "uid-job-a"})
+	token := f.token(driverOn("node-a"))
+	rs := h.client(t, token).ResourceV1().ResourceSlices()
+	// Warm the review caches.
+	if _, err := rs.List(t.Context(), metav1.ListOptions{FieldSelector: "spec.nodeName=node-a"}); err != nil {
+		t.Fatal(err)
+	}
+	targets := []string{
+		"/apis/resource.k8s.io/v1/resourceslices?fieldSelector=spec.nodeName%3Dnode-a", // forwarded
+		"/apis/resource.k8s.io/v1/resourceslices/a-1",                                  // slice lookup
+		"/apis/resource.k8s.io/v1/namespaces/gpu/resourceclaims/c",                     // claim lookup
+	}
+	for _, fault := range []int32{-1, http.StatusServiceUnavailable, http.StatusInternalServerError, http.StatusTooManyRequests, http.StatusForbidden, http.StatusUnauthorized} {
+		f.fail.Store(fault)
+		for _, target := range targets {
+			req, err := http.NewRequestWithContext(t.Context(), http.MethodGet, h.url+target, nil)
+			if err != nil {
+				t.Fatal(err)
+			}
+			req.Header.Set("Authorization", "Bearer "+token)
+			resp, err := http.DefaultClient.Do(req)
+			if err != nil {
+				t.Fatal(err)
+			}
+			b, _ := io.ReadAll(resp.Body)
+			resp.Body.Close()
+			want := http.StatusServiceUnavailable
+			if fault > 0 && strings.Contains(target, "?") && fault != http.StatusUnauthorized {
+				want = int(fault) // forwarded: the API server's own answer passes through
+			}
+			if resp.StatusCode != want {
+				t.Errorf("fault %d: GET %s = %d %s; want %d", fault, target, resp.StatusCode, b, want)
+				continue
+			}
+			if want == http.StatusServiceUnavailable {
+				if ra, err := strconv.Atoi(resp.Header.Get("Retry-After")); err != nil || ra < 1 {
+					t.Errorf("fault %d: GET %s: Retry-After %q; want whole seconds", fault, target, resp.Header.Get("Retry-After"))
+				}
+				var st metav1.Status
+				if json.Unmarshal(b, &st) != nil || st.Kind != "Status" || st.Code != 503 || strings.Contains(string(b), token) || strings.Contains(string(b), f.srv.Listener.Addr().String()) {
+					t.Errorf("fault %d: GET %s answered %s; want a 503 Status without the token or the API server's address", fault, target, b)
+				}
+				// The fake's failures carry Retry-After: 3; a lookup passes it on.
+				if lookup := !strings.Contains(target, "?"); lookup && (fault == http.StatusServiceUnavailable || fault == http.StatusTooManyRequests) && resp.Header.Get("Retry-After") != "3" {
+					t.Errorf("fault %d: GET %s: Retry-After %q; want the API server's 3", fault, target, resp.Header.Get("Retry-After"))
+				}
+			}
+		}
+	}
+	f.fail.Store(0)
+	if _, err := rs.Get(t.Context(), "a-1", metav1.GetOptions{}); err != nil {
+		t.Errorf("after the outage, Get(a-1) = %v", err)
+	}
+}
+
+// TestWatchStreams: each watch event reaches the driver (HTTP/1.1) while
+// the API server's response (HTTP/2) is still open: nothing is buffered.
+func TestWatchStreams(t *testing.T) {
+	t.Parallel()
+	f := startFakeAPI(t)
+	h := startProxy(t, f)
+	token := f.token(driverOn("node-a"))
+	req, err := http.NewRequestWithContext(t.Context(), http.MethodGet, h.url+"/apis/resource.k8s.io/v1/resourceslices?watch=true&fieldSelector=spec.nodeName%3Dnode-a", nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	req.Header.Set("Authorization", "Bearer "+token)
+	resp, err := http.DefaultClient.Do(req)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer resp.Body.Close()
+	if resp.StatusCode != http.StatusOK {
+		t.Fatalf("watch = %d", resp.StatusCode)
+	}
+	dec := json.NewDecoder(resp.Body)
+	for i := range 3 {
+		name := "a-" + strconv.Itoa(i)
+		f.addSlice(name, "node-a")
+		var ev struct {
+			Type   string
+			Object struct{ Metadata struct{ Name string } }
+		}
+		done := make(chan error, 1)
+		go func() { done <- dec.Decode(&ev) }()
+		select {
+		case err := <-done:
+			if err != nil || ev.Type != "ADDED" || ev.Object.Metadata.Name != name {
+				t.Fatalf("event %d = %+v, %v; want ADDED %s", i, ev, err, name)
+			}
+		case <-time.After(10 * time.Second):
+			t.Fatalf("event %d not received within 10s: buffered?", i)
+		}
+	}
+}
+
+// TestNewProxyValidates: required options.
+func TestNewProxyValidates(t *testing.T) {
+	t.Parallel()
+	f := startFakeAPI(t)
+	an, err := authn.NewForConfig(f.config(), authn.Options{Audiences: []string{testAudience}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	sar, err := authz.NewForConfig(f.config(), authz.Options{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	for name, o := range map[string]options{
+		"no node":          {Authenticator: an, SAR: sar, Upstream: f.config()},
+		"no authenticator": {NodeName: "n", SAR: sar, Upstream: f.config()},
+		"no SAR":           {NodeName: "n", Authenticator: an, Upstream: f.config()},
+		"no upstream":      {NodeName: "n", Authenticator: an, SAR: sar},
+	} {
+		if _, err := newProxy(o); err == nil {
+			t.Errorf("newProxy(%s) = nil error; want one", name)
+		}
+	}
+}

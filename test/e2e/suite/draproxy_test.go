@@ -1,0 +1,774 @@
+package suite_test
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"net"
+	"net/http"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"slices"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	authenticationv1 "k8s.io/api/authentication/v1"
+	authorizationv1 "k8s.io/api/authorization/v1"
+	corev1 "k8s.io/api/core/v1"
+	rbacv1 "k8s.io/api/rbac/v1"
+	resourcev1 "k8s.io/api/resource/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/util/wait"
+	auditv1 "k8s.io/apiserver/pkg/apis/audit/v1"
+	"k8s.io/client-go/kubernetes"
+	"k8s.io/client-go/rest"
+	"k8s.io/client-go/tools/clientcmd"
+	clientcmdapi "k8s.io/client-go/tools/clientcmd/api"
+	"k8s.io/dynamic-resource-allocation/resourceslice"
+	"k8s.io/utils/ptr"
+
+	"github.com/reviewauth/reviewauth/test/e2e/cluster"
+)
+
+// draProxyBin is the draproxy example, built next to the other examples.
+const draProxyBin = "draproxy"
+
+var (
+	draProxyBuild    sync.Once
+	draProxyBuildErr error
+)
+
+// buildDRAProxy builds the draproxy example into the examples' directory.
+func buildDRAProxy(t testing.TB) {
+	t.Helper()
+	dir := buildExamples(t)
+	draProxyBuild.Do(func() {
+		ctx, cancel := context.WithTimeout(context.Background(), exampleBuildTimeout)
+		defer cancel()
+		cmd := exec.CommandContext(ctx, "go", "-C", examplesDir(), "build", "-o", filepath.Join(dir, draProxyBin), "./"+draProxyBin)
+		cmd.Env = append(os.Environ(), "GOWORK=off")
+		if out, err := cmd.CombinedOutput(); err != nil {
+			draProxyBuildErr = fmt.Errorf("go build of the draproxy example: %v\n%s", err, out)
+		}
+	})
+	if draProxyBuildErr != nil {
+		t.Fatal(draProxyBuildErr)
+	}
+}
+
+// draEnv is a DRA setup: two Nodes, a driver ServiceAccount with the RBAC
+// a DRA driver's chart grants, driver pods bound to node A and to node B,
+// and a draproxy for node A with the RBAC its documentation lists.
+type draEnv struct {
+	c            *cluster.Cluster
+	nodeA, nodeB *corev1.Node
+	ns           string // the driver's namespace
+	driverUser   string
+	proxyUser    string
+	podA, podB   *corev1.Pod
+	driver       string // the DRA driver's name, unique per test
+	audience     string
+	socket       string
+	tlsAddr      string
+	caFile       string
+	proxy        *example
+}
+
+// driverRules is the RBAC of the DRA driver named driver's kubelet
+// plugin, as its chart grants it: the upstream example driver's
+// ClusterRole, plus, since Kubernetes 1.37, the permission to write the
+// status.devices of claims allocated on its own node (the API server
+// checks resourceclaims/driver with the associated-node verbs against the
+// writer's node-name extra, which draproxy impersonates).
+func driverRules(driver string) []rbacv1.PolicyRule {
+	return []rbacv1.PolicyRule{
+		{APIGroups: []string{"resource.k8s.io"}, Resources: []string{"resourceslices"}, Verbs: []string{"get", "list", "watch", "create", "update", "patch", "delete", "deletecollection"}},
+		{APIGroups: []string{"resource.k8s.io"}, Resources: []string{"resourceclaims"}, Verbs: []string{"get", "list", "watch"}},
+		{APIGroups: []string{"resource.k8s.io"}, Resources: []string{"resourceclaims/status"}, Verbs: []string{"update", "patch"}},
+		{APIGroups: []string{"resource.k8s.io"}, Resources: []string{"resourceclaims/driver"}, Verbs: []string{"associated-node:update", "associated-node:patch"}, ResourceNames: []string{driver}},
+		{APIGroups: []string{""}, Resources: []string{"nodes"}, Verbs: []string{"get"}},
+	}
+}
+
+// extraKeys are the user extras draproxy impersonates.
+var extraKeys = []string{
+	"authentication.kubernetes.io/node-name", "authentication.kubernetes.io/node-uid",
+	"authentication.kubernetes.io/pod-name", "authentication.kubernetes.io/pod-uid",
+	"authentication.kubernetes.io/credential-id",
+}
+
+func setupDRA(t *testing.T, c *cluster.Cluster) *draEnv {
+	t.Helper()
+	buildDRAProxy(t)
+	e := &draEnv{c: c, driver: cluster.UniqueName("gpu") + ".example.com"}
+	e.nodeA, e.nodeB = c.CreateNode(t, cluster.UniqueName("node-a")), c.CreateNode(t, cluster.UniqueName("node-b"))
+	e.ns = c.UniqueNamespace(t, "dra-driver")
+	sa := c.CreateServiceAccount(t, e.ns, "driver")
+	e.driverUser = serviceAccountUser(e.ns, "driver")
+	role := cluster.UniqueName("dra-driver")
+	c.CreateClusterRole(t, role, driverRules(e.driver)...)
+	c.BindClusterRole(t, "", role, cluster.ServiceAccountSubject(e.ns, "driver"))
+	e.podA = c.CreatePod(t, e.ns, "driver-a", cluster.PodOptions{NodeName: e.nodeA.Name, ServiceAccount: "driver"})
+	e.podB = c.CreatePod(t, e.ns, "driver-b", cluster.PodOptions{NodeName: e.nodeB.Name, ServiceAccount: "driver"})
+
+	// draproxy's own ServiceAccount: system:auth-delegator (reviews), and
+	// exactly the RBAC of draproxy's package documentation.
+	kubeconfig := reviewerKubeconfig(t, c, "draproxy")
+	proxyNS := proxyNamespace(t, kubeconfig)
+	e.proxyUser = serviceAccountUser(proxyNS, "draproxy")
+	proxy := cluster.ServiceAccountSubject(proxyNS, "draproxy")
+	c.CreateRole(t, e.ns, "draproxy-impersonate", rbacv1.PolicyRule{
+		APIGroups: []string{""}, Resources: []string{"serviceaccounts"}, Verbs: []string{"impersonate"}, ResourceNames: []string{"driver"},
+	})
+	c.BindRole(t, e.ns, "draproxy-impersonate", proxy)
+	proxyRole := cluster.UniqueName("draproxy")
+	var extraResources []string
+	for _, k := range extraKeys {
+		extraResources = append(extraResources, "userextras/"+k)
+	}
+	c.CreateClusterRole(t, proxyRole,
+		rbacv1.PolicyRule{APIGroups: []string{""}, Resources: []string{"groups"}, Verbs: []string{"impersonate"}, ResourceNames: []string{"system:serviceaccounts", "system:serviceaccounts:" + e.ns}},
+		rbacv1.PolicyRule{APIGroups: []string{"authentication.k8s.io"}, Resources: []string{"uids"}, Verbs: []string{"impersonate"}, ResourceNames: []string{string(sa.UID)}},
+		rbacv1.PolicyRule{APIGroups: []string{"authentication.k8s.io"}, Resources: extraResources, Verbs: []string{"impersonate"}},
+		rbacv1.PolicyRule{APIGroups: []string{"resource.k8s.io"}, Resources: []string{"resourceslices", "resourceclaims"}, Verbs: []string{"get"}},
+		rbacv1.PolicyRule{APIGroups: []string{""}, Resources: []string{"pods"}, Verbs: []string{"get"}},
+	)
+	c.BindClusterRole(t, "", proxyRole, proxy)
+	for _, ra := range []authorizationv1.ResourceAttributes{
+		{Verb: "impersonate", Resource: "serviceaccounts", Namespace: e.ns, Name: "driver"},
+		{Verb: "impersonate", Group: "authentication.k8s.io", Resource: "userextras", Subresource: extraKeys[0], Name: e.nodeA.Name},
+		{Verb: "get", Resource: "pods", Namespace: e.ns, Name: "x"},
+	} {
+		c.WaitForAccess(t, authorizationv1.SubjectAccessReviewSpec{User: e.proxyUser, ResourceAttributes: &ra}, true)
+	}
+	c.WaitForAccess(t, authorizationv1.SubjectAccessReviewSpec{User: e.driverUser, ResourceAttributes: &authorizationv1.ResourceAttributes{
+		Verb: "create", Group: "resource.k8s.io", Resource: "resourceslices"}}, true)
+
+	e.audience = cluster.UniqueName("draproxy") + ".example.com"
+	e.socket = filepath.Join(shortTempDir(t), "draproxy.sock")
+	e.caFile = filepath.Join(t.TempDir(), "draproxy-ca.crt")
+	e.proxy = startExample(t, draProxyBin, "--kubeconfig="+kubeconfig, "--audience="+e.audience, "--node-name="+e.nodeA.Name,
+		"--socket="+e.socket, "--tls-listen=127.0.0.1:0", "--self-signed-ca-file="+e.caFile)
+	_, addr, ok := strings.Cut(e.proxy.stdout.String(), "serving https://")
+	if e.tlsAddr, _, _ = strings.Cut(addr, "\n"); !ok || e.tlsAddr == "" {
+		t.Fatalf("draproxy printed no TLS address: %q", e.proxy.stdout.String())
+	}
+	return e
+}
+
+// proxyNamespace reads the namespace of the ServiceAccount whose token a
+// reviewerKubeconfig holds, from the kubeconfig's user name.
+func proxyNamespace(t testing.TB, kubeconfig string) string {
+	t.Helper()
+	cfg, err := clientcmd.BuildConfigFromFlags("", kubeconfig)
+	if err != nil {
+		t.Fatal(err)
+	}
+	cs, err := kubernetes.NewForConfig(cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx, cancel := ctxFor(t, callTimeout)
+	defer cancel()
+	ssr, err := cs.AuthenticationV1().SelfSubjectReviews().Create(ctx, &authenticationv1.SelfSubjectReview{}, metav1.CreateOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	parts := strings.Split(ssr.Status.UserInfo.Username, ":") // system:serviceaccount:NS:NAME
+	if len(parts) != 4 {
+		t.Fatalf("reviewer user %q is not a ServiceAccount", ssr.Status.UserInfo.Username)
+	}
+	return parts[2]
+}
+
+// token is a token of the driver ServiceAccount bound to pod, for
+// draproxy's audience.
+func (e *draEnv) token(t testing.TB, pod *corev1.Pod) string {
+	t.Helper()
+	return e.c.RequestToken(t, e.ns, "driver", cluster.TokenOptions{Audiences: []string{e.audience}, BoundPod: pod})
+}
+
+// socketConfig is the rest.Config a driver uses to reach draproxy's
+// socket: client-go unmodified, JSON bodies.
+func (e *draEnv) socketConfig(token string) *rest.Config {
+	cfg := &rest.Config{
+		Host:        "http://localhost",
+		BearerToken: token,
+		Timeout:     callTimeout,
+		QPS:         -1,
+		Dial: func(ctx context.Context, _, _ string) (net.Conn, error) {
+			return (&net.Dialer{}).DialContext(ctx, "unix", e.socket)
+		},
+	}
+	cfg.ContentType = "application/json"
+	return cfg
+}
+
+func (e *draEnv) client(t testing.TB, token string) *kubernetes.Clientset {
+	t.Helper()
+	cs, err := kubernetes.NewForConfig(e.socketConfig(token))
+	if err != nil {
+		t.Fatal(err)
+	}
+	return cs
+}
+
+// slice is a ResourceSlice of e's driver for node.
+func (e *draEnv) slice(name, node string, devices ...string) *resourcev1.ResourceSlice {
+	s := &resourcev1.ResourceSlice{
+		ObjectMeta: metav1.ObjectMeta{Name: name},
+		Spec: resourcev1.ResourceSliceSpec{
+			Driver:   e.driver,
+			Pool:     resourcev1.ResourcePool{Name: "pool-" + node, ResourceSliceCount: 1},
+			NodeName: ptr.To(node),
+		},
+	}
+	if name == "" {
+		s.GenerateName = "test-"
+	}
+	for _, d := range devices {
+		s.Spec.Devices = append(s.Spec.Devices, resourcev1.Device{Name: d})
+	}
+	return s
+}
+
+// adminSlices lists the slices of e's driver on node, as the admin.
+func (e *draEnv) adminSlices(ctx context.Context, node string) ([]resourcev1.ResourceSlice, error) {
+	l, err := e.c.Clientset().ResourceV1().ResourceSlices().List(ctx, metav1.ListOptions{FieldSelector: "spec.driver=" + e.driver + ",spec.nodeName=" + node})
+	if err != nil {
+		return nil, err
+	}
+	return l.Items, nil
+}
+
+// wantAPIStatus checks that err is a Kubernetes Status with code whose
+// message contains msg, and that no token leaked into it.
+func wantAPIStatus(t testing.TB, call string, err error, code int32, msg string, tokens ...string) {
+	t.Helper()
+	var se apierrors.APIStatus
+	if !errors.As(err, &se) {
+		t.Errorf("%s = %v; want a Status %d", call, err, code)
+		return
+	}
+	st := se.Status()
+	t.Logf("observed: %s = %d %s", call, st.Code, st.Message)
+	if st.Code != code || !strings.Contains(st.Message, msg) {
+		t.Errorf("%s = %d %q; want %d containing %q", call, st.Code, st.Message, code, msg)
+	}
+	for _, tok := range tokens {
+		if strings.Contains(st.Message, tok) {
+			t.Errorf("%s: the status message contains a token", call)
+		}
+	}
+}
+
+// TestDRAProxy runs the upstream ResourceSlice controller and plain
+// client-go through draproxy for node A, against the real API server.
+func TestDRAProxy(t *testing.T) {
+	t.Parallel()
+	c := cluster.Get(t)
+	e := setupDRA(t, c)
+	tokA, tokB := e.token(t, e.podA), e.token(t, e.podB)
+	drvA := e.client(t, tokA)
+	admin := c.Clientset()
+	nodeA, nodeB := e.nodeA.Name, e.nodeB.Name
+	needSelector := "requires the field selector spec.nodeName=" + nodeA
+
+	t.Run("ResourceSlice controller", func(t *testing.T) {
+		// k8s.io/dynamic-resource-allocation's controller, as a DRA
+		// driver's kubelet plugin runs it (kubeletplugin.Helper), with a
+		// client pointed at draproxy: it reads its Node (no UID given),
+		// lists and watches its slices with
+		// spec.driver=D,spec.nodeName=A, and creates, updates and deletes
+		// them as the inventory changes.
+		var errMu sync.Mutex
+		var handlerErrs []string
+		ctx, cancel := context.WithCancel(t.Context())
+		defer cancel()
+		pools := func(slices ...[]string) *resourceslice.DriverResources {
+			if len(slices) == 0 {
+				return &resourceslice.DriverResources{}
+			}
+			p := resourceslice.Pool{}
+			for _, devices := range slices {
+				var s resourceslice.Slice
+				for _, d := range devices {
+					s.Devices = append(s.Devices, resourcev1.Device{Name: d})
+				}
+				p.Slices = append(p.Slices, s)
+			}
+			return &resourceslice.DriverResources{Pools: map[string]resourceslice.Pool{"pool": p}}
+		}
+		ctrl, err := resourceslice.StartController(ctx, resourceslice.Options{
+			DriverName: e.driver,
+			KubeClient: drvA,
+			Owner:      &resourceslice.Owner{APIVersion: "v1", Kind: "Node", Name: nodeA},
+			Resources:  pools([]string{"gpu-0"}),
+			ErrorHandler: func(_ context.Context, err error, msg string) {
+				errMu.Lock()
+				defer errMu.Unlock()
+				handlerErrs = append(handlerErrs, msg+": "+err.Error())
+			},
+		})
+		if err != nil {
+			t.Fatalf("StartController through draproxy: %v", err)
+		}
+		defer ctrl.Stop()
+		// wantDevices waits until the API server holds exactly the slices
+		// of devices (one set per slice) for node A.
+		wantDevices := func(step string, want ...[]string) {
+			t.Helper()
+			var got [][]string
+			err := wait.PollUntilContextTimeout(t.Context(), 100*time.Millisecond, 30*time.Second, true, func(ctx context.Context) (bool, error) {
+				items, err := e.adminSlices(ctx, nodeA)
+				if err != nil {
+					return false, err
+				}
+				got = nil
+				for _, s := range items {
+					var names []string
+					for _, d := range s.Spec.Devices {
+						names = append(names, d.Name)
+					}
+					got = append(got, names)
+				}
+				slices.SortFunc(got, func(a, b []string) int { return strings.Compare(strings.Join(a, ","), strings.Join(b, ",")) })
+				return fmt.Sprint(got) == fmt.Sprint(want), nil
+			})
+			errMu.Lock()
+			defer errMu.Unlock()
+			t.Logf("observed: %s: the API server holds %v for node A; controller stats %+v; error handler: %q", step, got, ctrl.GetStats(), handlerErrs)
+			if err != nil {
+				t.Fatalf("%s: the API server holds %v for node A; want %v", step, got, want)
+			}
+		}
+		wantDevices("published", []string{"gpu-0"})
+		ctrl.Update(pools([]string{"gpu-0", "gpu-1"}, []string{"gpu-2"}))
+		wantDevices("inventory grew", []string{"gpu-0", "gpu-1"}, []string{"gpu-2"})
+		ctrl.Update(pools())
+		wantDevices("inventory gone")
+		st := ctrl.GetStats()
+		if st.NumCreates < 2 || st.NumUpdates < 1 || st.NumDeletes < 2 {
+			t.Errorf("controller stats %+v; want at least 2 creates, 1 update, 2 deletes", st)
+		}
+		if items, err := e.adminSlices(t.Context(), nodeB); err != nil || len(items) != 0 {
+			t.Errorf("slices for node B = %d, %v; want none", len(items), err)
+		}
+		// Every write reached the API server as the driver, impersonated
+		// by draproxy, bound to node A.
+		waitAudit(t, c, "the controller's writes through draproxy", func(evs []auditv1.Event) error {
+			verbs := map[string]int{}
+			for _, ev := range evs {
+				verbs[ev.Verb]++
+			}
+			if verbs["create"] < 2 || verbs["update"] < 1 || verbs["delete"] < 2 {
+				return fmt.Errorf("audited writes %v; want at least 2 creates, 1 update, 2 deletes", verbs)
+			}
+			return nil
+		}, func(ev *auditv1.Event) bool {
+			// The driver's user name is unique to this test; generated
+			// slice names are not in the audit events of creates.
+			return ev.ImpersonatedUser != nil && ev.ImpersonatedUser.Username == e.driverUser && ev.User.Username == e.proxyUser &&
+				slices.Equal([]string(ev.ImpersonatedUser.Extra["authentication.kubernetes.io/node-name"]), []string{nodeA}) &&
+				ev.ObjectRef != nil && ev.ObjectRef.Resource == "resourceslices" &&
+				ev.ResponseStatus != nil && ev.ResponseStatus.Code < 300
+		})
+		errMu.Lock()
+		defer errMu.Unlock()
+		for _, msg := range handlerErrs {
+			// A delete that races the informer (the controller's own
+			// comment) finds the slice gone: the API server would answer
+			// 404, draproxy answers its one 403 for "not this node's or
+			// missing", and the controller retries; anything else is a
+			// refusal of what the driver may do.
+			if strings.Contains(msg, "or does not exist") {
+				continue
+			}
+			if strings.Contains(msg, "forbidden") || strings.Contains(msg, "Unsupported Media Type") || strings.Contains(msg, "unavailable") {
+				t.Errorf("controller error through draproxy: %s", msg)
+			}
+		}
+	})
+
+	// Slices the admin creates directly: two for node B, one for node A.
+	ctx := t.Context()
+	for _, s := range []*resourcev1.ResourceSlice{e.slice("b-1-"+e.driver, nodeB, "dev"), e.slice("b-2-"+e.driver, nodeB, "dev"), e.slice("a-1-"+e.driver, nodeA, "dev")} {
+		if _, err := admin.ResourceV1().ResourceSlices().Create(ctx, s, metav1.CreateOptions{}); err != nil {
+			t.Fatalf("admin: create slice %s: %v", s.Name, err)
+		}
+	}
+	rs := drvA.ResourceV1().ResourceSlices()
+
+	t.Run("list and watch", func(t *testing.T) {
+		_, err := rs.List(ctx, metav1.ListOptions{})
+		wantAPIStatus(t, "List(no selector)", err, http.StatusForbidden, needSelector, tokA)
+		_, err = rs.Watch(ctx, metav1.ListOptions{})
+		wantAPIStatus(t, "Watch(no selector)", err, http.StatusForbidden, needSelector, tokA)
+		_, err = rs.List(ctx, metav1.ListOptions{FieldSelector: "spec.nodeName=" + nodeB})
+		wantAPIStatus(t, "List(node B)", err, http.StatusForbidden, needSelector, tokA)
+		l, err := rs.List(ctx, metav1.ListOptions{FieldSelector: "spec.driver=" + e.driver + ",spec.nodeName=" + nodeA})
+		if err != nil {
+			t.Fatalf("List(node A) = %v", err)
+		}
+		var names []string
+		for _, s := range l.Items {
+			names = append(names, s.Name)
+			if s.Spec.NodeName == nil || *s.Spec.NodeName != nodeA {
+				t.Errorf("List(node A) returned %s of node %v", s.Name, s.Spec.NodeName)
+			}
+		}
+		t.Logf("observed: List(node A) = %q", names)
+		if !slices.Equal(names, []string{"a-1-" + e.driver}) {
+			t.Errorf("List(node A) = %q; want [a-1-%s]", names, e.driver)
+		}
+
+		w, err := rs.Watch(ctx, metav1.ListOptions{FieldSelector: "spec.nodeName=" + nodeA})
+		if err != nil {
+			t.Fatalf("Watch(node A) = %v", err)
+		}
+		defer w.Stop()
+		for _, s := range []*resourcev1.ResourceSlice{e.slice("b-3-"+e.driver, nodeB, "dev"), e.slice("a-2-"+e.driver, nodeA, "dev")} {
+			if _, err := admin.ResourceV1().ResourceSlices().Create(ctx, s, metav1.CreateOptions{}); err != nil {
+				t.Fatal(err)
+			}
+		}
+		// The watch starts with node A's existing slices, then a-2; node
+		// B's b-3 never comes.
+		var seen []string
+		for !slices.Contains(seen, "a-2-"+e.driver) {
+			select {
+			case ev := <-w.ResultChan():
+				s, ok := ev.Object.(*resourcev1.ResourceSlice)
+				if !ok {
+					t.Fatalf("watch event through draproxy = %s %T; want a ResourceSlice", ev.Type, ev.Object)
+				}
+				seen = append(seen, s.Name)
+				if s.Spec.NodeName == nil || *s.Spec.NodeName != nodeA {
+					t.Errorf("watch event through draproxy for %s of node %v; want node A's only", s.Name, s.Spec.NodeName)
+				}
+			case <-time.After(callTimeout):
+				t.Fatalf("watch events through draproxy: %q; no a-2 within %v", seen, callTimeout)
+			}
+		}
+		t.Logf("observed: watch(node A) events: %q", seen)
+	})
+
+	t.Run("one slice", func(t *testing.T) {
+		const notOurs = "is not a slice of node"
+		name := "b-1-" + e.driver
+		_, err := rs.Get(ctx, name, metav1.GetOptions{})
+		wantAPIStatus(t, "Get(node B's slice)", err, http.StatusForbidden, notOurs, tokA)
+		_, err = rs.Update(ctx, e.slice(name, nodeB, "stolen"), metav1.UpdateOptions{})
+		wantAPIStatus(t, "Update(node B's slice)", err, http.StatusForbidden, notOurs, tokA)
+		err = rs.Delete(ctx, name, metav1.DeleteOptions{})
+		wantAPIStatus(t, "Delete(node B's slice)", err, http.StatusForbidden, notOurs, tokA)
+		_, err = rs.Get(ctx, "missing-"+e.driver, metav1.GetOptions{})
+		wantAPIStatus(t, "Get(missing slice)", err, http.StatusForbidden, notOurs, tokA)
+		if s, err := admin.ResourceV1().ResourceSlices().Get(ctx, name, metav1.GetOptions{}); err != nil || len(s.Spec.Devices) != 1 || s.Spec.Devices[0].Name != "dev" {
+			t.Errorf("node B's slice after the attempts = %v, %v; want it unchanged", s, err)
+		}
+
+		own := "a-1-" + e.driver
+		s, err := rs.Get(ctx, own, metav1.GetOptions{})
+		if err != nil {
+			t.Fatalf("Get(own slice) = %v", err)
+		}
+		s.Spec.Devices = append(s.Spec.Devices, resourcev1.Device{Name: "dev-2"})
+		if _, err := rs.Update(ctx, s, metav1.UpdateOptions{}); err != nil {
+			t.Errorf("Update(own slice) = %v", err)
+		}
+		if err := rs.Delete(ctx, own, metav1.DeleteOptions{}); err != nil {
+			t.Errorf("Delete(own slice) = %v", err)
+		}
+	})
+
+	t.Run("create", func(t *testing.T) {
+		_, err := rs.Create(ctx, e.slice("", nodeB, "dev"), metav1.CreateOptions{})
+		wantAPIStatus(t, "Create(node B)", err, http.StatusForbidden, "must have spec.nodeName", tokA)
+		created, err := rs.Create(ctx, e.slice("", nodeA, "dev"), metav1.CreateOptions{})
+		if err != nil {
+			t.Fatalf("Create(node A) = %v", err)
+		}
+		if _, err := admin.ResourceV1().ResourceSlices().Get(ctx, created.Name, metav1.GetOptions{}); err != nil {
+			t.Errorf("admin: Get(created slice) = %v", err)
+		}
+		// client-go's default encoding for built-in types is protobuf.
+		pbCfg := e.socketConfig(tokA)
+		pbCfg.ContentType = ""
+		pb, err := kubernetes.NewForConfig(pbCfg)
+		if err != nil {
+			t.Fatal(err)
+		}
+		_, err = pb.ResourceV1().ResourceSlices().Create(ctx, e.slice("", nodeA, "dev"), metav1.CreateOptions{})
+		wantAPIStatus(t, "Create(node A, protobuf)", err, http.StatusUnsupportedMediaType, "application/json", tokA)
+	})
+
+	t.Run("TLS port and kubeconfig", func(t *testing.T) {
+		ca, err := os.ReadFile(e.caFile)
+		if err != nil {
+			t.Fatal(err)
+		}
+		kc := clientcmdapi.NewConfig()
+		kc.Clusters["draproxy"] = &clientcmdapi.Cluster{Server: "https://" + e.tlsAddr, CertificateAuthorityData: ca}
+		kc.AuthInfos["driver"] = &clientcmdapi.AuthInfo{Token: tokA}
+		kc.Contexts["draproxy"] = &clientcmdapi.Context{Cluster: "draproxy", AuthInfo: "driver"}
+		kc.CurrentContext = "draproxy"
+		path := filepath.Join(t.TempDir(), "kubeconfig")
+		if err := clientcmd.WriteToFile(*kc, path); err != nil {
+			t.Fatal(err)
+		}
+		cfg, err := clientcmd.BuildConfigFromFlags("", path)
+		if err != nil {
+			t.Fatal(err)
+		}
+		cs, err := kubernetes.NewForConfig(cfg)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if _, err := cs.ResourceV1().ResourceSlices().List(ctx, metav1.ListOptions{FieldSelector: "spec.nodeName=" + nodeA}); err != nil {
+			t.Errorf("List(node A) over TLS = %v", err)
+		}
+		_, err = cs.ResourceV1().ResourceSlices().List(ctx, metav1.ListOptions{})
+		wantAPIStatus(t, "List(no selector) over TLS", err, http.StatusForbidden, needSelector, tokA)
+	})
+
+	t.Run("driver on node B", func(t *testing.T) {
+		drvB := e.client(t, tokB).ResourceV1().ResourceSlices()
+		_, err := drvB.List(ctx, metav1.ListOptions{FieldSelector: "spec.nodeName=" + nodeB})
+		wantAPIStatus(t, "List(node B) by node B's driver", err, http.StatusForbidden, "bound to node", tokB)
+		_, err = drvB.Create(ctx, e.slice("", nodeB, "dev"), metav1.CreateOptions{})
+		wantAPIStatus(t, "Create(node B) by node B's driver", err, http.StatusForbidden, "bound to node", tokB)
+	})
+
+	t.Run("claims", func(t *testing.T) {
+		claimA, claimB := e.claim(t, "claim-a", e.podA), e.claim(t, "claim-b", e.podB)
+		claims := drvA.ResourceV1().ResourceClaims(e.ns)
+		got, err := claims.Get(ctx, claimA.Name, metav1.GetOptions{})
+		if err != nil {
+			t.Fatalf("Get(claim reserved for the pod on A) = %v", err)
+		}
+		got.Status.Devices = []resourcev1.AllocatedDeviceStatus{{Driver: e.driver, Pool: "pool", Device: "gpu-0",
+			Conditions: []metav1.Condition{{Type: "Ready", Status: metav1.ConditionTrue, Reason: "Prepared", LastTransitionTime: metav1.Now()}}}}
+		if _, err := claims.UpdateStatus(ctx, got, metav1.UpdateOptions{}); err != nil {
+			t.Errorf("UpdateStatus(claim on A) = %v", err)
+		}
+		_, err = claims.Get(ctx, claimB.Name, metav1.GetOptions{})
+		wantAPIStatus(t, "Get(claim reserved for the pod on B)", err, http.StatusForbidden, "is not reserved for a pod on node", tokA)
+		_, err = claims.UpdateStatus(ctx, claimB, metav1.UpdateOptions{})
+		wantAPIStatus(t, "UpdateStatus(claim on B)", err, http.StatusForbidden, "is not reserved for a pod on node", tokA)
+		_, err = claims.List(ctx, metav1.ListOptions{})
+		wantAPIStatus(t, "List(claims)", err, http.StatusForbidden, "draproxy refuses list of resourceclaims", tokA)
+	})
+
+	t.Run("spoofed impersonation", func(t *testing.T) {
+		// A driver that sends its own Impersonate-* headers gains nothing:
+		// they never pass, and the API server sees the driver.
+		name := "spoof-" + e.driver
+		body := fmt.Sprintf(`{"apiVersion":"resource.k8s.io/v1","kind":"ResourceSlice","metadata":{"name":%q},"spec":{"driver":%q,"nodeName":%q,"pool":{"name":"p","resourceSliceCount":1}}}`, name, e.driver, nodeA)
+		spoof := map[string][]string{
+			"Impersonate-User":  {"system:admin"},
+			"Impersonate-Group": {"system:masters"},
+			"X-Remote-User":     {"system:admin"},
+			"X-Remote-Group":    {"system:masters"},
+		}
+		code, out := e.raw(t, http.MethodGet, "/apis/resource.k8s.io/v1/resourceslices/b-2-"+e.driver, tokA, "", spoof)
+		if code != http.StatusForbidden {
+			t.Errorf("GET node B's slice with Impersonate-User: system:admin = %d %s; want 403", code, out)
+		}
+		code, out = e.raw(t, http.MethodGet, "/api/v1/namespaces/kube-system/secrets", tokA, "", spoof)
+		if code != http.StatusForbidden {
+			t.Errorf("GET secrets with Impersonate-User: system:admin = %d %s; want 403", code, out)
+		}
+		code, out = e.raw(t, http.MethodPost, "/apis/resource.k8s.io/v1/resourceslices", tokA, body, spoof)
+		if code != http.StatusCreated {
+			t.Fatalf("POST own slice with spoofed headers = %d %s; want 201", code, out)
+		}
+		waitAudit(t, c, "the spoofed create", func(evs []auditv1.Event) error {
+			if len(evs) != 1 {
+				return fmt.Errorf("%d audit events; want 1", len(evs))
+			}
+			ev := evs[0]
+			t.Logf("observed: audit user %q, impersonated user %q groups %q extra %v", ev.User.Username, ev.ImpersonatedUser.Username, ev.ImpersonatedUser.Groups, ev.ImpersonatedUser.Extra)
+			switch {
+			case ev.User.Username != e.proxyUser:
+				return fmt.Errorf("audit user %q; want draproxy %q", ev.User.Username, e.proxyUser)
+			case ev.ImpersonatedUser.Username != e.driverUser || slices.Contains(ev.ImpersonatedUser.Groups, "system:masters"):
+				return fmt.Errorf("audit impersonated user %+v; want the driver %q without system:masters", ev.ImpersonatedUser, e.driverUser)
+			case !slices.Equal([]string(ev.ImpersonatedUser.Extra["authentication.kubernetes.io/node-name"]), []string{nodeA}),
+				!slices.Equal([]string(ev.ImpersonatedUser.Extra["authentication.kubernetes.io/pod-name"]), []string{e.podA.Name}):
+				return fmt.Errorf("audit impersonated extras %v; want node %s, pod %s", ev.ImpersonatedUser.Extra, nodeA, e.podA.Name)
+			}
+			return nil
+		}, func(ev *auditv1.Event) bool {
+			return ev.Verb == "create" && ev.ObjectRef != nil && ev.ObjectRef.Name == name && ev.ImpersonatedUser != nil
+		})
+		evs, err := c.AuditEvents(func(ev *auditv1.Event) bool {
+			return ev.ImpersonatedUser != nil && ev.ImpersonatedUser.Username == "system:admin" && ev.User.Username == e.proxyUser
+		})
+		if err != nil || len(evs) != 0 {
+			t.Errorf("audit events of draproxy impersonating system:admin = %d, %v; want none", len(evs), err)
+		}
+	})
+}
+
+// claim creates, as the admin, the ResourceClaim name in e's namespace,
+// allocated and reserved for pod.
+func (e *draEnv) claim(t testing.TB, name string, pod *corev1.Pod) *resourcev1.ResourceClaim {
+	t.Helper()
+	ctx, cancel := ctxFor(t, callTimeout)
+	defer cancel()
+	claims := e.c.Clientset().ResourceV1().ResourceClaims(e.ns)
+	c, err := claims.Create(ctx, &resourcev1.ResourceClaim{
+		ObjectMeta: metav1.ObjectMeta{Name: name},
+		Spec: resourcev1.ResourceClaimSpec{Devices: resourcev1.DeviceClaim{Requests: []resourcev1.DeviceRequest{{
+			Name: "gpu", Exactly: &resourcev1.ExactDeviceRequest{DeviceClassName: "gpu.example.com"},
+		}}}},
+	}, metav1.CreateOptions{})
+	if err != nil {
+		t.Fatalf("admin: create claim %s: %v", name, err)
+	}
+	// As the scheduler allocates a node-local device: on the pod's node.
+	c.Status.Allocation = &resourcev1.AllocationResult{
+		Devices: resourcev1.DeviceAllocationResult{Results: []resourcev1.DeviceRequestAllocationResult{{
+			Request: "gpu", Driver: e.driver, Pool: "pool", Device: "gpu-0",
+		}}},
+		NodeSelector: &corev1.NodeSelector{NodeSelectorTerms: []corev1.NodeSelectorTerm{{MatchFields: []corev1.NodeSelectorRequirement{{
+			Key: "metadata.name", Operator: corev1.NodeSelectorOpIn, Values: []string{pod.Spec.NodeName},
+		}}}}},
+	}
+	c.Status.ReservedFor = []resourcev1.ResourceClaimConsumerReference{{Resource: "pods", Name: pod.Name, UID: pod.UID}}
+	c, err = claims.UpdateStatus(ctx, c, metav1.UpdateOptions{})
+	if err != nil {
+		t.Fatalf("admin: reserve claim %s for %s: %v", name, pod.Name, err)
+	}
+	return c
+}
+
+// raw sends one request to draproxy's socket with extra headers.
+func (e *draEnv) raw(t testing.TB, method, path, token, body string, header map[string][]string) (int, string) {
+	t.Helper()
+	tr := &http.Transport{DialContext: func(ctx context.Context, _, _ string) (net.Conn, error) {
+		return (&net.Dialer{}).DialContext(ctx, "unix", e.socket)
+	}}
+	defer tr.CloseIdleConnections()
+	ctx, cancel := ctxFor(t, callTimeout)
+	defer cancel()
+	req, err := http.NewRequestWithContext(ctx, method, "http://localhost"+path, strings.NewReader(body))
+	if err != nil {
+		t.Fatal(err)
+	}
+	for k, v := range header {
+		req.Header[k] = v
+	}
+	req.Header.Set("Authorization", "Bearer "+token)
+	req.Header.Set("Content-Type", "application/json")
+	resp, err := (&http.Client{Transport: tr}).Do(req)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer resp.Body.Close()
+	b, _ := io.ReadAll(resp.Body)
+	return resp.StatusCode, string(b)
+}
+
+// waitAudit polls the audit log until check accepts the events keep
+// selects, for at most 10s.
+func waitAudit(t testing.TB, c *cluster.Cluster, what string, check func([]auditv1.Event) error, keep func(*auditv1.Event) bool) {
+	t.Helper()
+	var last error
+	err := wait.PollUntilContextTimeout(t.Context(), 100*time.Millisecond, 10*time.Second, true, func(context.Context) (bool, error) {
+		evs, err := c.AuditEvents(keep)
+		if err != nil {
+			return false, err
+		}
+		last = check(evs)
+		return last == nil, nil
+	})
+	if err != nil {
+		t.Errorf("audit log for %s: %v (last: %v)", what, err, last)
+	}
+}
+
+// TestDRAProxyOutage stops the API server while draproxy serves: requests
+// are answered 503 (a Status with Retry-After), never 401 or 403, and work
+// again after a restart. It stops the shared API server, so it is not
+// parallel.
+func TestDRAProxyOutage(t *testing.T) {
+	c := cluster.Get(t)
+	e := setupDRA(t, c)
+	tokA := e.token(t, e.podA)
+	fresh := e.token(t, e.podA)
+	rs := e.client(t, tokA).ResourceV1().ResourceSlices()
+	ctx := t.Context()
+	own, err := rs.Create(ctx, e.slice("", e.nodeA.Name, "dev"), metav1.CreateOptions{})
+	if err != nil {
+		t.Fatalf("Create before the outage = %v", err)
+	}
+	sel := metav1.ListOptions{FieldSelector: "spec.nodeName=" + e.nodeA.Name}
+	if _, err := rs.List(ctx, sel); err != nil { // warm: identity and decision cached
+		t.Fatalf("List before the outage = %v", err)
+	}
+	// Warm the decision for another slice's name: missing, so 403, and
+	// never cached by draproxy's lookup.
+	_, err = rs.Get(ctx, "other-"+e.driver, metav1.GetOptions{})
+	wantAPIStatus(t, "Get(missing slice) before the outage", err, http.StatusForbidden, "is not a slice of node", tokA)
+
+	c.Stop()
+	restarted := false
+	t.Cleanup(func() {
+		if !restarted {
+			if err := c.Restart(context.Background()); err != nil {
+				t.Errorf("Restart: %v", err)
+			}
+		}
+	})
+	// Each request once, as raw HTTP: client-go itself retries a 503 with
+	// Retry-After (10 times for a GET), as it does the API server's.
+	slices := "/apis/resource.k8s.io/v1/resourceslices"
+	calls := []struct {
+		name, path, token string
+	}{
+		{name: "List (cached review, forwarded)", path: slices + "?fieldSelector=spec.nodeName%3D" + e.nodeA.Name, token: tokA},
+		{name: "Get of its slice (cached node, fresh review)", path: slices + "/" + own.Name, token: tokA},
+		{name: "Get of another slice (cached review, lookup)", path: slices + "/other-" + e.driver, token: tokA},
+		{name: "List with a fresh token (TokenReview)", path: slices + "?fieldSelector=spec.nodeName%3D" + e.nodeA.Name, token: fresh},
+	}
+	for _, tc := range calls {
+		start := time.Now()
+		code, body := e.raw(t, http.MethodGet, tc.path, tc.token, "", nil)
+		t.Logf("observed: during the outage, %s = %d %s in %v", tc.name, code, strings.TrimSpace(body), time.Since(start).Round(time.Millisecond))
+		if code != http.StatusServiceUnavailable || !strings.Contains(body, `"kind":"Status"`) || !strings.Contains(body, `"code":503`) {
+			t.Errorf("during the outage, %s = %d %s; want a 503 Status", tc.name, code, body)
+		}
+		if strings.Contains(body, tc.token) {
+			t.Errorf("during the outage, %s: the body contains the token", tc.name)
+		}
+	}
+	// What a driver sees: client-go's error after its own retries.
+	start := time.Now()
+	_, err = rs.List(ctx, sel)
+	t.Logf("observed: during the outage, client-go List = %v in %v", err, time.Since(start).Round(time.Millisecond))
+	if !apierrors.IsServiceUnavailable(err) {
+		t.Errorf("during the outage, client-go List = %v; want 503", err)
+	}
+
+	restarted = true
+	if err := c.Restart(context.Background()); err != nil {
+		t.Fatalf("Restart: %v", err)
+	}
+	err = wait.PollUntilContextTimeout(ctx, 200*time.Millisecond, 30*time.Second, true, func(ctx context.Context) (bool, error) {
+		_, err := e.client(t, fresh).ResourceV1().ResourceSlices().List(ctx, sel)
+		return err == nil, nil
+	})
+	if err != nil {
+		t.Errorf("after the restart, List with the fresh token never succeeded: %v", err)
+	}
+	if _, err := rs.Get(ctx, own.Name, metav1.GetOptions{}); err != nil {
+		t.Errorf("after the restart, Get(own slice) = %v", err)
+	}
+}
