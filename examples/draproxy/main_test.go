@@ -264,7 +264,7 @@ func TestFlags(t *testing.T) {
 		{args: append(base, "--tls-listen=127.0.0.1"), want: "--tls-listen"},
 		{args: append(base, "--tls-cert-file=c"), want: "go together"},
 		{args: append(base, "--authorization-always-allow-groups=system:masters"), want: "not supported"},
-		{args: append(base, "--authorization-always-allow-paths=/healthz"), want: "not supported"},
+		{args: append(base, "--authorization-always-allow-paths=/healthz"), want: "unknown flag"},
 		{args: append(base, "--slice-cache-ttl=-1s"), want: "must not be negative"},
 		{args: append(base, "--max-request-body-bytes=0"), want: "must be positive"},
 		{args: append(base, "--allow=list:resourceclaims.resource.k8s.io"), want: "checked by content"},
