@@ -312,7 +312,7 @@ func New(reviewer TokenReviewer, opts Options) (*Authenticator, error) {
 		group:     cache.Group[result]{Timeout: opts.Timeout},
 		retrier: review.New("TokenReview", review.Options{Backoff: opts.Backoff, Clock: clk, MaxInFlight: opts.MaxInFlight,
 			AttemptTimeout: opts.AttemptTimeout, Observer: observer(opts.Metrics)}),
-		audAttr:   attribute.StringSlice("reviewauth.audiences", auds),
+		audAttr: attribute.StringSlice("reviewauth.audiences", auds),
 	}
 	if opts.TracerProvider != nil {
 		a.tracer = opts.TracerProvider.Tracer(TracerName)
