@@ -373,8 +373,8 @@ func SelfCheck(ctx context.Context, cfg *rest.Config) error {
 	if cfg == nil {
 		return errors.New("authn: nil rest.Config")
 	}
-	if err := review.SelfCheck(ctx, cfg, "authn", "authentication.k8s.io", "tokenreviews"); err != nil {
-		return fmt.Errorf("authn: %w", err)
+	if err := review.SelfCheck(ctx, cfg, "authentication.k8s.io", "tokenreviews"); err != nil {
+		return fmt.Errorf("authn: self-check: %w", err)
 	}
 	return nil
 }

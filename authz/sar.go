@@ -359,8 +359,8 @@ func SelfCheck(ctx context.Context, cfg *rest.Config) error {
 	if cfg == nil {
 		return errors.New("authz: nil rest.Config")
 	}
-	if err := review.SelfCheck(ctx, cfg, "authz", "authorization.k8s.io", "subjectaccessreviews"); err != nil {
-		return fmt.Errorf("authz: %w", err)
+	if err := review.SelfCheck(ctx, cfg, "authorization.k8s.io", "subjectaccessreviews"); err != nil {
+		return fmt.Errorf("authz: self-check: %w", err)
 	}
 	return nil
 }

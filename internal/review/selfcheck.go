@@ -32,9 +32,8 @@ const (
 // reviewauth.ErrUnavailable. When the API server cannot be asked (no
 // answer, 429 or 5xx after retries, a malformed answer), the error matches
 // reviewauth.ErrUnavailable and not ErrRefused: the service may start and
-// report reviews as unavailable until the API server answers. kind names
-// the review in messages.
-func SelfCheck(ctx context.Context, cfg *rest.Config, kind, group, resource string) error {
+// report reviews as unavailable until the API server answers.
+func SelfCheck(ctx context.Context, cfg *rest.Config, group, resource string) error {
 	c, err := NewClient(cfg)
 	if err != nil {
 		return err
@@ -62,19 +61,19 @@ func SelfCheck(ctx context.Context, cfg *rest.Config, kind, group, resource stri
 	var re *reviewauth.ReviewError
 	switch {
 	case errors.As(err, &re) && errors.Is(err, ErrRefused):
-		return &refusal{msg: fmt.Sprintf("%s self-check: the API server refused %s (HTTP %d %s: %v), so it cannot %s; %s",
-			kind, who, re.Code, http.StatusText(re.Code), re.Err, what, RBACHint)}
+		return &refusal{msg: fmt.Sprintf("the API server refused %s (HTTP %d %s: %v), so it cannot %s; %s",
+			who, re.Code, http.StatusText(re.Code), re.Err, what, RBACHint)}
 	case err != nil:
-		return fmt.Errorf("%s self-check: could not ask the API server whether %s may %s: %w", kind, who, what, err)
+		return fmt.Errorf("could not ask the API server whether %s may %s: %w", who, what, err)
 	case got.Status.Allowed && got.Status.Denied:
-		return fmt.Errorf("%s self-check: %w", kind, &reviewauth.ReviewError{Review: "SelfSubjectAccessReview", Code: http.StatusCreated, Attempts: 1,
-			Err: errors.New("malformed answer: both allowed and denied")})
+		return &reviewauth.ReviewError{Review: "SelfSubjectAccessReview", Code: http.StatusCreated, Attempts: 1,
+			Err: errors.New("malformed answer: both allowed and denied")}
 	case !got.Status.Allowed:
 		reason := ""
 		if got.Status.Reason != "" {
 			reason = " (" + got.Status.Reason + ")"
 		}
-		return &refusal{msg: fmt.Sprintf("%s self-check: %s may not %s%s; %s", kind, who, what, reason, RBACHint)}
+		return &refusal{msg: fmt.Sprintf("%s may not %s%s; %s", who, what, reason, RBACHint)}
 	}
 	return nil
 }
