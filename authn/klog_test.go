@@ -116,7 +116,9 @@ func TestNewForConfigNeverLogsTheTokenThroughGlobalKlog(t *testing.T) {
 				a.AuthenticateToken(ctx, mint("x")) // rejected
 				srv.InjectFault(authtest.TokenReviews, authtest.Fault{MalformedBody: true, Times: 1})
 				a.AuthenticateToken(ctx, mint(aud))
-				srv.SetAdminPolicy(func(authorizationv1.SubjectAccessReviewSpec) (bool, bool, string, string) { return false, false, "", "" })
+				srv.SetAdminPolicy(func(authorizationv1.SubjectAccessReviewSpec) (bool, bool, string, string) {
+					return false, false, "", ""
+				})
 				a.AuthenticateToken(ctx, mint(aud)) // 403: logged at V(0)
 				klog.Flush()
 				logs := out.String()

@@ -139,7 +139,6 @@ func (f *Flags) selfCheck(warn io.Writer) error {
 	return errors.Join(errs...)
 }
 
-
 // Start is Build followed by ServeMetrics on --metrics-listen, writing the
 // metrics address to out. Defer wait: it stops the metrics server
 // and waits for it.
