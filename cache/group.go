@@ -22,8 +22,10 @@ const DefaultLoadTimeout = 10 * time.Second
 //   - the shared load runs detached from the cancellation of the caller that
 //     started it (it keeps that caller's context values, such as its logger),
 //     under its own [Group.Timeout];
-//   - each caller returns as soon as its own context is done, and when every
-//     caller has given up the shared load's context is cancelled. singleflight
+//   - each caller returns as soon as its own context is done (or as soon as
+//     the load says, with [Postpone], that its next attempt is due after the
+//     caller's deadline), and when every caller has given up the shared
+//     load's context is cancelled. singleflight
 //     cannot cancel an abandoned call, so under a flood of unique tokens whose
 //     callers time out, every abandoned review would keep retrying for its
 //     whole budget and hold an in-flight slot.
