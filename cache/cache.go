@@ -51,18 +51,23 @@ type Stats struct {
 // with its entries while its final counts stay readable. [Counters.Live]
 // reports whether the cache is still reachable.
 //
-// Counters are safe for concurrent use. Each shard's counters are written
-// under that shard's lock and read atomically, on a cache line of their own.
+// Counters are safe for concurrent use. Each shard's counters share a cache
+// line with that shard's lock, which lives here too: a hit counts with a
+// plain increment under the lock it already holds, and Stats reads under
+// the same lock, whether or not the cache still exists.
 type Counters struct {
 	shards    []shardCounters
 	coalesced atomic.Uint64
 	live      func() bool
 }
 
+// shardCounters is one shard's lock and counters: 48 bytes, padded so that
+// no two shards' share a cache line.
 type shardCounters struct {
-	hits, misses, evictions, expired atomic.Uint64
-	entries                          atomic.Int64
-	_                                [24]byte // 64 bytes: one cache line per shard
+	mu                               sync.Mutex // the shard's lock: guards its entries too
+	hits, misses, evictions, expired uint64
+	entries                          int
+	_                                [80]byte
 }
 
 // Stats returns the counts, summed over the cache's shards. Entries is 0
@@ -71,11 +76,13 @@ func (k *Counters) Stats() Stats {
 	var t Stats
 	for i := range k.shards {
 		s := &k.shards[i]
-		t.Hits += s.hits.Load()
-		t.Misses += s.misses.Load()
-		t.Evictions += s.evictions.Load()
-		t.Expired += s.expired.Load()
-		t.Entries += int(s.entries.Load())
+		s.mu.Lock()
+		t.Hits += s.hits
+		t.Misses += s.misses
+		t.Evictions += s.evictions
+		t.Expired += s.expired
+		t.Entries += s.entries
+		s.mu.Unlock()
 	}
 	t.Coalesced = k.coalesced.Load()
 	if !k.Live() {
@@ -109,12 +116,12 @@ type Cache[V any] struct {
 }
 
 type shard[V any] struct {
-	mu       sync.Mutex
+	// c holds the shard's lock and counters (see Counters).
+	c        *shardCounters
 	entries  map[Key]*entry[V]
 	head     entry[V] // sentinel: head.next is most recent, head.prev least
 	capacity int
-	stats    *shardCounters
-	_        [64]byte // keep shards' locks on separate cache lines
+	_        [64]byte // keep shards' LRU heads on separate cache lines
 }
 
 type entry[V any] struct {
@@ -150,7 +157,7 @@ func New[V any](opts Options) *Cache[V] {
 		}
 		s.entries = make(map[Key]*entry[V])
 		s.head.next, s.head.prev = &s.head, &s.head
-		s.stats = &c.counters.shards[i]
+		s.c = &c.counters.shards[i]
 	}
 	// The counters hold the cache only weakly, so that whoever keeps them
 	// (metrics) does not keep the cache and its entries alive.
@@ -173,26 +180,26 @@ func (c *Cache[V]) shard(k Key) *shard[V] {
 func (c *Cache[V]) Get(k Key) (V, bool) {
 	now := c.clock.Now()
 	s := c.shard(k)
-	s.mu.Lock()
+	s.c.mu.Lock()
 	e, ok := s.entries[k]
 	if !ok {
-		s.stats.misses.Add(1)
-		s.mu.Unlock()
+		s.c.misses++
+		s.c.mu.Unlock()
 		var zero V
 		return zero, false
 	}
 	if !now.Before(e.expires) {
 		s.remove(e)
-		s.stats.expired.Add(1)
-		s.stats.misses.Add(1)
-		s.mu.Unlock()
+		s.c.expired++
+		s.c.misses++
+		s.c.mu.Unlock()
 		var zero V
 		return zero, false
 	}
 	s.moveToFront(e)
 	v := e.value
-	s.stats.hits.Add(1)
-	s.mu.Unlock()
+	s.c.hits++
+	s.c.mu.Unlock()
 	return v, true
 }
 
@@ -203,15 +210,15 @@ func (c *Cache[V]) Get(k Key) (V, bool) {
 func (c *Cache[V]) Peek(k Key) (V, bool) {
 	now := c.clock.Now()
 	s := c.shard(k)
-	s.mu.Lock()
+	s.c.mu.Lock()
 	e, ok := s.entries[k]
 	if !ok || !now.Before(e.expires) {
-		s.mu.Unlock()
+		s.c.mu.Unlock()
 		var zero V
 		return zero, false
 	}
 	v := e.value
-	s.mu.Unlock()
+	s.c.mu.Unlock()
 	return v, true
 }
 
@@ -222,17 +229,17 @@ func (c *Cache[V]) Peek(k Key) (V, bool) {
 func (c *Cache[V]) Set(k Key, v V, ttl time.Duration) {
 	s := c.shard(k)
 	if ttl <= 0 {
-		s.mu.Lock()
+		s.c.mu.Lock()
 		if e, ok := s.entries[k]; ok {
 			s.remove(e)
 		}
-		s.mu.Unlock()
+		s.c.mu.Unlock()
 		return
 	}
 	now := c.clock.Now()
 	expires := now.Add(ttl)
-	s.mu.Lock()
-	defer s.mu.Unlock()
+	s.c.mu.Lock()
+	defer s.c.mu.Unlock()
 	if e, ok := s.entries[k]; ok {
 		e.value, e.expires = v, expires
 		s.moveToFront(e)
@@ -242,9 +249,9 @@ func (c *Cache[V]) Set(k Key, v V, ttl time.Duration) {
 		tail := s.head.prev
 		s.remove(tail)
 		if !now.Before(tail.expires) {
-			s.stats.expired.Add(1)
+			s.c.expired++
 		} else {
-			s.stats.evictions.Add(1)
+			s.c.evictions++
 		}
 	}
 	e := &entry[V]{key: k, value: v, expires: expires}
@@ -255,11 +262,11 @@ func (c *Cache[V]) Set(k Key, v V, ttl time.Duration) {
 // Delete removes the entry stored under k, if any.
 func (c *Cache[V]) Delete(k Key) {
 	s := c.shard(k)
-	s.mu.Lock()
+	s.c.mu.Lock()
 	if e, ok := s.entries[k]; ok {
 		s.remove(e)
 	}
-	s.mu.Unlock()
+	s.c.mu.Unlock()
 }
 
 // Len returns the number of entries held, including expired entries that
@@ -268,9 +275,9 @@ func (c *Cache[V]) Len() int {
 	n := 0
 	for i := range c.shards {
 		s := &c.shards[i]
-		s.mu.Lock()
+		s.c.mu.Lock()
 		n += len(s.entries)
-		s.mu.Unlock()
+		s.c.mu.Unlock()
 	}
 	return n
 }
@@ -284,7 +291,7 @@ func (s *shard[V]) pushFront(e *entry[V]) {
 	e.next = s.head.next
 	e.next.prev = e
 	s.head.next = e
-	s.stats.entries.Add(1)
+	s.c.entries++
 }
 
 func (s *shard[V]) moveToFront(e *entry[V]) {
@@ -304,5 +311,5 @@ func (s *shard[V]) remove(e *entry[V]) {
 	e.next.prev = e.prev
 	e.prev, e.next = nil, nil
 	delete(s.entries, e.key)
-	s.stats.entries.Add(-1)
+	s.c.entries--
 }
