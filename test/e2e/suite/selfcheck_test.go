@@ -99,10 +99,11 @@ func TestServiceWithoutAuthDelegator(t *testing.T) {
 	// An example started as the unbound ServiceAccount exits at once.
 	kubeconfig := tokenKubeconfig(t, c, c.RequestToken(t, ns, "other", cluster.TokenOptions{ExpirationSeconds: 3600}))
 	certFile, keyFile, _ := servingCert(t)
+	bin := filepath.Join(buildExamples(t), metricsProxyBin) // before the clock starts
 	runCtx, cancelRun := ctxFor(t, exampleStartTimeout)
 	defer cancelRun()
 	start := time.Now()
-	cmd := exec.CommandContext(runCtx, filepath.Join(buildExamples(t), metricsProxyBin),
+	cmd := exec.CommandContext(runCtx, bin,
 		"--upstream=http://127.0.0.1:1", "--listen=127.0.0.1:0", "--kubeconfig="+kubeconfig, "--audience=svc.example",
 		"--node-name=n1", "--tls-cert-file="+certFile, "--tls-private-key-file="+keyFile)
 	out, err := cmd.CombinedOutput()
