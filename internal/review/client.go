@@ -106,8 +106,8 @@ func NewClient(cfg *rest.Config) (*Client, error) {
 }
 
 // Create posts in, a review of kind gvk, to path (such as
-// /apis/authentication.k8s.io/v1/tokenreviews) in JSON and returns the
-// answer, which must be a well-formed object of the same kind. The answer
+// /apis/authentication.k8s.io/v1/tokenreviews) in JSON (setting in's kind)
+// and returns the answer, which must be a well-formed object of the same kind. The answer
 // may be at most [MaxAnswerBytes] larger than the review sent (an answer
 // echoes the review's spec, token included): an answer of exactly that size
 // is read, one byte more is refused with [ErrAnswerTooLarge]. A wrong kind,
@@ -126,6 +126,10 @@ func Create[T runtime.Object](ctx context.Context, c *Client, path string, gvk s
 		return zero, err
 	}
 	obj, got, err := scheme.Codecs.UniversalDeserializer().Decode(data, nil, nil)
+	if runtime.IsMissingKind(err) || runtime.IsMissingVersion(err) {
+		// Their messages quote the whole answer, which echoes the token.
+		return zero, errors.New("decoding the answer: it has no kind or apiVersion")
+	}
 	if err != nil {
 		return zero, fmt.Errorf("decoding the answer: %w", err)
 	}

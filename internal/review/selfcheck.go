@@ -42,9 +42,13 @@ func SelfCheck(ctx context.Context, cfg *rest.Config, group, resource string) er
 	r := New("SelfSubjectAccessReview", Options{})
 	r.noRefusalLog = true
 
+	// Who: one attempt, bounded like any attempt, and optional.
 	who := "the service's credentials"
-	if ssr, err := Create(quiet(ctx), c, selfSubjectReviewPath, authenticationv1.SchemeGroupVersion.WithKind("SelfSubjectReview"),
-		&authenticationv1.SelfSubjectReview{}); err == nil && ssr.Status.UserInfo.Username != "" {
+	sctx, cancel := context.WithTimeout(quiet(ctx), DefaultAttemptTimeout)
+	ssr, err := Create(sctx, c, selfSubjectReviewPath, authenticationv1.SchemeGroupVersion.WithKind("SelfSubjectReview"),
+		&authenticationv1.SelfSubjectReview{})
+	cancel()
+	if err == nil && ssr.Status.UserInfo.Username != "" {
 		who = fmt.Sprintf("user %q", ssr.Status.UserInfo.Username)
 	}
 
