@@ -27,6 +27,25 @@ import (
 	"github.com/reviewauth/reviewauth/metrics"
 )
 
+// until spins until cond holds. It fails the test if early delivers a
+// result first (the caller it watches gave up too soon for the test to
+// prove anything) or after a minute, so that it never spins forever.
+func until(t *testing.T, cond func() bool, early <-chan result) {
+	t.Helper()
+	limit := time.Now().Add(time.Minute)
+	for !cond() {
+		select {
+		case r := <-early:
+			t.Fatalf("the first caller returned (%v, %v) before the test could set up; the machine is too slow for its deadline", r.d, r.err)
+		default:
+		}
+		if time.Now().After(limit) {
+			t.Fatal("gave up waiting after a minute")
+		}
+		waitABit()
+	}
+}
+
 // TestSharedReviewOutlivesFirstCallersDeadline (issue #11 item 9): the
 // shared SAR is not bounded by the deadline of the caller that started it.
 // A starts it with a short deadline, B joins with a long one; A's deadline
@@ -42,16 +61,14 @@ func TestSharedReviewOutlivesFirstCallersDeadline(t *testing.T) {
 	defer release()
 	attrs := getPods(backup())
 
-	short, cancelShort := context.WithTimeout(context.Background(), 200*time.Millisecond)
+	short, cancelShort := context.WithTimeout(context.Background(), time.Second)
 	defer cancelShort()
 	a := make(chan result, 1)
 	go func() {
 		d, r, err := f.az.Authorize(short, attrs)
 		a <- result{d, r, err}
 	}()
-	for f.srv.InFlight(authtest.SubjectAccessReviews) == 0 {
-		waitABit()
-	}
+	until(t, func() bool { return f.srv.InFlight(authtest.SubjectAccessReviews) > 0 }, a)
 	long, cancelLong := context.WithTimeout(context.Background(), time.Minute)
 	defer cancelLong()
 	b := make(chan result, 1)
@@ -59,9 +76,9 @@ func TestSharedReviewOutlivesFirstCallersDeadline(t *testing.T) {
 		d, r, err := f.az.Authorize(long, attrs)
 		b <- result{d, r, err}
 	}()
-	for metricValue(t, reg, "reviewauth_cache_coalesced_total", map[string]string{"cache": "sar"}) < 1 {
-		waitABit()
-	}
+	until(t, func() bool {
+		return metricValue(t, reg, "reviewauth_cache_coalesced_total", map[string]string{"cache": "sar"}) >= 1
+	}, a)
 	ra := <-a
 	if ra.d == authorizer.DecisionAllow || !errors.Is(ra.err, reviewauth.ErrUnavailable) || !errors.Is(ra.err, context.DeadlineExceeded) {
 		t.Fatalf("A (deadline passed) = %v, %v; want Deny and ErrUnavailable wrapping DeadlineExceeded", ra.d, ra.err)
@@ -86,32 +103,30 @@ func TestRetryAfterReleasesOnlyEarlyCallers(t *testing.T) {
 	reg := prometheus.NewRegistry()
 	reg.MustRegister(m)
 	f := newFixture(t, allowBackupPods, authz.Options{Metrics: m})
-	f.srv.InjectFault(authtest.SubjectAccessReviews, authtest.Fault{Status: http.StatusTooManyRequests, RetryAfter: 2 * time.Second, Times: 1})
+	f.srv.InjectFault(authtest.SubjectAccessReviews, authtest.Fault{Status: http.StatusTooManyRequests, RetryAfter: 5 * time.Second, Times: 1})
 	release := f.srv.Block(authtest.SubjectAccessReviews)
 	attrs := getPods(backup())
 
-	short, cancelShort := context.WithTimeout(context.Background(), time.Second)
+	short, cancelShort := context.WithTimeout(context.Background(), 3*time.Second)
 	defer cancelShort()
 	a := make(chan result, 1)
 	go func() {
 		d, r, err := f.az.Authorize(short, attrs)
 		a <- result{d, r, err}
 	}()
-	for f.srv.InFlight(authtest.SubjectAccessReviews) == 0 {
-		waitABit()
-	}
+	until(t, func() bool { return f.srv.InFlight(authtest.SubjectAccessReviews) > 0 }, a)
 	b := make(chan result, 1)
 	go func() {
 		d, r, err := f.az.Authorize(context.Background(), attrs)
 		b <- result{d, r, err}
 	}()
-	for metricValue(t, reg, "reviewauth_cache_coalesced_total", map[string]string{"cache": "sar"}) < 1 {
-		waitABit()
-	}
-	release() // the 429
+	until(t, func() bool {
+		return metricValue(t, reg, "reviewauth_cache_coalesced_total", map[string]string{"cache": "sar"}) >= 1
+	}, a)
+	release() // the 429, asking for 5s: after A's deadline
 	ra := <-a
-	if d, ok := reviewauth.RetryAfter(ra.err); ra.d == authorizer.DecisionAllow || !ok || d != 2*time.Second || errors.Is(ra.err, context.DeadlineExceeded) {
-		t.Fatalf("A (deadline before the retry) = %v, %v; want at once a ReviewError with Retry-After 2s", ra.d, ra.err)
+	if d, ok := reviewauth.RetryAfter(ra.err); ra.d == authorizer.DecisionAllow || !ok || d != 5*time.Second || errors.Is(ra.err, context.DeadlineExceeded) {
+		t.Fatalf("A (deadline before the retry) = %v, %v; want at once a ReviewError with Retry-After 5s", ra.d, ra.err)
 	}
 	// The retry waits on the fake clock.
 	var rb result
@@ -121,7 +136,7 @@ func TestRetryAfterReleasesOnlyEarlyCallers(t *testing.T) {
 			waiting = false
 		default:
 			if f.clock.HasWaiters() {
-				f.clock.Step(2 * time.Second)
+				f.clock.Step(5 * time.Second)
 			}
 			waitABit()
 		}
@@ -218,11 +233,15 @@ func TestMetricsLetGoOfDroppedAuthorizers(t *testing.T) {
 		az.Authorize(context.Background(), getPods(backup()))
 		return weak.Make(az)
 	}()
+	// Bounded: the goroutine that ran the shared review may still have to
+	// be scheduled to return on a loaded machine.
 	for i := 0; wp.Value() != nil; i++ {
-		if i == 100 {
-			t.Fatal("the Authorizer is still reachable after 100 GCs: metrics keep it alive")
+		if i == 1000 {
+			buf := make([]byte, 1<<20)
+			t.Fatalf("the Authorizer is still reachable after 1000 GCs: metrics keep it alive\n%s", buf[:runtime.Stack(buf, true)])
 		}
 		runtime.GC()
+		runtime.Gosched()
 	}
 	sar := map[string]string{"cache": "sar"}
 	if mi, e := metricValue(t, reg, "reviewauth_cache_misses_total", sar), metricValue(t, reg, "reviewauth_cache_entries", sar); mi != 1 || e != 0 {
