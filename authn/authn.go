@@ -17,8 +17,6 @@ import (
 	"k8s.io/apimachinery/pkg/util/wait"
 	"k8s.io/apiserver/pkg/authentication/authenticator"
 	"k8s.io/apiserver/pkg/authentication/user"
-	"k8s.io/client-go/kubernetes/scheme"
-	authenticationv1client "k8s.io/client-go/kubernetes/typed/authentication/v1"
 	"k8s.io/client-go/rest"
 	"k8s.io/klog/v2"
 	"k8s.io/utils/clock"
@@ -57,6 +55,22 @@ const (
 	// DefaultTimeout is the total budget of one review, retries included.
 	DefaultTimeout = 10 * time.Second
 
+	// DefaultAttemptTimeout bounds each request of a review. A healthy API
+	// server answers a TokenReview in milliseconds; a request unanswered
+	// after 3s is stuck (a dead connection, a server that accepted and
+	// hung), and waiting longer would spend the budget its retries need:
+	// with 3s and the 10s budget, a review whose first request hangs still
+	// gets two more full attempts, on a new stream or connection. The same
+	// in authz.
+	DefaultAttemptTimeout = review.DefaultAttemptTimeout
+
+	// MaxAnswerBytes bounds an answer of the client [NewForConfig] builds,
+	// beyond the size of the TokenReview sent (the answer echoes its spec,
+	// token included). An answer is a few KiB; a larger one is "could not
+	// check" (a *reviewauth.ReviewError), is not retried and is not
+	// cached. The same in authz.
+	MaxAnswerBytes = review.MaxAnswerBytes
+
 	// DefaultMaxInFlight bounds concurrent TokenReviews.
 	DefaultMaxInFlight = review.DefaultMaxInFlight
 
@@ -66,14 +80,25 @@ const (
 	// #27945, Authorino #568). These match k8s.io/apiserver's delegated
 	// authentication options; caching, coalescing and the in-flight bound
 	// keep real traffic far below them.
-	DefaultQPS   = 200
-	DefaultBurst = 400
+	DefaultQPS   = review.DefaultQPS
+	DefaultBurst = review.DefaultBurst
 )
+
+// ErrRefused matches a review that the API server refused to perform for
+// this service (HTTP 401: its credentials are invalid or expired; 403: they
+// lack the system:auth-delegator ClusterRole), and a [SelfCheck] that
+// found so. At run time such a review is still "could not check" for the
+// caller: a *reviewauth.ReviewError matching reviewauth.ErrUnavailable,
+// with Code 401 or 403. It is the same error as authz.ErrRefused.
+var ErrRefused = review.ErrRefused
 
 // TokenReviewer is the one call Authenticator makes. client-go's
 // TokenReviewInterface satisfies it. Note that client-go's typed clients
 // retry 429 and Retry-After answers internally (up to 10 times) before
-// Authenticator sees them; [NewForConfig] builds a client that does not.
+// Authenticator sees them, read answers of any size, and log request and
+// response bodies (the token) when klog runs at -v=8 or more with
+// contextual logging off; [NewForConfig] builds a client that does none of
+// these.
 type TokenReviewer interface {
 	Create(ctx context.Context, tr *authenticationv1.TokenReview, opts metav1.CreateOptions) (*authenticationv1.TokenReview, error)
 }
@@ -127,6 +152,11 @@ type Options struct {
 	// Timeout is the total budget of one review, retries included. Zero
 	// means [DefaultTimeout].
 	Timeout time.Duration
+	// AttemptTimeout bounds each request of a review, so that one request
+	// that hangs leaves the budget to its retries; a request cut by it is
+	// retried. It is in real time, like Timeout. Zero means
+	// [DefaultAttemptTimeout]; negative means no bound but Timeout.
+	AttemptTimeout time.Duration
 	// Backoff spaces retries; Steps is the number of retries. Zero means
 	// 100ms doubling with 20% jitter, 4 retries, capped at 2s. Steps < 0
 	// disables retries.
@@ -141,9 +171,10 @@ type Options struct {
 	// [JWKSVerifier]. A token it accepts is still reviewed.
 	PreVerifier PreVerifier
 
-	// Metrics, if not nil, records reviews, retries, reviews in flight and
-	// the caches (as cache="token" and cache="token_rejected"). Register it
-	// on your own registry.
+	// Metrics, if not nil, records reviews, retries, reviews in flight,
+	// reviews the API server refused to perform for this service, and the
+	// caches (as cache="token" and cache="token_rejected"). Register it on
+	// your own registry. It does not keep the Authenticator alive.
 	Metrics *metrics.Metrics
 
 	// TracerProvider, if not nil, is used for OpenTelemetry spans: one per
@@ -183,9 +214,20 @@ type identity struct {
 }
 
 // lookup returns the cached identity for key if it is fresh, or else the
-// stale one that StaleIfError may still serve.
+// stale one that StaleIfError may still serve. It counts a hit or a miss;
+// a second look within one call uses peek.
 func (a *Authenticator) lookup(key cache.Key) (fresh *authenticator.Response, stale *identity) {
 	id, ok := a.ok.Get(key)
+	return a.fresh(id, ok)
+}
+
+// peek is lookup without counting.
+func (a *Authenticator) peek(key cache.Key) (fresh *authenticator.Response, stale *identity) {
+	id, ok := a.ok.Peek(key)
+	return a.fresh(id, ok)
+}
+
+func (a *Authenticator) fresh(id *identity, ok bool) (*authenticator.Response, *identity) {
 	if !ok {
 		return nil, nil
 	}
@@ -209,6 +251,16 @@ var apiServerAudiences = []string{"https://kubernetes.default.svc", "https://kub
 // when opts has no audience and AllowAPIServerAudience is not set, when an
 // audience is empty, and when an audience names a default API server
 // audience without AllowAPIServerAudience.
+//
+// The reviewer is yours, and so is what it logs: a client-go typed client
+// (clientset.AuthenticationV1().TokenReviews()) logs each TokenReview's
+// request and response body, which hold the token, through the global klog
+// at -v=8 and above when contextual logging is off (component-base's
+// --feature-gates=ContextualLogging=false, or
+// klog.EnableContextualLogging(false)); with contextual logging on,
+// Authenticator caps the logger it hands the reviewer at V(5). It also
+// reads answers of any size. Prefer [NewForConfig], whose client never logs
+// a body at any klog setting and bounds answers ([MaxAnswerBytes]).
 func New(reviewer TokenReviewer, opts Options) (*Authenticator, error) {
 	if reviewer == nil {
 		return nil, errors.New("authn: nil TokenReviewer")
@@ -258,36 +310,42 @@ func New(reviewer TokenReviewer, opts Options) (*Authenticator, error) {
 		ok:        cache.New[*identity](cache.Options{MaxEntries: opts.MaxEntries, Clock: clk}),
 		rejected:  cache.New[*reviewauth.RejectedError](cache.Options{MaxEntries: opts.MaxEntries, Clock: clk}),
 		group:     cache.Group[result]{Timeout: opts.Timeout},
-		retrier:   review.New("TokenReview", opts.Backoff, clk, opts.MaxInFlight, observer(opts.Metrics)),
-		audAttr:   attribute.StringSlice("reviewauth.audiences", auds),
+		retrier: review.New("TokenReview", review.Options{Backoff: opts.Backoff, Clock: clk, MaxInFlight: opts.MaxInFlight,
+			AttemptTimeout: opts.AttemptTimeout, Observer: observer(opts.Metrics)}),
+		audAttr: attribute.StringSlice("reviewauth.audiences", auds),
 	}
 	if opts.TracerProvider != nil {
 		a.tracer = opts.TracerProvider.Tracer(TracerName)
 	}
-	opts.Metrics.AddCache("token", a.ok.Stats, a.group.Joined)
-	opts.Metrics.AddCache("token_rejected", a.rejected.Stats, nil)
+	a.group.Counters = a.ok.Counters()
+	opts.Metrics.AddCache("token", a.ok.Counters())
+	opts.Metrics.AddCache("token_rejected", a.rejected.Counters())
 	a.bearer = Bearer(a)
 	return a, nil
 }
 
 // NewForConfig returns an Authenticator that reviews tokens through the API
-// server described by cfg. QPS and Burst default to [DefaultQPS] and
-// [DefaultBurst] when cfg leaves them zero, and client-go's internal retries
-// are disabled so that Options.Backoff alone governs retries.
+// server described by cfg, over the HTTP client client-go builds for it
+// (TLS, bearer token or token file, exec or certificate authentication),
+// with client-go's token-bucket rate limiter. QPS and Burst default to
+// [DefaultQPS] and [DefaultBurst] when cfg leaves them zero. Options.Backoff
+// alone governs retries (client-go's own are not used), Retry-After is read
+// from each answer, answers are bounded ([MaxAnswerBytes]), and no request
+// or response body is ever logged, at any klog verbosity or vmodule,
+// contextual logging on or off. cfg is not modified.
 func NewForConfig(cfg *rest.Config, opts Options) (*Authenticator, error) {
 	if cfg == nil {
 		return nil, errors.New("authn: nil rest.Config")
 	}
-	c, err := authenticationv1client.NewForConfig(ReviewConfig(cfg))
+	c, err := review.NewClient(cfg)
 	if err != nil {
 		return nil, fmt.Errorf("authn: building the TokenReview client: %w", err)
 	}
-	return New(restReviewer{c.RESTClient()}, opts)
+	return New(clientReviewer{c}, opts)
 }
 
 // ReviewConfig returns a copy of cfg suited to review clients: QPS and Burst
-// default to [DefaultQPS] and [DefaultBurst], and Retry-After headers are
-// recorded for the retry loop.
+// default to [DefaultQPS] and [DefaultBurst].
 func ReviewConfig(cfg *rest.Config) *rest.Config {
 	cfg = rest.CopyConfig(cfg)
 	if cfg.QPS == 0 {
@@ -296,8 +354,29 @@ func ReviewConfig(cfg *rest.Config) *rest.Config {
 	if cfg.Burst == 0 {
 		cfg.Burst = DefaultBurst
 	}
-	cfg.Wrap(review.WrapTransport)
 	return cfg
+}
+
+// SelfCheck asks the API server cfg describes whether cfg's credentials may
+// create TokenReviews, as [NewForConfig] needs, with a
+// SelfSubjectAccessReview (which any authenticated user may create), and
+// names the identity they belong to when the API server tells (a
+// SelfSubjectReview). Run it at start-up, and fail fast on its error.
+//
+// It returns nil when they may. An error matching [ErrRefused] means they
+// may not, or were refused outright (401): its message names the identity
+// and the ClusterRole it needs (system:auth-delegator). An error matching
+// reviewauth.ErrUnavailable means the API server could not be asked; a
+// service may then start anyway, since reviews report "could not check"
+// until the API server answers.
+func SelfCheck(ctx context.Context, cfg *rest.Config) error {
+	if cfg == nil {
+		return errors.New("authn: nil rest.Config")
+	}
+	if err := review.SelfCheck(ctx, cfg, "authentication.k8s.io", "tokenreviews"); err != nil {
+		return fmt.Errorf("authn: self-check: %w", err)
+	}
+	return nil
 }
 
 // TracerName is the instrumentation name of the spans authn creates.
@@ -308,16 +387,16 @@ func observer(m *metrics.Metrics) review.Observer {
 	if m == nil {
 		return review.Observer{}
 	}
-	return review.Observer{Attempt: m.ReviewAttempt, Retry: m.ReviewRetry, InFlight: m.ReviewInFlight}
+	return review.Observer{Attempt: m.ReviewAttempt, Retry: m.ReviewRetry, InFlight: m.ReviewInFlight, Refused: m.CredentialRefusal}
 }
 
-type restReviewer struct{ c rest.Interface }
+// clientReviewer posts TokenReviews with a review.Client.
+type clientReviewer struct{ c *review.Client }
 
-func (r restReviewer) Create(ctx context.Context, tr *authenticationv1.TokenReview, opts metav1.CreateOptions) (*authenticationv1.TokenReview, error) {
-	out := &authenticationv1.TokenReview{}
-	err := r.c.Post().Resource("tokenreviews").VersionedParams(&opts, scheme.ParameterCodec).
-		Body(tr).MaxRetries(0).Do(ctx).Into(out)
-	return out, err
+var tokenReviewKind = authenticationv1.SchemeGroupVersion.WithKind("TokenReview")
+
+func (r clientReviewer) Create(ctx context.Context, tr *authenticationv1.TokenReview, _ metav1.CreateOptions) (*authenticationv1.TokenReview, error) {
+	return review.Create(ctx, r.c, "/apis/authentication.k8s.io/v1/tokenreviews", tokenReviewKind, tr)
 }
 
 // Audiences returns the audiences the Authenticator reviews tokens for, in
@@ -442,11 +521,12 @@ func validate(token string) *reviewauth.RejectedError {
 func (a *Authenticator) review(ctx context.Context, key cache.Key, token string) (result, error) {
 	// A caller that missed the caches just before a previous load stored its
 	// result, and reached the Group just after that load finished, would
-	// otherwise send a second review.
-	if resp, _ := a.lookup(key); resp != nil {
+	// otherwise send a second review. This second look is part of the same
+	// lookup: it counts no hit or miss.
+	if resp, _ := a.peek(key); resp != nil {
 		return result{resp: resp}, nil
 	}
-	if rej, ok := a.rejected.Get(key); ok {
+	if rej, ok := a.rejected.Peek(key); ok {
 		return result{rejected: rej}, nil
 	}
 	logger := klog.FromContext(ctx)
@@ -473,11 +553,12 @@ func (a *Authenticator) review(ctx context.Context, key cache.Key, token string)
 	if got == nil {
 		return result{}, &reviewauth.ReviewError{Review: "TokenReview", Attempts: 1, Err: errors.New("empty answer")}
 	}
-	if !got.Status.Authenticated && got.Status.Error == "" {
-		// A real API server always explains a rejection in status.error.
-		// An empty status is a malformed answer (client-go does not check
-		// the kind it decodes): could not check, and not cached.
-		err := &reviewauth.ReviewError{Review: "TokenReview", Code: 201, Attempts: 1, Err: errors.New("the answer has an empty status")}
+	if msg := inconsistent(&got.Status); msg != "" {
+		// A malformed or contradictory answer is not the API server's
+		// verdict on the token: could not check, and not cached, so that
+		// a valid caller is not refused for FailureTTL.
+		err := &reviewauth.ReviewError{Review: "TokenReview", Code: 201, Attempts: 1, Err: errors.New(msg)}
+		logger.V(2).Info("TokenReview answer is malformed", "err", err)
 		if span != nil {
 			span.SetAttributes(attribute.String("reviewauth.decision", "unavailable"))
 			span.SetStatus(codes.Error, "malformed answer")
@@ -508,17 +589,35 @@ func (a *Authenticator) review(ctx context.Context, key cache.Key, token string)
 	return result{resp: resp}, nil
 }
 
-// judge turns a TokenReview status into an identity or a rejection.
-func (a *Authenticator) judge(st *authenticationv1.TokenReviewStatus, token string) (*authenticator.Response, *reviewauth.RejectedError) {
-	if st.Error != "" || !st.Authenticated {
-		reason := "the API server did not authenticate the token"
-		if st.Error != "" {
-			reason = "the API server rejected the token: " + review.RedactToken(token)(st.Error)
-		}
-		return nil, &reviewauth.RejectedError{Reason: reason}
+// inconsistent says what is wrong with a TokenReview status that is not a
+// verdict, or returns "". A real API server explains every rejection in
+// status.error, and authenticates only with a username; so these are
+// malformed answers:
+//
+//   - neither authenticated nor an error (an empty status, or an object of
+//     another kind decoded as a TokenReview by a client that does not
+//     check kinds);
+//   - authenticated and an error at once (contradictory; as a
+//     SubjectAccessReview both allowed and denied);
+//   - authenticated without a username (no identity to hand on; no
+//     Kubernetes authenticator produces one).
+func inconsistent(st *authenticationv1.TokenReviewStatus) string {
+	switch {
+	case !st.Authenticated && st.Error == "":
+		return "the answer has an empty status"
+	case st.Authenticated && st.Error != "":
+		return "contradictory answer: authenticated, with an error"
+	case st.Authenticated && st.User.Username == "":
+		return "contradictory answer: authenticated, without a username"
 	}
-	if st.User.Username == "" {
-		return nil, &reviewauth.RejectedError{Reason: "the API server authenticated the token without a username"}
+	return ""
+}
+
+// judge turns a consistent TokenReview status (see inconsistent) into an
+// identity or a rejection.
+func (a *Authenticator) judge(st *authenticationv1.TokenReviewStatus, token string) (*authenticator.Response, *reviewauth.RejectedError) {
+	if !st.Authenticated {
+		return nil, &reviewauth.RejectedError{Reason: "the API server rejected the token: " + review.RedactToken(token)(st.Error)}
 	}
 	var auds authenticator.Audiences
 	if len(a.audiences) == 0 {

@@ -7,6 +7,7 @@ import (
 	"runtime"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -169,32 +170,52 @@ func TestIdentityIsIntact(t *testing.T) {
 func TestAnswerValidation(t *testing.T) {
 	t.Parallel()
 	okUser := authenticationv1.UserInfo{Username: "alice"}
+	// want: nil for success; ErrUnauthenticated for a verdict (cached
+	// for FailureTTL); ErrUnavailable for a malformed or contradictory
+	// answer (not cached).
 	tests := []struct {
 		name   string
 		status authenticationv1.TokenReviewStatus
-		wantOK bool
+		want   error
 	}{
-		{"authenticated with audience", authenticationv1.TokenReviewStatus{Authenticated: true, User: okUser, Audiences: []string{aud}}, true},
-		{"empty status.audiences", authenticationv1.TokenReviewStatus{Authenticated: true, User: okUser}, false},
-		{"foreign audience only", authenticationv1.TokenReviewStatus{Authenticated: true, User: okUser, Audiences: []string{"x"}}, false},
-		{"authenticated but error set", authenticationv1.TokenReviewStatus{Authenticated: true, User: okUser, Audiences: []string{aud}, Error: "boom"}, false},
-		{"authenticated without username", authenticationv1.TokenReviewStatus{Authenticated: true, Audiences: []string{aud}}, false},
-
-		{"not authenticated with error", authenticationv1.TokenReviewStatus{Error: "invalid bearer token"}, false},
+		{"authenticated with audience", authenticationv1.TokenReviewStatus{Authenticated: true, User: okUser, Audiences: []string{aud}}, nil},
+		{"empty status.audiences", authenticationv1.TokenReviewStatus{Authenticated: true, User: okUser}, reviewauth.ErrUnauthenticated},
+		{"foreign audience only", authenticationv1.TokenReviewStatus{Authenticated: true, User: okUser, Audiences: []string{"x"}}, reviewauth.ErrUnauthenticated},
+		{"not authenticated with error", authenticationv1.TokenReviewStatus{Error: "invalid bearer token"}, reviewauth.ErrUnauthenticated},
+		// Contradictory answers (issue #11 item 15): could not check.
+		{"authenticated but error set", authenticationv1.TokenReviewStatus{Authenticated: true, User: okUser, Audiences: []string{aud}, Error: "boom"}, reviewauth.ErrUnavailable},
+		{"authenticated without username", authenticationv1.TokenReviewStatus{Authenticated: true, Audiences: []string{aud}}, reviewauth.ErrUnavailable},
+		{"empty status", authenticationv1.TokenReviewStatus{}, reviewauth.ErrUnavailable},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
 			t.Parallel()
-			a, err := authn.New(answer(tt.status), authn.Options{Audiences: []string{aud}})
+			var calls atomic.Int32
+			reviewer := answer(tt.status)
+			counting := reviewerFunc(func(ctx context.Context, tr *authenticationv1.TokenReview) (*authenticationv1.TokenReview, error) {
+				calls.Add(1)
+				return reviewer(ctx, tr)
+			})
+			a, err := authn.New(counting, authn.Options{Audiences: []string{aud}, Backoff: noRetries})
 			if err != nil {
 				t.Fatal(err)
 			}
-			resp, ok, err := a.AuthenticateToken(context.Background(), "tok")
-			if ok != tt.wantOK {
-				t.Fatalf("AuthenticateToken() = (%v, %v, %v); want ok %v", resp, ok, err, tt.wantOK)
+			for i := range 2 {
+				resp, ok, err := a.AuthenticateToken(context.Background(), "tok")
+				if ok != (tt.want == nil) || (tt.want != nil && !errors.Is(err, tt.want)) {
+					t.Fatalf("AuthenticateToken() #%d = (%v, %v, %v); want %v", i+1, resp, ok, err, tt.want)
+				}
+				if tt.want == reviewauth.ErrUnavailable && errors.Is(err, reviewauth.ErrUnauthenticated) {
+					t.Fatalf("AuthenticateToken() #%d error = %v; want only ErrUnavailable", i+1, err)
+				}
 			}
-			if !ok && !errors.Is(err, reviewauth.ErrUnauthenticated) {
-				t.Fatalf("AuthenticateToken() error = %v; want ErrUnauthenticated", err)
+			// Verdicts are cached; malformed answers are asked again.
+			wantCalls := int32(1)
+			if tt.want == reviewauth.ErrUnavailable {
+				wantCalls = 2
+			}
+			if got := calls.Load(); got != wantCalls {
+				t.Errorf("TokenReviews = %d; want %d", got, wantCalls)
 			}
 		})
 	}

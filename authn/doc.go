@@ -16,10 +16,21 @@
 //     exp claim; rejections are cached for [Options.FailureTTL] in a separate,
 //     separately bounded cache, so a flood of bad tokens cannot evict good
 //     identities; errors are never cached.
-//   - Concurrent reviews of one token are coalesced into one TokenReview.
-//   - Reviews that fail with 429, 5xx, a reset or refused connection or a
-//     timeout are retried with jittered exponential backoff, honouring
-//     Retry-After, within the caller's deadline and a total budget.
+//   - Concurrent reviews of one token are coalesced into one TokenReview,
+//     which no single caller's deadline or cancellation bounds.
+//   - Reviews that fail with 429, 5xx, a reset or refused connection (an
+//     HTTP/2 stream reset or GOAWAY included) or a timeout are retried with
+//     jittered exponential backoff, honouring Retry-After, within the
+//     caller's deadline and a total budget; each request has its own
+//     timeout ([Options.AttemptTimeout]), so one that hangs leaves the
+//     budget to its retries.
+//   - [NewForConfig]'s client never logs a request or response body, at
+//     any klog verbosity or vmodule, contextual logging on or off, and
+//     bounds answers ([MaxAnswerBytes]). A malformed, contradictory or
+//     oversized answer is "could not check", and never cached.
+//   - The API server refusing the service's own credentials (401, or 403
+//     without system:auth-delegator) is logged at the default level, at
+//     most once a minute, and counted; [SelfCheck] finds it at start-up.
 //   - At most [Options.MaxInFlight] TokenReviews are in flight; more callers
 //     wait, subject to their own deadline.
 //   - Empty, oversized and malformed tokens are refused locally, without a

@@ -72,11 +72,11 @@ reviewauth_reviews_total{code="503",review="TokenReview"} 1
 # HELP reviewauth_review_retries_total Retries of failed reviews, by review.
 # TYPE reviewauth_review_retries_total counter
 reviewauth_review_retries_total{review="TokenReview"} 1
-# HELP reviewauth_cache_hits_total Lookups that found a live entry, by cache.
+# HELP reviewauth_cache_hits_total Lookups that found a live entry, by cache. Includes the final counts of collected caches.
 # TYPE reviewauth_cache_hits_total counter
 reviewauth_cache_hits_total{cache="token"} 1
 reviewauth_cache_hits_total{cache="token_rejected"} 0
-# HELP reviewauth_cache_coalesced_total Lookups that waited for a review another caller had started instead of sending their own, by cache.
+# HELP reviewauth_cache_coalesced_total Lookups that waited for a review another caller had started instead of sending their own, by cache. Includes the final counts of collected caches.
 # TYPE reviewauth_cache_coalesced_total counter
 reviewauth_cache_coalesced_total{cache="token"} 1
 reviewauth_cache_coalesced_total{cache="token_rejected"} 0

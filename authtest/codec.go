@@ -124,6 +124,27 @@ func respond(w http.ResponseWriter, r *http.Request, code int, obj runtime.Objec
 	_, _ = io.WriteString(w, buf.String())
 }
 
+// respondPadded is respond, with a JSON body padded with trailing spaces to
+// size bytes when it is shorter.
+func respondPadded(w http.ResponseWriter, r *http.Request, code int, obj runtime.Object, size int) {
+	if size <= 0 || wantsProtobuf(r) {
+		respond(w, r, code, obj)
+		return
+	}
+	body, err := json.Marshal(obj)
+	if err != nil {
+		writeStatus(w, statusOf(apierrors.NewInternalError(fmt.Errorf("authtest: cannot encode response: %w", err))))
+		return
+	}
+	if pad := size - len(body); pad > 0 {
+		body = append(body, strings.Repeat(" ", pad)...)
+	}
+	w.Header().Set("Content-Type", mediaJSON)
+	w.Header().Set("Cache-Control", "no-cache, private")
+	w.WriteHeader(code)
+	_, _ = w.Write(body)
+}
+
 // respondMalformed writes 201 with a body that cannot be decoded, in the
 // media type the client prefers.
 func respondMalformed(w http.ResponseWriter, r *http.Request, tm metav1.TypeMeta) {

@@ -8,6 +8,14 @@
 //   - SubjectAccessReview: POST /apis/authorization.k8s.io/v1/subjectaccessreviews
 //   - TokenRequest: POST /api/v1/namespaces/{namespace}/serviceaccounts/{name}/token
 //
+// and the two requests a service makes to check its own credentials at
+// start-up: SelfSubjectReview (who am I) and SelfSubjectAccessReview (may
+// I), answered for the administrator ([WithAdminUser]) by the
+// administrator policy ([Server.SetAdminPolicy]), which also decides
+// whether the administrator may create reviews at all: a service without
+// system:auth-delegator gets the 403 a real server sends. [WithHTTP2] makes
+// the server speak HTTP/2, as a real one does.
+//
 // Requests and answers are JSON, or protobuf when the client sends and
 // prefers it (client-go's generated clientsets do, for built-in types);
 // error answers are metav1.Status objects in JSON, which every client reads.

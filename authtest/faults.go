@@ -66,6 +66,13 @@ type Fault struct {
 	// status that has both allowed and denied set. Other endpoints ignore
 	// it.
 	BothAllowedAndDenied bool
+	// BodyBytes, when positive, pads the JSON body of a TokenReview or
+	// SubjectAccessReview answer (201, the server's own verdict) with
+	// trailing spaces to exactly this many bytes, which JSON decoders
+	// ignore: an answer of a chosen size, to test a client's size limit. An
+	// answer already larger is sent as it is; protobuf answers are not
+	// padded.
+	BodyBytes int
 	// Times is how many requests the fault applies to; 0 (or less) means
 	// every request until [Server.ClearFaults].
 	Times int

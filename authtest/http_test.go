@@ -100,7 +100,7 @@ func TestRequestDecoding(t *testing.T) {
 		{"unsupported media type", "POST", trPath, "text/plain", `{"spec":{"token":"tok"}}`, 415, metav1.StatusReasonUnsupportedMediaType},
 		{"bad protobuf", "POST", trPath, "application/vnd.kubernetes.protobuf", "k8s\x00garbage", 400, metav1.StatusReasonBadRequest},
 		{"GET", "GET", trPath, "", "", 405, metav1.StatusReasonMethodNotAllowed},
-		{"unknown path", "POST", "/apis/authentication.k8s.io/v1/selfsubjectreviews", "application/json", `{}`, 404, metav1.StatusReasonNotFound},
+		{"unknown path", "POST", "/apis/authentication.k8s.io/v1/tokenrequests", "application/json", `{}`, 404, metav1.StatusReasonNotFound},
 		{"token request without name", "POST", "/api/v1/namespaces/default/serviceaccounts//token", "application/json", `{}`, 404, metav1.StatusReasonNotFound},
 		{"SAR with a TokenReview body", "POST", "/apis/authorization.k8s.io/v1/subjectaccessreviews", "application/json", `{"kind":"TokenReview","apiVersion":"authentication.k8s.io/v1","spec":{"token":"tok"}}`, 400, metav1.StatusReasonBadRequest},
 	}

@@ -137,7 +137,7 @@ func (s *Server) serveSubjectAccessReview(w http.ResponseWriter, r *http.Request
 			st := &sar.Status
 			st.Allowed, st.Denied, st.Reason, st.EvaluationError = policy(*sar.Spec.DeepCopy())
 		}
-		respond(w, r, http.StatusCreated, &sar)
+		respondPadded(w, r, http.StatusCreated, &sar, f.BodyBytes)
 	}
 }
 

@@ -62,6 +62,9 @@ type Server struct {
 	clock        clock.PassiveClock
 	apiAudiences []string
 	adminToken   string
+	adminUser    string
+	adminGroups  []string
+	http2        bool
 	closed       chan struct{}
 	closeOnce    sync.Once
 
@@ -70,6 +73,7 @@ type Server struct {
 	revoked         map[string]bool
 	serviceAccounts map[string]saEntry // key namespace/name
 	policy          Policy
+	adminPolicy     Policy
 	faults          map[Endpoint][]*faultEntry
 	blocks          map[Endpoint]chan struct{}
 	stats           map[Endpoint]*endpointStats
@@ -80,13 +84,16 @@ type Server struct {
 
 // NewServer starts a TLS server and returns it. Close it with
 // [Server.Close]. With no options the server uses the real clock, the API
-// audience [DefaultAPIAudience], no tokens, no service accounts, the policy
-// that allows nothing, and no faults.
+// audience [DefaultAPIAudience], HTTP/1.1 only, no tokens, no service
+// accounts, the policy that allows nothing, an administrator allowed
+// everything, and no faults.
 func NewServer(opts ...Option) *Server {
 	s := &Server{
 		clock:           clock.RealClock{},
 		apiAudiences:    []string{DefaultAPIAudience},
 		adminToken:      "authtest-admin-" + randomString(24),
+		adminUser:       DefaultAdminUser,
+		adminGroups:     []string{"system:masters"},
 		closed:          make(chan struct{}),
 		tokens:          make(map[string]*tokenEntry),
 		revoked:         make(map[string]bool),
@@ -104,6 +111,7 @@ func NewServer(opts ...Option) *Server {
 	s.ts = httptest.NewUnstartedServer(http.HandlerFunc(s.serveHTTP))
 	// Close resets connections mid-handshake; those errors are expected.
 	s.ts.Config.ErrorLog = log.New(io.Discard, "", 0)
+	s.ts.EnableHTTP2 = s.http2
 	s.ts.StartTLS()
 	return s
 }
@@ -215,11 +223,21 @@ func (s *Server) serveHTTP(w http.ResponseWriter, r *http.Request) {
 	defer done()
 	switch e {
 	case TokenReviews:
-		s.serveTokenReview(w, r)
+		if !s.adminForbidden(w, "authentication.k8s.io", "tokenreviews", "", "") {
+			s.serveTokenReview(w, r)
+		}
 	case SubjectAccessReviews:
-		s.serveSubjectAccessReview(w, r)
+		if !s.adminForbidden(w, "authorization.k8s.io", "subjectaccessreviews", "", "") {
+			s.serveSubjectAccessReview(w, r)
+		}
 	case TokenRequests:
-		s.serveTokenRequest(w, r, ns, name)
+		if !s.adminForbidden(w, "", "serviceaccounts", "token", ns) {
+			s.serveTokenRequest(w, r, ns, name)
+		}
+	case SelfSubjectReviews:
+		s.serveSelfSubjectReview(w, r)
+	case SelfSubjectAccessReviews:
+		s.serveSelfSubjectAccessReview(w, r)
 	}
 }
 
@@ -240,6 +258,10 @@ func route(path string) (e Endpoint, ns, name string, ok bool) {
 		return TokenReviews, "", "", true
 	case "/apis/authorization.k8s.io/v1/subjectaccessreviews":
 		return SubjectAccessReviews, "", "", true
+	case "/apis/authorization.k8s.io/v1/selfsubjectaccessreviews":
+		return SelfSubjectAccessReviews, "", "", true
+	case "/apis/authentication.k8s.io/v1/selfsubjectreviews":
+		return SelfSubjectReviews, "", "", true
 	}
 	parts := strings.Split(strings.Trim(path, "/"), "/")
 	// api v1 namespaces {ns} serviceaccounts {name} token

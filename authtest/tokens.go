@@ -251,7 +251,7 @@ func (s *Server) serveTokenReview(w http.ResponseWriter, r *http.Request) {
 		respond(w, r, http.StatusCreated, &tr)
 	default:
 		tr.Status = s.review(tr.Spec)
-		respond(w, r, http.StatusCreated, &tr)
+		respondPadded(w, r, http.StatusCreated, &tr, f.BodyBytes)
 	}
 }
 

@@ -22,9 +22,14 @@
 //     minting a token per call costs one review per TTL, not one per call;
 //   - no caching of requests whose caller-controlled attributes, selectors
 //     included, are large (kubernetes#141457);
-//   - one SubjectAccessReview for any number of concurrent identical misses;
-//   - bounded retries with backoff and Retry-After, within a total budget,
-//     with a bound on reviews in flight;
+//   - one SubjectAccessReview for any number of concurrent identical misses,
+//     which no single caller's deadline or cancellation bounds;
+//   - bounded retries with backoff and Retry-After (HTTP/2 stream resets
+//     included), within a total budget, each request under its own timeout
+//     ([Options.AttemptTimeout]), with a bound on reviews in flight;
+//   - answers read up to a bound ([MaxAnswerBytes]) and never logged;
+//     the API server refusing the service's own credentials is logged at
+//     the default level and counted, and [SelfCheck] finds it at start-up;
 //   - failing closed: an error never comes with Allow, and "could not
 //     check" (a *[reviewauth.ReviewError], matching
 //     [reviewauth.ErrUnavailable]) is distinguishable from a denial.

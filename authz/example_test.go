@@ -179,3 +179,24 @@ func ExampleOptions_cacheKeyIgnoredExtras() {
 	// empty: 3 tokens, 3 SubjectAccessReviews
 	// sent: [JTI=token-2]
 }
+
+// A service checks at start-up that its credentials may create
+// SubjectAccessReviews, and fails fast with a message an operator can act
+// on; an API server that cannot be asked is a different error.
+func ExampleSelfCheck() {
+	srv := authtest.NewServer(authtest.WithAdminUser("system:serviceaccount:kube-system:metrics-proxy"))
+	ctx := context.Background()
+	fmt.Println(authz.SelfCheck(ctx, srv.Config()))
+
+	srv.SetAdminPolicy(authtest.Rules()) // not bound to system:auth-delegator
+	err := authz.SelfCheck(ctx, srv.Config())
+	fmt.Println(errors.Is(err, authz.ErrRefused), errors.Is(err, reviewauth.ErrUnavailable))
+
+	srv.Close()
+	err = authz.SelfCheck(ctx, srv.Config())
+	fmt.Println(errors.Is(err, authz.ErrRefused), errors.Is(err, reviewauth.ErrUnavailable))
+	// Output:
+	// <nil>
+	// true false
+	// false true
+}

@@ -14,7 +14,6 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/util/wait"
 	"k8s.io/apiserver/pkg/authorization/authorizer"
-	"k8s.io/client-go/kubernetes/scheme"
 	authorizationv1client "k8s.io/client-go/kubernetes/typed/authorization/v1"
 	"k8s.io/client-go/rest"
 	"k8s.io/klog/v2"
@@ -63,6 +62,19 @@ const (
 	// included.
 	DefaultTimeout = 10 * time.Second
 
+	// DefaultAttemptTimeout bounds each request of a review, as in authn:
+	// a request unanswered after 3s is stuck, and waiting longer would
+	// spend the budget its retries need (with the 10s budget, a review whose
+	// first request hangs still gets two more full attempts).
+	DefaultAttemptTimeout = review.DefaultAttemptTimeout
+
+	// MaxAnswerBytes bounds an answer of the client [NewForConfig] builds,
+	// beyond the size of the SubjectAccessReview sent (the answer echoes
+	// its spec). An answer is a few KiB; a larger one is "could not check"
+	// (DecisionDeny with a *reviewauth.ReviewError), is not retried and is
+	// not cached. The same in authn.
+	MaxAnswerBytes = review.MaxAnswerBytes
+
 	// DefaultMaxInFlight bounds the SubjectAccessReviews in flight at once.
 	// A healthy API server answers a SAR in a few milliseconds, so 16
 	// slots carry thousands of SARs a second, far more than a cache-fronted
@@ -76,9 +88,18 @@ const (
 	// [NewForConfig] when the rest.Config leaves them zero, as in authn and
 	// k8s.io/apiserver's delegated authorization; client-go's own 5 QPS
 	// throttles reviews into multi-second waits (Istio #27945).
-	DefaultQPS   = 200
-	DefaultBurst = 400
+	DefaultQPS   = review.DefaultQPS
+	DefaultBurst = review.DefaultBurst
 )
+
+// ErrRefused matches a review that the API server refused to perform for
+// this service (HTTP 401: its credentials are invalid or expired; 403: they
+// lack the system:auth-delegator ClusterRole), and a [SelfCheck] that
+// found so. At run time such a review is still "could not check" for the
+// caller: DecisionDeny with a *reviewauth.ReviewError matching
+// reviewauth.ErrUnavailable, with Code 401 or 403. It is the same error as
+// authn.ErrRefused.
+var ErrRefused = review.ErrRefused
 
 // Options configures an [Authorizer]. The zero value gives the defaults
 // documented on each field.
@@ -106,8 +127,15 @@ type Options struct {
 	MaxCacheableAttributeBytes int
 
 	// Timeout is the total budget of one review, retries included. Zero
-	// means [DefaultTimeout].
+	// means [DefaultTimeout]. It bounds the review shared by concurrent
+	// identical calls; no caller's deadline bounds it for the others.
 	Timeout time.Duration
+
+	// AttemptTimeout bounds each request of a review, so that one request
+	// that hangs leaves the budget to its retries; a request cut by it is
+	// retried. It is in real time, like Timeout. Zero means
+	// [DefaultAttemptTimeout]; negative means no bound but Timeout.
+	AttemptTimeout time.Duration
 
 	// Backoff spaces retries, exactly as in authn: Steps is the number of
 	// retries, and the waits grow from Duration by Factor, with Jitter, up
@@ -128,8 +156,10 @@ type Options struct {
 	// contexts are.
 	Clock clock.Clock
 
-	// Metrics, if not nil, records reviews, retries, reviews in flight
-	// (review="SubjectAccessReview") and the cache (cache="sar").
+	// Metrics, if not nil, records reviews, retries, reviews in flight,
+	// reviews the API server refused to perform for this service
+	// (review="SubjectAccessReview") and the cache (cache="sar"). It does
+	// not keep the Authorizer alive.
 	Metrics *metrics.Metrics
 
 	// StaleIfError, when positive, lets a cached Allow be served for up to
@@ -255,7 +285,10 @@ var (
 // own clock, inside each of the Authorizer's attempts; with such a client a
 // throttling API server is asked more often than [Options.Backoff] says.
 // [NewForConfig] builds a client without those hidden retries and is
-// preferred.
+// preferred. A typed client also reads answers of any size, and logs
+// request and response bodies (the identities reviewed) through the global
+// klog at -v=8 and above when contextual logging is off; NewForConfig's
+// client bounds answers ([MaxAnswerBytes]) and never logs a body.
 //
 // New panics if reviewer is nil.
 func New(reviewer SubjectAccessReviewer, opts Options) *Authorizer {
@@ -295,10 +328,12 @@ func New(reviewer SubjectAccessReviewer, opts Options) *Authorizer {
 	if maxEntries <= 0 {
 		maxEntries = DefaultMaxEntries
 	}
-	a.retrier = review.New(reviewName, opts.Backoff, a.clock, opts.MaxInFlight, observer(opts.Metrics))
+	a.retrier = review.New(reviewName, review.Options{Backoff: opts.Backoff, Clock: a.clock, MaxInFlight: opts.MaxInFlight,
+		AttemptTimeout: opts.AttemptTimeout, Observer: observer(opts.Metrics)})
 	a.cache = cache.New[decision](cache.Options{MaxEntries: maxEntries, Clock: a.clock})
 	a.group.Timeout = a.timeout
-	opts.Metrics.AddCache("sar", a.cache.Stats, a.group.Joined)
+	a.group.Counters = a.cache.Counters()
+	opts.Metrics.AddCache("sar", a.cache.Counters())
 	return a
 }
 
@@ -306,58 +341,61 @@ func observer(m *metrics.Metrics) review.Observer {
 	if m == nil {
 		return review.Observer{}
 	}
-	return review.Observer{Attempt: m.ReviewAttempt, Retry: m.ReviewRetry, InFlight: m.ReviewInFlight}
+	return review.Observer{Attempt: m.ReviewAttempt, Retry: m.ReviewRetry, InFlight: m.ReviewInFlight, Refused: m.CredentialRefusal}
 }
 
 // NewForConfig returns an Authorizer that posts SubjectAccessReviews to the
-// API server described by cfg, configured by opts. The client it builds has
-// client-go's internal retries turned off (rest.Request.MaxRetries(0)), so
-// that [Options.Backoff] and [Options.Timeout] are the only retry policy,
-// and it records Retry-After headers for them. QPS and Burst default to
-// [DefaultQPS] and [DefaultBurst] when cfg leaves them zero. cfg itself is
-// not modified.
+// API server described by cfg, configured by opts, over the HTTP client
+// client-go builds for it (TLS, bearer token or token file, exec or
+// certificate authentication), with client-go's token-bucket rate limiter.
+// [Options.Backoff] and [Options.Timeout] are the only retry policy
+// (client-go's own retries are not used), Retry-After is read from each
+// answer, answers are bounded ([MaxAnswerBytes]) and must be
+// SubjectAccessReviews, and no body is ever logged, at any klog setting.
+// QPS and Burst default to [DefaultQPS] and [DefaultBurst] when cfg leaves
+// them zero. cfg itself is not modified.
 func NewForConfig(cfg *rest.Config, opts Options) (*Authorizer, error) {
 	if cfg == nil {
 		return nil, errors.New("authz: NewForConfig with a nil rest.Config")
 	}
-	c := rest.CopyConfig(cfg)
-	if c.QPS == 0 {
-		c.QPS = DefaultQPS
-	}
-	if c.Burst == 0 {
-		c.Burst = DefaultBurst
-	}
-	c.Wrap(review.WrapTransport)
-	client, err := authorizationv1client.NewForConfig(c)
+	c, err := review.NewClient(cfg)
 	if err != nil {
 		return nil, fmt.Errorf("authz: building the SubjectAccessReview client: %w", err)
 	}
-	return New(&restReviewer{client: client.RESTClient()}, opts), nil
+	return New(clientReviewer{c}, opts), nil
 }
 
-// restReviewer posts SubjectAccessReviews with client-go's retries off.
-type restReviewer struct {
-	client rest.Interface
+// SelfCheck asks the API server cfg describes whether cfg's credentials may
+// create SubjectAccessReviews, as [NewForConfig] needs, with a
+// SelfSubjectAccessReview (which any authenticated user may create), and
+// names the identity they belong to when the API server tells (a
+// SelfSubjectReview). Run it at start-up, and fail fast on its error.
+//
+// It returns nil when they may. An error matching [ErrRefused] means they
+// may not, or were refused outright (401): its message names the identity
+// and the ClusterRole it needs (system:auth-delegator). An error matching
+// reviewauth.ErrUnavailable means the API server could not be asked; a
+// service may then start anyway, since reviews report "could not check"
+// until the API server answers.
+func SelfCheck(ctx context.Context, cfg *rest.Config) error {
+	if cfg == nil {
+		return errors.New("authz: nil rest.Config")
+	}
+	if err := review.SelfCheck(ctx, cfg, "authorization.k8s.io", "subjectaccessreviews"); err != nil {
+		return fmt.Errorf("authz: self-check: %w", err)
+	}
+	return nil
 }
 
-func (r *restReviewer) Create(ctx context.Context, sar *authorizationv1.SubjectAccessReview, opts metav1.CreateOptions) (*authorizationv1.SubjectAccessReview, error) {
-	obj, err := r.client.Post().
-		Resource("subjectaccessreviews").
-		VersionedParams(&opts, scheme.ParameterCodec).
-		MaxRetries(0).
-		Body(sar).
-		Do(ctx).
-		Get()
-	if err != nil {
-		return nil, err
-	}
-	out, ok := obj.(*authorizationv1.SubjectAccessReview)
-	if !ok {
-		// A well-formed answer of the wrong kind would otherwise decode
-		// to an empty status and read as NoOpinion.
-		return nil, fmt.Errorf("authz: API server answered a SubjectAccessReview with a %T", obj)
-	}
-	return out, nil
+// clientReviewer posts SubjectAccessReviews with a review.Client, which
+// refuses an answer of another kind (it would otherwise read as an empty
+// status: NoOpinion).
+type clientReviewer struct{ c *review.Client }
+
+var sarKind = authorizationv1.SchemeGroupVersion.WithKind("SubjectAccessReview")
+
+func (r clientReviewer) Create(ctx context.Context, sar *authorizationv1.SubjectAccessReview, _ metav1.CreateOptions) (*authorizationv1.SubjectAccessReview, error) {
+	return review.Create(ctx, r.c, "/apis/authorization.k8s.io/v1/subjectaccessreviews", sarKind, sar)
 }
 
 // Authorize implements [authorizer.UnconditionalAuthorizer]. It answers
@@ -367,10 +405,12 @@ func (r *restReviewer) Create(ctx context.Context, sar *authorizationv1.SubjectA
 // shared review goes on for the others and is cancelled when every caller
 // has left.
 //
-// The shared review retries within [Options.Timeout], and never waits past
-// the deadline of the caller that started it: a wait that would end later
-// stops it at once with a *[reviewauth.ReviewError] carrying the API
-// server's Retry-After, if any. Callers that joined it share that result.
+// The shared review retries within [Options.Timeout], whoever started it:
+// no caller's deadline bounds it for the others, as in authn. A caller
+// whose deadline comes before the review's next attempt (a backoff or a
+// Retry-After wait) returns at once with a *[reviewauth.ReviewError]
+// carrying the API server's Retry-After, if any, while callers with later
+// deadlines keep waiting for the answer.
 //
 // On a cache hit Authorize does not allocate (selectors included), unless
 // the user has more than 32 groups or 16 extra keys, or a label
@@ -453,12 +493,11 @@ func (a *Authorizer) review(ctx context.Context, key cache.Key, enc string, attr
 	}
 	cacheable := attributeBytes(attrs) < a.maxAttrBytes
 	sar := &authorizationv1.SubjectAccessReview{Spec: sarSpec(attrs)}
-	// The shared review stops retrying when the next wait would pass the
-	// deadline of the caller that started it; callers that join share its
-	// result, and each still leaves when its own ctx ends.
-	leaderDeadline, _ := ctx.Deadline()
+	// The shared review runs under the Group's detached context and its
+	// timeout alone; each caller leaves when its own ctx ends, or when the
+	// review's next attempt is due after its deadline (cache.Postpone).
 	v, _, err := a.group.Do(ctx, a.keys.review(enc), func(lctx context.Context) (decision, error) {
-		return a.load(lctx, key, enc, sar, cacheable, leaderDeadline)
+		return a.load(lctx, key, enc, sar, cacheable)
 	})
 	if err != nil {
 		var re *reviewauth.ReviewError
@@ -472,21 +511,17 @@ func (a *Authorizer) review(ctx context.Context, key cache.Key, enc string, attr
 }
 
 // load runs one shared review and caches its result.
-func (a *Authorizer) load(ctx context.Context, key cache.Key, enc string, sar *authorizationv1.SubjectAccessReview, cacheable bool, leaderDeadline time.Time) (decision, error) {
+func (a *Authorizer) load(ctx context.Context, key cache.Key, enc string, sar *authorizationv1.SubjectAccessReview, cacheable bool) (decision, error) {
 	// A caller that missed the cache just as the previous shared review
-	// finished starts a new one; its answer is already cached.
-	if v, ok := a.cache.Get(key); ok && v.enc == enc && (a.stale <= 0 || v.d != authorizer.DecisionAllow || a.clock.Now().Before(v.fresh)) {
+	// finished starts a new one; its answer is already cached. This second
+	// look is part of the caller's lookup: it counts no hit or miss.
+	if v, ok := a.cache.Peek(key); ok && v.enc == enc && (a.stale <= 0 || v.d != authorizer.DecisionAllow || a.clock.Now().Before(v.fresh)) {
 		return v, nil
 	}
 	if a.tracer != nil {
 		var span trace.Span
 		ctx, span = a.tracer.Start(ctx, "reviewauth.SubjectAccessReview")
 		defer span.End()
-	}
-	if dl, ok := ctx.Deadline(); !leaderDeadline.IsZero() && (!ok || leaderDeadline.Before(dl)) {
-		var cancel context.CancelFunc
-		ctx, cancel = context.WithDeadline(ctx, leaderDeadline)
-		defer cancel()
 	}
 	var out *authorizationv1.SubjectAccessReview
 	attempts := 0

@@ -22,8 +22,10 @@ const DefaultLoadTimeout = 10 * time.Second
 //   - the shared load runs detached from the cancellation of the caller that
 //     started it (it keeps that caller's context values, such as its logger),
 //     under its own [Group.Timeout];
-//   - each caller returns as soon as its own context is done, and when every
-//     caller has given up the shared load's context is cancelled. singleflight
+//   - each caller returns as soon as its own context is done (or as soon as
+//     the load says, with [Postpone], that its next attempt is due after the
+//     caller's deadline), and when every caller has given up the shared
+//     load's context is cancelled. singleflight
 //     cannot cancel an abandoned call, so under a flood of unique tokens whose
 //     callers time out, every abandoned review would keep retrying for its
 //     whole budget and hold an in-flight slot.
@@ -39,6 +41,10 @@ const DefaultLoadTimeout = 10 * time.Second
 type Group[V any] struct {
 	// Timeout bounds each shared load. Zero means [DefaultLoadTimeout].
 	Timeout time.Duration
+	// Counters, if not nil, count each caller that joins a load another
+	// caller started (see [Counters.AddCoalesced]), as it joins: usually
+	// the Counters of the [Cache] the loads fill.
+	Counters *Counters
 
 	mu     sync.Mutex
 	calls  map[Key]*call[V]
@@ -51,6 +57,47 @@ type call[V any] struct {
 	err     error
 	waiters int
 	cancel  context.CancelFunc
+
+	// Set by Postpone, under the Group's mutex: the load will not finish
+	// before notBefore, and a waiter whose deadline is earlier returns
+	// postponeErr. notify is closed (and replaced) at each Postpone.
+	group       *Group[V]
+	notBefore   time.Time
+	postponeErr error
+	notify      chan struct{}
+}
+
+// loadKey is the context key under which a load finds its call, for
+// [Postpone].
+type loadKey struct{}
+
+// postponer is a *call[V] of any V.
+type postponer interface {
+	postpone(notBefore time.Time, err error)
+}
+
+// Postpone tells the callers waiting for the load running under ctx that
+// it will not finish before notBefore (its next attempt is not due until
+// then, say), and why: each caller whose own deadline comes before
+// notBefore returns err at once instead of waiting in vain, and when no
+// caller is left the load's context is cancelled, as usual. Callers with a
+// later deadline, or none, keep waiting. A load calls it before it waits;
+// ctx must be the context the load received from [Group.Do], or one
+// derived from it. Without such a context, or with a nil err, Postpone
+// does nothing.
+func Postpone(ctx context.Context, notBefore time.Time, err error) {
+	if p, ok := ctx.Value(loadKey{}).(postponer); ok && err != nil {
+		p.postpone(notBefore, err)
+	}
+}
+
+func (c *call[V]) postpone(notBefore time.Time, err error) {
+	g := c.group
+	g.mu.Lock()
+	c.notBefore, c.postponeErr = notBefore, err
+	close(c.notify)
+	c.notify = make(chan struct{})
+	g.mu.Unlock()
 }
 
 // PanicError is the error waiters receive when a load panics.
@@ -70,8 +117,15 @@ func (e *PanicError) Error() string { return fmt.Sprintf("cache: load panicked: 
 //
 // fn receives a context that carries ctx's values but not its cancellation
 // or deadline, with the Group's timeout; it is cancelled when every waiter has
-// returned. Results are not remembered: once the call finishes, the next Do
-// for k starts a new one. Store results in a [Cache] to reuse them.
+// returned. No caller bounds or cancels the shared call alone: a caller
+// whose deadline passes leaves, and the others keep waiting for the result.
+// fn may call [Postpone] to let callers whose deadline comes before its
+// next attempt leave at once. Results are not remembered: once the call
+// finishes, the next Do for k starts a new one. Store results in a [Cache]
+// to reuse them.
+//
+// A source with a single value (one token, say) uses one fixed key, such
+// as the zero Key.
 func (g *Group[V]) Do(ctx context.Context, k Key, fn func(context.Context) (V, error)) (v V, shared bool, err error) {
 	g.mu.Lock()
 	if g.calls == nil {
@@ -81,6 +135,9 @@ func (g *Group[V]) Do(ctx context.Context, k Key, fn func(context.Context) (V, e
 		c.waiters++
 		g.mu.Unlock()
 		g.joined.Add(1)
+		if g.Counters != nil {
+			g.Counters.AddCoalesced(1)
+		}
 		return g.wait(ctx, k, c, true)
 	}
 	timeout := g.Timeout
@@ -88,7 +145,8 @@ func (g *Group[V]) Do(ctx context.Context, k Key, fn func(context.Context) (V, e
 		timeout = DefaultLoadTimeout
 	}
 	lctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), timeout)
-	c := &call[V]{done: make(chan struct{}), waiters: 1, cancel: cancel}
+	c := &call[V]{done: make(chan struct{}), waiters: 1, cancel: cancel, group: g, notify: make(chan struct{})}
+	lctx = context.WithValue(lctx, loadKey{}, postponer(c))
 	g.calls[k] = c
 	g.mu.Unlock()
 
@@ -114,10 +172,29 @@ func (g *Group[V]) run(ctx context.Context, k Key, c *call[V], fn func(context.C
 }
 
 func (g *Group[V]) wait(ctx context.Context, k Key, c *call[V], shared bool) (V, bool, error) {
-	select {
-	case <-c.done:
-		return c.value, shared, c.err
-	case <-ctx.Done():
+	deadline, hasDeadline := ctx.Deadline()
+	var err error
+	for err == nil {
+		// Only a caller with a deadline cares when the next attempt is due.
+		var notify chan struct{}
+		if hasDeadline {
+			g.mu.Lock()
+			notify = c.notify
+			if c.postponeErr != nil && deadline.Before(c.notBefore) {
+				err = c.postponeErr
+			}
+			g.mu.Unlock()
+			if err != nil {
+				break
+			}
+		}
+		select {
+		case <-c.done:
+			return c.value, shared, c.err
+		case <-ctx.Done():
+			err = ctx.Err()
+		case <-notify:
+		}
 	}
 	// The result may have arrived at the same moment; prefer it.
 	select {
@@ -135,7 +212,7 @@ func (g *Group[V]) wait(ctx context.Context, k Key, c *call[V], shared bool) (V,
 	}
 	g.mu.Unlock()
 	var zero V
-	return zero, shared, ctx.Err()
+	return zero, shared, err
 }
 
 // Joined returns how many calls to Do have joined a load that another

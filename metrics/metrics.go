@@ -13,9 +13,17 @@
 // A nil *Metrics is valid and records nothing, at no cost. Cache hit and miss
 // counts are read from the caches' own counters when the registry is
 // scraped, so a cache hit pays nothing for metrics.
+//
+// Metrics hold the caches they report only weakly (through
+// [cache.Counters]): an Authenticator or Authorizer that is no longer used,
+// say one replaced on a configuration reload, is garbage collected with its
+// caches. Its final counts are then added to per-name retired totals, so
+// that every counter stays monotonic (rate() sees no reset), while its
+// entries leave reviewauth_cache_entries.
 package metrics
 
 import (
+	"slices"
 	"strconv"
 	"sync"
 	"time"
@@ -53,21 +61,23 @@ type Metrics struct {
 	inFlight    *prometheus.GaugeVec
 	decisions   *prometheus.CounterVec
 	staleServes *prometheus.CounterVec
+	refusals    *prometheus.CounterVec
 
 	// decided holds the decision counters of the known transports and
 	// outcomes, resolved once: a request pays a map read, not a label hash.
 	decided map[[2]string]prometheus.Counter
 
-	mu     sync.Mutex
-	caches []namedCache
+	mu      sync.Mutex
+	caches  []namedCache
+	retired map[string]cache.Stats // final counts of collected caches, by name
+	names   []string               // every name ever added, in order
 
 	cacheHits, cacheMisses, cacheEvictions, cacheExpired, cacheEntries, coalesced *prometheus.Desc
 }
 
 type namedCache struct {
-	name      string
-	stats     func() cache.Stats
-	coalesced func() uint64
+	name     string
+	counters *cache.Counters
 }
 
 // New returns a Metrics with all its collectors.
@@ -98,18 +108,22 @@ func New() *Metrics {
 			Name: "reviewauth_stale_serves_total",
 			Help: "Allowed results served past their TTL because the API server was unavailable (stale-if-error), by cache.",
 		}, []string{"cache"}),
+		refusals: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Name: "reviewauth_review_credential_refusals_total",
+			Help: "Reviews the API server refused to perform for this service (HTTP 401 or 403: its own credentials are invalid or lack the system:auth-delegator ClusterRole), by review.",
+		}, []string{"review"}),
 		cacheHits: prometheus.NewDesc("reviewauth_cache_hits_total",
-			"Lookups that found a live entry, by cache.", []string{"cache"}, nil),
+			"Lookups that found a live entry, by cache. Includes the final counts of collected caches.", []string{"cache"}, nil),
 		cacheMisses: prometheus.NewDesc("reviewauth_cache_misses_total",
-			"Lookups that found no live entry, by cache.", []string{"cache"}, nil),
+			"Lookups that found no live entry, by cache. Includes the final counts of collected caches.", []string{"cache"}, nil),
 		cacheEvictions: prometheus.NewDesc("reviewauth_cache_evictions_total",
-			"Live entries dropped to make room, by cache.", []string{"cache"}, nil),
+			"Live entries dropped to make room, by cache. Includes the final counts of collected caches.", []string{"cache"}, nil),
 		cacheExpired: prometheus.NewDesc("reviewauth_cache_expired_total",
-			"Expired entries dropped, by cache.", []string{"cache"}, nil),
+			"Expired entries dropped, by cache. Includes the final counts of collected caches.", []string{"cache"}, nil),
 		cacheEntries: prometheus.NewDesc("reviewauth_cache_entries",
-			"Entries held now, by cache.", []string{"cache"}, nil),
+			"Entries held now, by cache, in caches still in use.", []string{"cache"}, nil),
 		coalesced: prometheus.NewDesc("reviewauth_cache_coalesced_total",
-			"Lookups that waited for a review another caller had started instead of sending their own, by cache.", []string{"cache"}, nil),
+			"Lookups that waited for a review another caller had started instead of sending their own, by cache. Includes the final counts of collected caches.", []string{"cache"}, nil),
 	}
 	m.decided = make(map[[2]string]prometheus.Counter)
 	for _, t := range []string{"http", "grpc"} {
@@ -128,6 +142,7 @@ func (m *Metrics) Describe(ch chan<- *prometheus.Desc) {
 	m.inFlight.Describe(ch)
 	m.decisions.Describe(ch)
 	m.staleServes.Describe(ch)
+	m.refusals.Describe(ch)
 	for _, d := range []*prometheus.Desc{m.cacheHits, m.cacheMisses, m.cacheEvictions, m.cacheExpired, m.cacheEntries, m.coalesced} {
 		ch <- d
 	}
@@ -141,51 +156,85 @@ func (m *Metrics) Collect(ch chan<- prometheus.Metric) {
 	m.inFlight.Collect(ch)
 	m.decisions.Collect(ch)
 	m.staleServes.Collect(ch)
+	m.refusals.Collect(ch)
+	// Several caches may share a name (two authenticators); sum them, with
+	// the retired totals of the collected ones.
 	m.mu.Lock()
-	caches := append([]namedCache(nil), m.caches...)
-	m.mu.Unlock()
-	// Several caches may share a name (two authenticators); sum them.
-	type sums struct{ hits, misses, evictions, expired, entries, coalesced float64 }
-	by := map[string]*sums{}
-	var order []string
-	for _, c := range caches {
-		s, ok := by[c.name]
-		if !ok {
-			s = &sums{}
-			by[c.name] = s
-			order = append(order, c.name)
-		}
-		st := c.stats()
-		s.hits += float64(st.Hits)
-		s.misses += float64(st.Misses)
-		s.evictions += float64(st.Evictions)
-		s.expired += float64(st.Expired)
-		s.entries += float64(st.Entries)
-		if c.coalesced != nil {
-			s.coalesced += float64(c.coalesced())
-		}
+	m.retireLocked()
+	by := make(map[string]cache.Stats, len(m.names))
+	for name, st := range m.retired {
+		by[name] = st
 	}
-	for _, name := range order {
+	for _, c := range m.caches {
+		by[c.name] = add(by[c.name], c.counters.Stats())
+	}
+	names := m.names
+	m.mu.Unlock()
+	for _, name := range names {
 		s := by[name]
-		ch <- prometheus.MustNewConstMetric(m.cacheHits, prometheus.CounterValue, s.hits, name)
-		ch <- prometheus.MustNewConstMetric(m.cacheMisses, prometheus.CounterValue, s.misses, name)
-		ch <- prometheus.MustNewConstMetric(m.cacheEvictions, prometheus.CounterValue, s.evictions, name)
-		ch <- prometheus.MustNewConstMetric(m.cacheExpired, prometheus.CounterValue, s.expired, name)
-		ch <- prometheus.MustNewConstMetric(m.cacheEntries, prometheus.GaugeValue, s.entries, name)
-		ch <- prometheus.MustNewConstMetric(m.coalesced, prometheus.CounterValue, s.coalesced, name)
+		ch <- prometheus.MustNewConstMetric(m.cacheHits, prometheus.CounterValue, float64(s.Hits), name)
+		ch <- prometheus.MustNewConstMetric(m.cacheMisses, prometheus.CounterValue, float64(s.Misses), name)
+		ch <- prometheus.MustNewConstMetric(m.cacheEvictions, prometheus.CounterValue, float64(s.Evictions), name)
+		ch <- prometheus.MustNewConstMetric(m.cacheExpired, prometheus.CounterValue, float64(s.Expired), name)
+		ch <- prometheus.MustNewConstMetric(m.cacheEntries, prometheus.GaugeValue, float64(s.Entries), name)
+		ch <- prometheus.MustNewConstMetric(m.coalesced, prometheus.CounterValue, float64(s.Coalesced), name)
 	}
 }
 
-// AddCache makes a cache's counters visible under the cache label name.
-// stats is called at scrape time; coalesced, if not nil, counts callers that
-// joined another caller's review.
-func (m *Metrics) AddCache(name string, stats func() cache.Stats, coalesced func() uint64) {
-	if m == nil {
+// retireLocked moves the final counts of collected caches into the retired
+// totals and forgets the caches. A cache found live is reported live; once
+// it is not, nothing can change its counts any more.
+func (m *Metrics) retireLocked() {
+	kept := m.caches[:0]
+	for _, c := range m.caches {
+		if c.counters.Live() {
+			kept = append(kept, c)
+			continue
+		}
+		st := c.counters.Stats()
+		st.Entries = 0
+		if m.retired == nil {
+			m.retired = make(map[string]cache.Stats)
+		}
+		m.retired[c.name] = add(m.retired[c.name], st)
+	}
+	clear(m.caches[len(kept):])
+	m.caches = kept
+}
+
+func add(a, b cache.Stats) cache.Stats {
+	return cache.Stats{
+		Hits: a.Hits + b.Hits, Misses: a.Misses + b.Misses, Evictions: a.Evictions + b.Evictions,
+		Expired: a.Expired + b.Expired, Entries: a.Entries + b.Entries, Coalesced: a.Coalesced + b.Coalesced,
+	}
+}
+
+// AddCache makes a cache's counters visible under the cache label name
+// (token, token_rejected, sar). They are read at scrape time. Metrics keep
+// c but not its cache: once the cache is garbage collected, its final
+// counts join name's retired totals and it leaves the entries gauge. A nil
+// c is ignored.
+func (m *Metrics) AddCache(name string, c *cache.Counters) {
+	if m == nil || c == nil {
 		return
 	}
 	m.mu.Lock()
-	m.caches = append(m.caches, namedCache{name: name, stats: stats, coalesced: coalesced})
+	m.retireLocked()
+	m.caches = append(m.caches, namedCache{name: name, counters: c})
+	if !slices.Contains(m.names, name) {
+		m.names = append(slices.Clip(m.names), name)
+	}
 	m.mu.Unlock()
+}
+
+// CredentialRefusal records a review the API server refused to perform for
+// this service: HTTP 401 (its credentials are invalid or expired) or 403
+// (they lack the system:auth-delegator ClusterRole).
+func (m *Metrics) CredentialRefusal(review string) {
+	if m == nil {
+		return
+	}
+	m.refusals.WithLabelValues(review).Inc()
 }
 
 // ReviewAttempt records one request to the API server: its HTTP code (0 for

@@ -1,6 +1,7 @@
 package metrics_test
 
 import (
+	"runtime"
 	"strings"
 	"testing"
 	"time"
@@ -24,7 +25,8 @@ func TestNilIsANoOp(t *testing.T) {
 	m.ReviewInFlight("TokenReview", 1)
 	m.Decision("http", metrics.OutcomeAllowed)
 	m.StaleServe("token")
-	m.AddCache("token", func() cache.Stats { return cache.Stats{} }, nil)
+	m.AddCache("token", cache.New[int](cache.Options{}).Counters())
+	m.CredentialRefusal("TokenReview")
 }
 
 // TestNamesFollowConventions lints every metric with Prometheus' own linter
@@ -32,7 +34,11 @@ func TestNilIsANoOp(t *testing.T) {
 func TestNamesFollowConventions(t *testing.T) {
 	m := metrics.New()
 	m.ReviewAttempt("TokenReview", 201, 3*time.Millisecond)
-	m.AddCache("token", func() cache.Stats { return cache.Stats{Hits: 1} }, func() uint64 { return 2 })
+	m.CredentialRefusal("TokenReview")
+	c := cache.New[int](cache.Options{})
+	c.Get(cache.Key{1})
+	c.Counters().AddCoalesced(2)
+	m.AddCache("token", c.Counters())
 	problems, err := testutil.CollectAndLint(m)
 	if err != nil {
 		t.Fatal(err)
@@ -52,25 +58,45 @@ func TestNamesFollowConventions(t *testing.T) {
 // TestCachesWithOneNameAreSummed: two authenticators report one series.
 func TestCachesWithOneNameAreSummed(t *testing.T) {
 	m := metrics.New()
-	m.AddCache("token", func() cache.Stats { return cache.Stats{Hits: 2, Misses: 1, Entries: 3} }, func() uint64 { return 1 })
-	m.AddCache("token", func() cache.Stats { return cache.Stats{Hits: 5, Evictions: 4, Entries: 1} }, func() uint64 { return 2 })
+	// The first: 2 hits, 1 miss, 3 entries, 1 coalesced.
+	a := cache.New[int](cache.Options{MaxEntries: 8})
+	for i := range 3 {
+		a.Set(cache.Key{byte(i)}, i, time.Hour)
+	}
+	a.Get(cache.Key{0})
+	a.Get(cache.Key{1})
+	a.Get(cache.Key{9})
+	a.Counters().AddCoalesced(1)
+	// The second: 5 hits, 4 evictions, 1 entry, 2 coalesced.
+	b := cache.New[int](cache.Options{MaxEntries: 1})
+	for i := range 5 {
+		b.Set(cache.Key{byte(i)}, i, time.Hour)
+	}
+	for range 5 {
+		b.Get(cache.Key{4})
+	}
+	b.Counters().AddCoalesced(2)
+	m.AddCache("token", a.Counters())
+	m.AddCache("token", b.Counters())
 	want := `
-# HELP reviewauth_cache_hits_total Lookups that found a live entry, by cache.
+# HELP reviewauth_cache_hits_total Lookups that found a live entry, by cache. Includes the final counts of collected caches.
 # TYPE reviewauth_cache_hits_total counter
 reviewauth_cache_hits_total{cache="token"} 7
-# HELP reviewauth_cache_evictions_total Live entries dropped to make room, by cache.
+# HELP reviewauth_cache_evictions_total Live entries dropped to make room, by cache. Includes the final counts of collected caches.
 # TYPE reviewauth_cache_evictions_total counter
 reviewauth_cache_evictions_total{cache="token"} 4
-# HELP reviewauth_cache_entries Entries held now, by cache.
+# HELP reviewauth_cache_entries Entries held now, by cache, in caches still in use.
 # TYPE reviewauth_cache_entries gauge
 reviewauth_cache_entries{cache="token"} 4
-# HELP reviewauth_cache_coalesced_total Lookups that waited for a review another caller had started instead of sending their own, by cache.
+# HELP reviewauth_cache_coalesced_total Lookups that waited for a review another caller had started instead of sending their own, by cache. Includes the final counts of collected caches.
 # TYPE reviewauth_cache_coalesced_total counter
 reviewauth_cache_coalesced_total{cache="token"} 3
 `
 	if err := testutil.CollectAndCompare(m, strings.NewReader(want), "reviewauth_cache_hits_total", "reviewauth_cache_evictions_total", "reviewauth_cache_entries", "reviewauth_cache_coalesced_total"); err != nil {
 		t.Fatal(err)
 	}
+	runtime.KeepAlive(a)
+	runtime.KeepAlive(b)
 }
 
 func TestLatencyBucketsStartAt1ms(t *testing.T) {

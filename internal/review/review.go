@@ -7,20 +7,23 @@ package review
 import (
 	"context"
 	"errors"
+	"fmt"
 	"io"
 	"net"
 	"net/http"
-	"strconv"
 	"strings"
 	"sync"
 	"time"
 
+	"golang.org/x/net/http2"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	utilnet "k8s.io/apimachinery/pkg/util/net"
 	"k8s.io/apimachinery/pkg/util/wait"
+	"k8s.io/klog/v2"
 	"k8s.io/utils/clock"
 
 	"github.com/reviewauth/reviewauth"
+	"github.com/reviewauth/reviewauth/cache"
 )
 
 // DefaultBackoff is used when a Retrier's Backoff is zero: the first retry
@@ -34,17 +37,51 @@ var DefaultBackoff = wait.Backoff{Duration: 100 * time.Millisecond, Factor: 2, J
 // MaxInFlight is zero.
 const DefaultMaxInFlight = 16
 
+// DefaultAttemptTimeout bounds each request of a review when
+// Options.AttemptTimeout is zero. A healthy API server answers a review in
+// milliseconds; a request still unanswered after 3s is stuck (a dead
+// connection, a server that accepted and hung), and waiting longer only
+// spends the 10s budget that its retries need: with 3s, a review whose
+// first request hangs still gets at least two more full attempts, on a
+// new stream or connection.
+const DefaultAttemptTimeout = 3 * time.Second
+
+// RefusalLogInterval is the least time between two log lines about the
+// API server refusing the service's own credentials, per Retrier.
+const RefusalLogInterval = time.Minute
+
+// Options configures a [Retrier]. Zero values mean the defaults above.
+type Options struct {
+	// Backoff spaces retries; Steps is the number of retries, and a
+	// negative Steps means none.
+	Backoff wait.Backoff
+	// Clock spaces retries and rate-limits logging. Nil is the real clock.
+	Clock clock.Clock
+	// MaxInFlight bounds concurrent requests.
+	MaxInFlight int
+	// AttemptTimeout bounds each request, in real time like context
+	// deadlines; negative means no bound of its own.
+	AttemptTimeout time.Duration
+	// Observer is told about every attempt.
+	Observer Observer
+}
+
 // Retrier sends reviews. It is safe for concurrent use once built with New.
 type Retrier struct {
-	kind    string
-	backoff wait.Backoff
-	clock   clock.Clock
-	sem     chan struct{}
-	obs     Observer
+	kind           string
+	backoff        wait.Backoff
+	clock          clock.Clock
+	attemptTimeout time.Duration
+	sem            chan struct{}
+	obs            Observer
 
-	mu       sync.Mutex
-	inFlight int
-	maxSeen  int
+	mu          sync.Mutex
+	inFlight    int
+	maxSeen     int
+	lastRefusal time.Time // last logged
+	suppressed  int       // refusals not logged since
+
+	noRefusalLog bool // SelfCheck returns refusals instead
 }
 
 // Observer is told about every attempt. All methods must be cheap and safe
@@ -57,25 +94,35 @@ type Observer struct {
 	Retry func(kind string)
 	// InFlight is called with +1 and -1 as requests start and end.
 	InFlight func(kind string, delta int)
+	// Refused is called for each request the API server refused with 401
+	// or 403: the service's own credentials are invalid or not allowed to
+	// create the review.
+	Refused func(kind string)
 }
 
 // New returns a Retrier for reviews of kind ("TokenReview" or
-// "SubjectAccessReview"). Zero values mean the defaults above; a negative
-// Steps in b means no retries.
-func New(kind string, b wait.Backoff, clk clock.Clock, maxInFlight int, obs Observer) *Retrier {
+// "SubjectAccessReview"), configured by o.
+func New(kind string, o Options) *Retrier {
+	b := o.Backoff
 	if b.Duration == 0 && b.Steps == 0 {
 		b = DefaultBackoff
 	}
 	if b.Steps < 0 {
 		b.Steps = 0
 	}
+	clk := o.Clock
 	if clk == nil {
 		clk = clock.RealClock{}
 	}
+	maxInFlight := o.MaxInFlight
 	if maxInFlight <= 0 {
 		maxInFlight = DefaultMaxInFlight
 	}
-	return &Retrier{kind: kind, backoff: b, clock: clk, sem: make(chan struct{}, maxInFlight), obs: obs}
+	at := o.AttemptTimeout
+	if at == 0 {
+		at = DefaultAttemptTimeout
+	}
+	return &Retrier{kind: kind, backoff: b, clock: clk, attemptTimeout: at, sem: make(chan struct{}, maxInFlight), obs: o.Observer}
 }
 
 // MaxInFlightSeen returns the largest number of concurrent requests seen.
@@ -85,12 +132,24 @@ func (r *Retrier) MaxInFlightSeen() int {
 	return r.maxSeen
 }
 
+// errAttemptTimeout is the cause of an attempt cut by the attempt timeout.
+var errAttemptTimeout = errors.New("attempt timed out")
+
 // Do calls attempt until it succeeds, fails with an error that is not worth
 // retrying, or the retry budget runs out: the backoff's steps, or ctx's
 // deadline (a retry whose wait would end past the deadline is not tried).
+// Each attempt runs under its own timeout (Options.AttemptTimeout), and an
+// attempt that times out is retried. Before each wait, Do tells the callers
+// sharing the review ([cache.Postpone]) when the next attempt is due, so
+// that those whose deadline comes first leave at once with the error so
+// far.
+//
 // Every failure is returned as a *reviewauth.ReviewError, which matches
-// reviewauth.ErrUnavailable. redact is applied to every error message before
-// it is stored, so that a token never reaches an error string.
+// reviewauth.ErrUnavailable; a 401 or 403 answer (the service's own
+// credentials refused) also matches [ErrRefused], is logged at the default
+// level at most once per [RefusalLogInterval], and is not retried. redact
+// is applied to every error message before it is stored or logged, so that
+// a token never reaches an error string.
 func (r *Retrier) Do(ctx context.Context, redact func(string) string, attempt func(ctx context.Context) error) error {
 	// wait.Backoff.Step zeroes Steps once Cap is reached; count retries
 	// here and apply Cap ourselves, so that Steps alone bounds them.
@@ -103,9 +162,8 @@ func (r *Retrier) Do(ctx context.Context, redact func(string) string, attempt fu
 		if err := r.acquire(ctx); err != nil {
 			return r.fail(attempts, 0, 0, err, redact)
 		}
-		ctx, retryAfterHeader := withRetryAfterRecorder(ctx)
 		start := r.clock.Now()
-		err := attempt(quiet(ctx))
+		err := r.try(ctx, attempt)
 		r.release()
 		attempts++
 		code := statusCode(err)
@@ -118,7 +176,12 @@ func (r *Retrier) Do(ctx context.Context, redact func(string) string, attempt fu
 		if err == nil {
 			return nil
 		}
-		retryAfter := retryAfter(err, retryAfterHeader)
+		retryAfter := retryAfter(err)
+		if code == http.StatusUnauthorized || code == http.StatusForbidden {
+			failed := r.fail(attempts, code, retryAfter, err, redact)
+			r.refused(ctx, failed)
+			return failed
+		}
 		if !retryable(err) || attempts > retries || ctx.Err() != nil {
 			return r.fail(attempts, code, retryAfter, err, redact)
 		}
@@ -133,6 +196,7 @@ func (r *Retrier) Do(ctx context.Context, redact func(string) string, attempt fu
 		if dl, ok := ctx.Deadline(); ok && wait > time.Until(dl) {
 			return r.fail(attempts, code, retryAfter, err, redact)
 		}
+		cache.Postpone(ctx, time.Now().Add(wait), r.fail(attempts, code, retryAfter, err, redact))
 		if r.obs.Retry != nil {
 			r.obs.Retry(r.kind)
 		}
@@ -144,6 +208,66 @@ func (r *Retrier) Do(ctx context.Context, redact func(string) string, attempt fu
 			return r.fail(attempts, code, retryAfter, err, redact)
 		}
 	}
+}
+
+// try runs one attempt under the attempt timeout, with client-go's logging
+// capped (see [MaxClientVerbosity]).
+func (r *Retrier) try(ctx context.Context, attempt func(ctx context.Context) error) error {
+	actx := quiet(ctx)
+	if r.attemptTimeout > 0 {
+		var cancel context.CancelFunc
+		actx, cancel = context.WithTimeoutCause(actx, r.attemptTimeout, errAttemptTimeout)
+		defer cancel()
+	}
+	err := attempt(actx)
+	if err != nil && ctx.Err() == nil && errors.Is(context.Cause(actx), errAttemptTimeout) {
+		return &attemptTimeoutError{d: r.attemptTimeout, err: err}
+	}
+	return err
+}
+
+// attemptTimeoutError is an attempt cut by the attempt timeout; retryable.
+type attemptTimeoutError struct {
+	d   time.Duration
+	err error
+}
+
+func (e *attemptTimeoutError) Error() string {
+	return fmt.Sprintf("no answer within the attempt timeout (%v): %v", e.d, e.err)
+}
+
+func (e *attemptTimeoutError) Unwrap() error { return e.err }
+
+// ErrRefused matches a review the API server refused to perform for this
+// service: HTTP 401 (its credentials are invalid or expired) or 403 (they
+// lack the permission to create the review). For the caller it is still
+// "could not check" (reviewauth.ErrUnavailable).
+var ErrRefused = errors.New("the API server refused this service's own credentials")
+
+// RBACHint names what a service that reviews tokens and access needs.
+const RBACHint = "it needs the system:auth-delegator ClusterRole (create tokenreviews.authentication.k8s.io, create subjectaccessreviews.authorization.k8s.io)"
+
+// refused logs a refusal at the default level, at most once per
+// RefusalLogInterval, and counts it.
+func (r *Retrier) refused(ctx context.Context, err error) {
+	if r.obs.Refused != nil {
+		r.obs.Refused(r.kind)
+	}
+	if r.noRefusalLog {
+		return
+	}
+	now := r.clock.Now()
+	r.mu.Lock()
+	if !r.lastRefusal.IsZero() && now.Sub(r.lastRefusal) < RefusalLogInterval {
+		r.suppressed++
+		r.mu.Unlock()
+		return
+	}
+	suppressed := r.suppressed
+	r.lastRefusal, r.suppressed = now, 0
+	r.mu.Unlock()
+	klog.FromContext(ctx).Error(err, "The API server refused this service's own "+r.kind+": its credentials are invalid (401) or not allowed to create it (403); "+RBACHint+". Every review is reported as unavailable until this is fixed",
+		"review", r.kind, "sameSinceLastLog", suppressed)
 }
 
 func (r *Retrier) acquire(ctx context.Context) error {
@@ -175,8 +299,18 @@ func (r *Retrier) release() {
 }
 
 func (r *Retrier) fail(attempts, code int, retryAfter time.Duration, err error, redact func(string) string) error {
-	return &reviewauth.ReviewError{Review: r.kind, Code: code, Attempts: attempts, RetryAfter: retryAfter, Err: Redacted(err, redact)}
+	err = Redacted(err, redact)
+	if code == http.StatusUnauthorized || code == http.StatusForbidden {
+		err = refusedError{err}
+	}
+	return &reviewauth.ReviewError{Review: r.kind, Code: code, Attempts: attempts, RetryAfter: retryAfter, Err: err}
 }
+
+// refusedError matches ErrRefused and keeps the API server's message.
+type refusedError struct{ err error }
+
+func (e refusedError) Error() string   { return e.err.Error() }
+func (e refusedError) Unwrap() []error { return []error{ErrRefused, e.err} }
 
 // Redacted returns err with redact applied to its message, keeping errors.Is
 // for context errors. A nil redact returns err as it is.
@@ -228,73 +362,44 @@ func statusCode(err error) int {
 
 // retryable reports whether a failed attempt is worth repeating: throttling
 // (429), server errors (5xx), and failures to get any answer (connection
-// refused or reset, EOF, timeouts). Other 4xx answers are not retried.
+// refused or reset, an HTTP/2 stream reset or GOAWAY, EOF, timeouts, an
+// attempt cut by the attempt timeout). Other 4xx answers, oversized and
+// malformed answers are not retried.
 func retryable(err error) bool {
 	if code := statusCode(err); code != 0 {
 		return code == http.StatusTooManyRequests || code >= 500
 	}
-	if errors.Is(err, context.Canceled) {
+	if errors.Is(err, context.Canceled) && !errors.As(err, new(*attemptTimeoutError)) {
 		return false
 	}
 	var netErr net.Error
 	return utilnet.IsConnectionReset(err) || utilnet.IsConnectionRefused(err) || utilnet.IsProbableEOF(err) ||
+		isHTTP2Reset(err) || errors.As(err, new(*attemptTimeoutError)) ||
 		errors.Is(err, io.EOF) || errors.Is(err, io.ErrUnexpectedEOF) || errors.Is(err, context.DeadlineExceeded) ||
 		utilnet.IsTimeout(err) || (errors.As(err, &netErr) && netErr.Timeout())
 }
 
-func retryAfter(err error, header *retryAfterRecorder) time.Duration {
+// isHTTP2Reset reports whether err is an HTTP/2 stream reset (RST_STREAM),
+// a GOAWAY or a lost HTTP/2 connection. client-go speaks HTTP/2 to the API
+// server through golang.org/x/net/http2, whose RST_STREAM error is a
+// StreamError (also when reading the body); net/http's bundled copy, used
+// when x/net/http2 delegates to it, has the same messages but unexported
+// types.
+func isHTTP2Reset(err error) bool {
+	var se http2.StreamError
+	var ga http2.GoAwayError
+	var ce http2.ConnectionError
+	if errors.As(err, &se) || errors.As(err, &ga) || errors.As(err, &ce) || utilnet.IsHTTP2ConnectionLost(err) {
+		return true
+	}
+	msg := err.Error()
+	return strings.Contains(msg, "stream error: stream ID ") || strings.Contains(msg, "http2: server sent GOAWAY") ||
+		strings.Contains(msg, "http2: client connection force closed")
+}
+
+func retryAfter(err error) time.Duration {
 	if s, ok := apierrors.SuggestsClientDelay(err); ok && s > 0 {
 		return time.Duration(s) * time.Second
 	}
-	if d := header.get(); d > 0 {
-		return d
-	}
 	return 0
 }
-
-type recorderKey struct{}
-
-type retryAfterRecorder struct {
-	mu sync.Mutex
-	d  time.Duration
-}
-
-func (r *retryAfterRecorder) get() time.Duration {
-	if r == nil {
-		return 0
-	}
-	r.mu.Lock()
-	defer r.mu.Unlock()
-	return r.d
-}
-
-func withRetryAfterRecorder(ctx context.Context) (context.Context, *retryAfterRecorder) {
-	rec := &retryAfterRecorder{}
-	return context.WithValue(ctx, recorderKey{}, rec), rec
-}
-
-// WrapTransport records the Retry-After header of 429 and 5xx answers for
-// Do, which cannot see headers through client-go's typed results. Use it as a
-// rest.Config WrapTransport.
-func WrapTransport(rt http.RoundTripper) http.RoundTripper {
-	return roundTripperFunc(func(req *http.Request) (*http.Response, error) {
-		resp, err := rt.RoundTrip(req)
-		if err != nil || resp == nil {
-			return resp, err
-		}
-		if resp.StatusCode == http.StatusTooManyRequests || resp.StatusCode >= 500 {
-			if rec, ok := req.Context().Value(recorderKey{}).(*retryAfterRecorder); ok {
-				if s, err := strconv.Atoi(strings.TrimSpace(resp.Header.Get("Retry-After"))); err == nil && s > 0 {
-					rec.mu.Lock()
-					rec.d = time.Duration(s) * time.Second
-					rec.mu.Unlock()
-				}
-			}
-		}
-		return resp, nil
-	})
-}
-
-type roundTripperFunc func(*http.Request) (*http.Response, error)
-
-func (f roundTripperFunc) RoundTrip(r *http.Request) (*http.Response, error) { return f(r) }

@@ -24,7 +24,7 @@ func TestMain(m *testing.M) { goleak.VerifyTestMain(m) }
 // capped.
 func TestStepsBoundRetriesEvenPastCap(t *testing.T) {
 	clk := clocktesting.NewFakeClock(time.Now())
-	r := review.New("TokenReview", wait.Backoff{Duration: time.Second, Factor: 10, Steps: 4, Cap: 2 * time.Second}, clk, 1, review.Observer{})
+	r := review.New("TokenReview", review.Options{Backoff: wait.Backoff{Duration: time.Second, Factor: 10, Steps: 4, Cap: 2 * time.Second}, Clock: clk, MaxInFlight: 1})
 	attempts := 0
 	done := make(chan error, 1)
 	go func() {
@@ -57,7 +57,8 @@ func TestStepsBoundRetriesEvenPastCap(t *testing.T) {
 
 func TestSuccessIsCode201(t *testing.T) {
 	var codes []int
-	r := review.New("SubjectAccessReview", wait.Backoff{Duration: time.Nanosecond, Steps: 1}, nil, 1, review.Observer{Attempt: func(_ string, code int, _ time.Duration) { codes = append(codes, code) }})
+	r := review.New("SubjectAccessReview", review.Options{Backoff: wait.Backoff{Duration: time.Nanosecond, Steps: 1}, MaxInFlight: 1,
+		Observer: review.Observer{Attempt: func(_ string, code int, _ time.Duration) { codes = append(codes, code) }}})
 	calls := 0
 	err := r.Do(context.Background(), nil, func(context.Context) error {
 		calls++

@@ -11,6 +11,7 @@ import (
 	"io"
 	"net"
 	"net/http"
+	"os"
 	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
@@ -18,6 +19,7 @@ import (
 	"github.com/prometheus/client_golang/prometheus/promhttp"
 	"github.com/spf13/pflag"
 	"k8s.io/apiserver/pkg/authorization/authorizer"
+	"k8s.io/client-go/rest"
 
 	"github.com/reviewauth/reviewauth/authn"
 	"github.com/reviewauth/reviewauth/authz"
@@ -36,6 +38,9 @@ type Flags struct {
 	Audiences []string
 	// MetricsListen is where /metrics is served; empty means nowhere.
 	MetricsListen string
+
+	// Warnings receives Build's warnings. Nil means standard error.
+	Warnings io.Writer
 }
 
 // AddFlags registers the flags on fs.
@@ -62,8 +67,19 @@ type Built struct {
 	Registry *prometheus.Registry
 }
 
-// Build validates the flags and builds the authenticator, the authorizer
-// and the metrics registry.
+// SelfCheckTimeout bounds Build's start-up check of the service's own
+// credentials.
+const SelfCheckTimeout = 15 * time.Second
+
+// Build validates the flags, builds the authenticator, the authorizer and
+// the metrics registry, and checks that the service's own credentials may
+// create the reviews it will send (authn.SelfCheck and authz.SelfCheck).
+// When the API server says they may not (or refuses them), Build fails
+// fast with its message, which names the identity and the ClusterRole it
+// needs (system:auth-delegator): without it every request would be
+// answered 503. When the API server cannot be asked, Build writes a
+// warning to f.Warnings and goes on: the API server may come up later, and
+// until it does reviews report "could not check".
 func (f *Flags) Build() (*Built, error) {
 	if f.Authn.Client.Kubeconfig == "" {
 		f.Authn.Client.Kubeconfig = f.Kubeconfig
@@ -88,7 +104,39 @@ func (f *Flags) Build() (*Built, error) {
 	if err != nil {
 		return nil, err
 	}
+	warn := f.Warnings
+	if warn == nil {
+		warn = os.Stderr
+	}
+	if err := f.selfCheck(warn); err != nil {
+		return nil, err
+	}
 	return &Built{Authenticator: an, Authorizer: chain, SAR: sar, Metrics: m, Registry: reg}, nil
+}
+
+// selfCheck runs authn.SelfCheck and authz.SelfCheck on the configured
+// clients. It returns their refusals, and writes to warn that the API
+// server could not be asked.
+func (f *Flags) selfCheck(warn io.Writer) error {
+	ctx, cancel := context.WithTimeout(context.Background(), SelfCheckTimeout)
+	defer cancel()
+	var errs []error
+	for _, c := range []struct {
+		client authn.ClientOptions
+		check  func(context.Context, *rest.Config) error
+	}{{f.Authn.Client, authn.SelfCheck}, {f.Authz.Client, authz.SelfCheck}} {
+		cfg, err := c.client.RESTConfig()
+		if err != nil {
+			return err
+		}
+		switch err := c.check(ctx, cfg); {
+		case errors.Is(err, authn.ErrRefused):
+			errs = append(errs, err)
+		case err != nil:
+			fmt.Fprintf(warn, "warning: %v; starting anyway: requests will be answered 503 until the API server answers\n", err)
+		}
+	}
+	return errors.Join(errs...)
 }
 
 // Start is Build followed by ServeMetrics on --metrics-listen, writing the
