@@ -62,6 +62,8 @@ type Metrics struct {
 	caches []namedCache
 
 	cacheHits, cacheMisses, cacheEvictions, cacheExpired, cacheEntries, coalesced *prometheus.Desc
+
+	keyPRF *prometheus.Desc // reviewauth_cache_key_prf_info: cache.PRF()
 }
 
 type namedCache struct {
@@ -110,6 +112,8 @@ func New() *Metrics {
 			"Entries held now, by cache.", []string{"cache"}, nil),
 		coalesced: prometheus.NewDesc("reviewauth_cache_coalesced_total",
 			"Lookups that waited for a review another caller had started instead of sending their own, by cache.", []string{"cache"}, nil),
+		keyPRF: prometheus.NewDesc("reviewauth_cache_key_prf_info",
+			"The keyed hash cache keys are derived with in this process (cache.PRF): sha256 or blake2b; always 1.", []string{"prf"}, nil),
 	}
 	m.decided = make(map[[2]string]prometheus.Counter)
 	for _, t := range []string{"http", "grpc"} {
@@ -131,6 +135,7 @@ func (m *Metrics) Describe(ch chan<- *prometheus.Desc) {
 	for _, d := range []*prometheus.Desc{m.cacheHits, m.cacheMisses, m.cacheEvictions, m.cacheExpired, m.cacheEntries, m.coalesced} {
 		ch <- d
 	}
+	ch <- m.keyPRF
 }
 
 // Collect implements prometheus.Collector.
@@ -141,6 +146,7 @@ func (m *Metrics) Collect(ch chan<- prometheus.Metric) {
 	m.inFlight.Collect(ch)
 	m.decisions.Collect(ch)
 	m.staleServes.Collect(ch)
+	ch <- prometheus.MustNewConstMetric(m.keyPRF, prometheus.GaugeValue, 1, cache.PRF())
 	m.mu.Lock()
 	caches := append([]namedCache(nil), m.caches...)
 	m.mu.Unlock()
