@@ -7,6 +7,7 @@ import (
 	"encoding"
 	"encoding/binary"
 	"hash"
+	"reflect"
 	"sync"
 	"time"
 	"unsafe"
@@ -125,7 +126,8 @@ func choosePRF() string {
 //
 // Token keys are keyed in two levels (see [Keyer.TokenKey]): the audiences
 // first derive a 256-bit sub-key under the secret, which then keys the
-// token: with SHA-256 as a secret block, with BLAKE2b as the BLAKE2b key.
+// token: with SHA-256 as a secret block, with BLAKE2b as the BLAKE2b key
+// (over a tag byte 'T', then the length-prefixed token).
 // The sub-key is a PRF output, so it is as good as a fresh random key for
 // the second level (a standard hybrid argument); a token key is therefore
 // a PRF of (audiences, token) under the secret.
@@ -210,6 +212,7 @@ func (k *Keyer) TokenKey(token string, audiences []string) Key {
 	sub := k.audienceKey(audiences)
 	if k.prf == PRFBLAKE2b {
 		h := &Hash{mac: newBLAKE2b(sub[:32])} // not pooled: keyed for these audiences only
+		h.mac.Write(blake2bTokenTag)
 		return h.finishToken(token)
 	}
 	h := k.pool.Get().(*Hash)
@@ -218,6 +221,11 @@ func (k *Keyer) TokenKey(token string, audiences []string) Key {
 	h.mac.Write(h.block[:])
 	return h.finishToken(token)
 }
+
+// blake2bTokenTag starts the BLAKE2b encoding of a token: a domain tag,
+// written before the length-prefixed token so that a TokenKeyer can keep
+// the state after it (see TokenKeyer.Key).
+var blake2bTokenTag = []byte{'T'}
 
 // audienceKey returns the sub-key that keys the tokens of audiences,
 // derived under the Keyer's secret after a domain tag. With SHA-256 it is
@@ -252,7 +260,17 @@ func (k *Keyer) ForAudiences(audiences []string) *TokenKeyer {
 	switch k.prf {
 	case PRFBLAKE2b:
 		key := append([]byte(nil), sub[:32]...)
-		t.pool.New = func() any { return &Hash{pool: &t.pool, mac: newBLAKE2b(key)} }
+		// The keyed state after the tag: x/crypto's BLAKE2b compresses the
+		// key block when the first byte after it is written, so this state
+		// has the key block hashed and the tag buffered.
+		proto := newBLAKE2b(key)
+		proto.Write(blake2bTokenTag)
+		t.proto = reflect.ValueOf(proto).Elem()
+		t.pool.New = func() any {
+			h := &Hash{pool: &t.pool, mac: newBLAKE2b(key)}
+			h.dst = reflect.ValueOf(h.mac).Elem()
+			return h
+		}
 	default:
 		state := sha256State(sub[:])
 		t.pool.New = func() any { return &Hash{pool: &t.pool, mac: sha256.New(), state: state} }
@@ -265,6 +283,9 @@ func (k *Keyer) ForAudiences(audiences []string) *TokenKeyer {
 type TokenKeyer struct {
 	// pool holds *Hash keyed by the audiences' sub-key.
 	pool sync.Pool
+	// proto is, with BLAKE2b, the digest value keyed by the sub-key with
+	// the token tag written; Key copies it into a pooled digest.
+	proto reflect.Value
 }
 
 // Key returns the key of token, as [Keyer.TokenKey] with the TokenKeyer's
@@ -272,7 +293,17 @@ type TokenKeyer struct {
 // varint length after the keyed state.
 func (t *TokenKeyer) Key(token string) Key {
 	h := t.pool.Get().(*Hash)
-	h.reset()
+	if t.proto.IsValid() {
+		// BLAKE2b. x/crypto cannot save or restore a keyed BLAKE2b state
+		// (MarshalBinary refuses keyed digests), and Reset would hash the
+		// 128-byte key block again for every token, one compression in
+		// eight for a service-account JWT (BenchmarkTokenKeyPRF). Copying
+		// the digest value (arrays and integers) restores the state after
+		// the key block instead.
+		h.dst.Set(t.proto)
+	} else {
+		h.reset()
+	}
 	return h.finishToken(token)
 }
 
@@ -297,6 +328,7 @@ type Hash struct {
 	scratch [binary.MaxVarintLen64]byte
 	out     [sha256.Size]byte
 	block   [sha256.BlockSize]byte // SHA-256 TokenKey: the sub-key block
+	dst     reflect.Value          // BLAKE2b TokenKeyer: the digest value mac points to
 }
 
 // reset returns h to its keyed initial state: the secret (or sub-key)
