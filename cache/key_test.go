@@ -66,6 +66,7 @@ func TestPRFFollowsSHAHardware(t *testing.T) {
 		reason string
 	}{
 		{"sha off", "cpu.sha=off", cache.PRFBLAKE2b, "crypto/sha256 runs without SHA extensions"},
+		{"fips 140 mode", "fips140=on,cpu.sha=off", cache.PRFSHA256, "FIPS 140 mode keeps the approved SHA-256"},
 	}
 	if cpuHasSHA() && !strings.Contains(os.Getenv("GODEBUG"), "cpu.sha=off") {
 		tests = append(tests, struct {
