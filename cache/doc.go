@@ -34,7 +34,7 @@
 // A hit hashes the whole token once (about 866 bytes for a service-account
 // JWT), and that pass is most of its cost. With the x86 SHA extensions,
 // SHA-256 takes about 0.5 to 0.7 µs; without them (older Intel Xeons, or
-// GODEBUG=cpu.sha=off) 2.4 to 5 µs, where keyed BLAKE2b takes 1.3 to
+// GODEBUG=cpu.sha=off) 2.4 to 5 µs, where keyed BLAKE2b takes 1.15 to
 // 1.7 µs. [PRF] therefore picks per process, and the metrics package
 // exports the pick as reviewauth_cache_key_prf_info. BenchmarkTokenKeyPRF
 // measures both; BenchmarkSHA256Floor is a bare SHA-256 pass.

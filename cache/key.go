@@ -43,7 +43,7 @@ var chosen = sync.OnceValue(choosePRF)
 // differ only in speed. SHA-256 is fastest where the CPU hashes it in
 // hardware (x86 SHA extensions, ARMv8 SHA2), about 0.5 to 0.7 µs for a
 // 866-byte service-account token; without them it takes 2.5 to 5 µs, and
-// keyed BLAKE2b (x/crypto, SIMD) 1.3 to 1.7 µs. Go's crypto/sha256 decides
+// keyed BLAKE2b (x/crypto, SIMD) 1.15 to 1.7 µs. Go's crypto/sha256 decides
 // which code it runs from internal CPU flags that GODEBUG can change (for
 // example GODEBUG=cpu.sha=off), and that golang.org/x/sys/cpu cannot see, so
 // the choice is measured rather than read from feature flags: the first call
