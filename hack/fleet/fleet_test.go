@@ -210,3 +210,29 @@ func BenchmarkFleet(b *testing.B) {
 		})
 	}
 }
+
+// TestPeakWindow: the restart peak is averaged over PeakWindow, but never
+// over more than the shortest interval, within which a cold fleet's callers
+// all miss once.
+func TestPeakWindow(t *testing.T) {
+	t.Parallel()
+	tests := []struct {
+		interval, window time.Duration
+		jitter           float64
+		poisson          bool
+		want             int
+	}{
+		{10 * time.Second, 5 * time.Second, 0.1, false, 5},
+		{5 * time.Second, 5 * time.Second, 0.1, false, 4},
+		{5 * time.Second, 5 * time.Second, 0, false, 5},
+		{time.Second, 5 * time.Second, 0.1, false, 1},
+		{time.Second, 5 * time.Second, 0.1, true, 5},
+	}
+	for _, tt := range tests {
+		p := defaultParams()
+		p.Interval, p.PeakWindow, p.Jitter, p.Poisson = tt.interval, tt.window, tt.jitter, tt.poisson
+		if got := p.peakWindow(); got != tt.want {
+			t.Errorf("peakWindow(interval %v ± %v, window %v, poisson %v) = %ds; want %ds", tt.interval, tt.jitter, tt.window, tt.poisson, got, tt.want)
+		}
+	}
+}

@@ -69,7 +69,7 @@ func mainErr(args []string, out io.Writer) error {
 	fs.DurationVar(&p.Warmup, "warmup", p.Warmup, "the steady-state window starts here")
 	fs.DurationVar(&p.RestartAt, "restart-at", p.RestartAt, "every agent restarts, cold, at this time (0: never); the steady-state window ends here")
 	fs.DurationVar(&p.RestartSpread, "restart-spread", p.RestartSpread, "after the restart each caller's next request is uniform in this window, e.g. 1s for clients that reconnect at once (0: callers keep their schedule)")
-	fs.DurationVar(&p.PeakWindow, "peak-window", p.PeakWindow, "the restart peak is the busiest window of this width after the restart, per second")
+	fs.DurationVar(&p.PeakWindow, "peak-window", p.PeakWindow, "the restart peak is the busiest window of this width after the restart, per second (at most the shortest interval)")
 	fs.DurationVar(&p.Latency, "latency", p.Latency, "assumed API-server latency of one review, for the in-flight estimate")
 	fs.Uint64Var(&p.Seed, "seed", p.Seed, "random seed of the workload")
 	names := fs.String("configs", "", "comma-separated configurations to run (default all): "+configNames())
@@ -154,7 +154,7 @@ func writeReport(w io.Writer, p params, results []*result, wall time.Duration) {
 		if p.RestartSpread > 0 {
 			spread = fmt.Sprintf("callers' next requests spread over %v", p.RestartSpread)
 		}
-		fmt.Fprintf(w, "; every agent restarts cold at %v (%s); peak = the busiest %v after it, per second", p.RestartAt, spread, p.PeakWindow)
+		fmt.Fprintf(w, "; every agent restarts cold at %v (%s); peak = the busiest %ds after it, per second", p.RestartAt, spread, p.peakWindow())
 	}
 	fmt.Fprintf(w, ".\nIn flight at the peak: peak reviews/s × %v assumed API-server latency (Little's law). Wall time %v.\n\n", p.Latency, wall.Round(time.Second))
 

@@ -103,6 +103,18 @@ func defaultParams() params {
 	}
 }
 
+// peakWindow is the width in seconds of the window the restart peak is
+// averaged over: PeakWindow, but no more than the shortest interval between
+// two requests of a caller, within which every caller of a cold fleet
+// misses once (so a wider window would dilute the peak).
+func (p params) peakWindow() int {
+	w := p.PeakWindow
+	if !p.Poisson {
+		w = min(w, time.Duration(float64(p.Interval)*(1-p.Jitter)))
+	}
+	return max(int(w/time.Second), 1)
+}
+
 // scale is how many fleet nodes each simulated node stands for.
 func (p params) scale() float64 { return float64(p.Nodes) / float64(p.Sample) }
 
@@ -174,13 +186,13 @@ func (r *result) restartWindow() (from, to int) {
 }
 
 // peak returns the fleet's TokenReviews/s, SARs/s and reviews/s (both) in
-// the busiest PeakWindow after the restart (busiest for each figure). A
+// the busiest peakWindow after the restart (busiest for each figure). A
 // fleet's own second-to-second noise is small (it sums thousands of
 // independent nodes), but a sample's is not: averaging over a few seconds
 // keeps the sample's noise from being scaled up into the peak.
 func (r *result) peak() (tr, sar, both float64) {
 	from, to := r.restartWindow()
-	w := int(r.p.PeakWindow / time.Second)
+	w := r.p.peakWindow()
 	var a, b, c int
 	for s := from; s+w <= to; s++ {
 		var x, y int
