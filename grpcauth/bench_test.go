@@ -125,8 +125,10 @@ var interceptorVariants = []string{"none", "reviewauth", "apiserver"}
 // equivalent (apiserver; see interceptors), all warm. Every call carries
 // the same metadata, token included, and request. reviewauth and apiserver
 // also report added-ns/op: their ns/op minus none's in the same run. The
-// transport costs about 100 µs and moves by more than the interceptors add;
-// BenchmarkInterceptorChain measures the interceptors alone.
+// transport costs 40-100 µs and moves by more than the interceptors add;
+// BenchmarkInterceptorChain measures the interceptors alone. With -cpu 1
+// the transport's goroutines share one P: the baseline halves and swings
+// by about 5% instead of 10-20% on a shared 2-core machine.
 func BenchmarkInterceptor(b *testing.B) {
 	s := authtest.Start(b)
 	s.SetPolicy(allowBackup)
@@ -158,7 +160,10 @@ func BenchmarkInterceptor(b *testing.B) {
 // BenchmarkInterceptorChain measures what BenchmarkInterceptor measures
 // without the transport: each variant's interceptor called directly with a
 // no-op handler, on a context carrying the call's incoming metadata (none
-// calls the handler). It is the stable figure for what each adds per call.
+// calls the handler). It is the stable figure for what each adds per call;
+// run it with -cpu 1, so that garbage collection runs inline rather than on
+// another core that other processes may be using (about ±5% between runs
+// then, ±20% without).
 func BenchmarkInterceptorChain(b *testing.B) {
 	s := authtest.Start(b)
 	s.SetPolicy(allowBackup)
