@@ -73,6 +73,8 @@ type Metrics struct {
 	names   []string               // every name ever added, in order
 
 	cacheHits, cacheMisses, cacheEvictions, cacheExpired, cacheEntries, coalesced *prometheus.Desc
+
+	keyPRF *prometheus.Desc // reviewauth_cache_key_prf_info: cache.PRF()
 }
 
 type namedCache struct {
@@ -124,6 +126,8 @@ func New() *Metrics {
 			"Entries held now, by cache, in caches still in use.", []string{"cache"}, nil),
 		coalesced: prometheus.NewDesc("reviewauth_cache_coalesced_total",
 			"Lookups that waited for a review another caller had started instead of sending their own, by cache. Includes the final counts of collected caches.", []string{"cache"}, nil),
+		keyPRF: prometheus.NewDesc("reviewauth_cache_key_prf_info",
+			"The keyed hash cache keys are derived with in this process (cache.PRF): sha256 or blake2b; always 1.", []string{"prf"}, nil),
 	}
 	m.decided = make(map[[2]string]prometheus.Counter)
 	for _, t := range []string{"http", "grpc"} {
@@ -146,6 +150,7 @@ func (m *Metrics) Describe(ch chan<- *prometheus.Desc) {
 	for _, d := range []*prometheus.Desc{m.cacheHits, m.cacheMisses, m.cacheEvictions, m.cacheExpired, m.cacheEntries, m.coalesced} {
 		ch <- d
 	}
+	ch <- m.keyPRF
 }
 
 // Collect implements prometheus.Collector.
@@ -157,6 +162,7 @@ func (m *Metrics) Collect(ch chan<- prometheus.Metric) {
 	m.decisions.Collect(ch)
 	m.staleServes.Collect(ch)
 	m.refusals.Collect(ch)
+	ch <- prometheus.MustNewConstMetric(m.keyPRF, prometheus.GaugeValue, 1, cache.PRF())
 	// Several caches may share a name (two authenticators); sum them, with
 	// the retired totals of the collected ones.
 	m.mu.Lock()
