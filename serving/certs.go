@@ -156,9 +156,12 @@ type SelfSigned struct {
 // DynamicCertKeyPairContent and DynamicFileCAContent). They are loaded
 // once, synchronously, by [NewCertificates]; they are watched while at
 // least one [Certificates.Run] runs, which [HTTPServer.Serve] and
-// [ServeGRPC] do for as long as they serve, so that nothing watches the
-// files after the last server stops. Certificates are safe for concurrent
-// use.
+// [ServeGRPC] do for as long as they serve. When the last Run returns, the
+// controllers stop for good: Certificates serve one lifetime, after which
+// they keep serving what they last loaded. Those controllers hold a few
+// goroutines from construction on (their work queues'); Run's end, or
+// [Certificates.Close] for Certificates never run, ends them. Certificates
+// are safe for concurrent use.
 type Certificates struct {
 	controller *dynamiccertificates.DynamicServingCertificateController
 	serving    dynamiccertificates.CertKeyContentProvider
@@ -170,6 +173,7 @@ type Certificates struct {
 
 	mu      sync.Mutex
 	running int
+	done    bool // the controllers have stopped for good
 	stop    context.CancelFunc
 	stopped chan struct{}
 }
@@ -285,11 +289,26 @@ func (c *Certificates) Run(ctx context.Context) {
 	c.release()
 }
 
+// Close stops the controllers if no Run is running; it is for
+// Certificates that were never served, and is a no-op otherwise. Run does
+// not watch the files after Close.
+func (c *Certificates) Close() {
+	c.mu.Lock()
+	if c.running > 0 || c.done {
+		c.mu.Unlock()
+		return
+	}
+	c.mu.Unlock()
+	ctx, cancel := context.WithCancel(context.Background())
+	cancel()
+	c.Run(ctx)
+}
+
 func (c *Certificates) acquire(ctx context.Context) {
 	c.mu.Lock()
 	defer c.mu.Unlock()
 	c.running++
-	if c.running > 1 {
+	if c.running > 1 || c.done {
 		return
 	}
 	runCtx, cancel := context.WithCancel(context.WithoutCancel(ctx))
@@ -315,9 +334,12 @@ func (c *Certificates) release() {
 	}
 	stop, stopped := c.stop, c.stopped
 	c.stop, c.stopped = nil, nil
+	c.done = true
 	c.mu.Unlock()
-	stop()
-	<-stopped
+	if stop != nil {
+		stop()
+		<-stopped
+	}
 }
 
 // fanout passes the client CA controller's change notifications on to
