@@ -68,12 +68,38 @@ func (f *Flags) AddFlags(fs *pflag.FlagSet, tls bool) {
 // --max-connections only.
 func (f *Flags) AddBaseFlags(fs *pflag.FlagSet) {
 	logsapi.AddFlags(f.Logs, fs)
-	fs.BoolVar(&f.Version, "version", false, "Print the version and exit.")
+	fs.Var(versionValue{&f.Version}, "version", "Print the version and exit (--version, or --version=raw as kube-rbac-proxy and Kubernetes components take it).")
+	fs.Lookup("version").NoOptDefVal = "true"
 	fs.StringVar(&f.MetricsListen, "metrics-listen", f.MetricsListen,
 		"Address to serve Prometheus metrics on, at /metrics, with /healthz, /livez and /readyz (for example 127.0.0.1:9090); plain HTTP. Not served when empty.")
 	fs.IntVar(&f.MaxConnections, "max-connections", 0,
 		fmt.Sprintf("Most connections kept open at once; more wait until one closes. 0 means %d, capped to half the open-file limit.", serving.DefaultMaxConnections))
 }
+
+// versionValue is --version: a boolean that also takes "raw", as
+// component-base's verflag does.
+type versionValue struct{ p *bool }
+
+func (v versionValue) String() string {
+	if v.p != nil && *v.p {
+		return "true"
+	}
+	return "false"
+}
+
+func (v versionValue) Set(s string) error {
+	switch s {
+	case "true", "raw":
+		*v.p = true
+	case "false":
+		*v.p = false
+	default:
+		return fmt.Errorf("want true, false or raw, got %q", s)
+	}
+	return nil
+}
+
+func (v versionValue) Type() string { return "version" }
 
 // ApplyLogging applies the logging flags to klog (component-base's
 // ValidateAndApply). Call it once the flags are parsed, before logging.
