@@ -25,7 +25,6 @@ import (
 	"k8s.io/apiserver/pkg/server/dynamiccertificates"
 	certutil "k8s.io/client-go/util/cert"
 	cliflag "k8s.io/component-base/cli/flag"
-	"k8s.io/klog/v2"
 
 	"github.com/reviewauth/reviewauth/httpauth"
 )
@@ -380,11 +379,10 @@ func (r *reloadingCertAuthenticator) AuthenticateRequest(req *http.Request) (*au
 
 // Enqueue is called by the CA controller when the bundle changed.
 func (r *reloadingCertAuthenticator) Enqueue() {
-	if err := r.reload(); err != nil {
-		// The controller only stores bundles that parse; keep the
-		// previous authenticator.
-		klog.Background().Error(err, "serving: client CA changed but could not be used; keeping the previous one")
-	}
+	// The controller stores only bundles that parse as this does (it
+	// logs the ones it refuses); should one not, the previous
+	// authenticator stays.
+	_ = r.reload()
 }
 
 func (r *reloadingCertAuthenticator) reload() error {
