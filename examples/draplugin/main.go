@@ -157,10 +157,11 @@ func run(ctx context.Context, args []string, ready func(net.Addr)) error {
 	healthSrv := health.NewServer()
 	healthpb.RegisterHealthServer(srv, healthSrv)
 
+	// Ready once the listener is open: connections queue until Serve.
+	started.Health.SetReady(true)
 	if ready != nil {
 		ready(lis.Addr())
 	}
-	started.Health.SetReady(true)
 	defer context.AfterFunc(ctx, func() {
 		started.Health.SetReady(false)
 		healthSrv.Shutdown()

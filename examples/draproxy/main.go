@@ -360,7 +360,7 @@ func run(ctx context.Context, args []string, stdout io.Writer) error {
 	}
 
 	// Requests, watches included, end when serving ends.
-	serverOpts := serving.ServerOptions{MaxConnections: c.flags.MaxConnections, CancelOnShutdown: true}
+	serverOpts := serving.ServerOptions{MaxConnections: c.flags.MaxConnections, CancelOnShutdown: true, Health: started.Health}
 	type server struct {
 		srv *serving.HTTPServer
 		ln  net.Listener
@@ -414,6 +414,7 @@ func run(ctx context.Context, args []string, stdout io.Writer) error {
 		servers = append(servers, server{srv, ln})
 		listening = "unix://" + c.socket
 	}
+	started.Health.SetReady(true) // the listeners are open: connections queue until Serve
 	if _, err := fmt.Fprintf(stdout, "listening on %s\n", listening); err != nil {
 		return err
 	}
@@ -422,7 +423,6 @@ func run(ctx context.Context, args []string, stdout io.Writer) error {
 	// Every server stops when ctx is done or any of them fails.
 	ctx, cancel := context.WithCancel(ctx)
 	defer cancel()
-	started.Health.SetReady(true)
 	defer started.Health.SetReady(false)
 	errs := make([]error, len(servers))
 	var wg sync.WaitGroup

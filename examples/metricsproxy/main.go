@@ -183,6 +183,7 @@ func run(ctx context.Context, args []string, stdout io.Writer) error {
 	if err != nil {
 		return fmt.Errorf("metricsproxy: %w", err)
 	}
+	started.Health.SetReady(true) // the listener is open: connections queue until Serve
 	if _, err := fmt.Fprintf(stdout, "listening on https://%s\n", ln.Addr()); err != nil {
 		ln.Close()
 		return fmt.Errorf("metricsproxy: %w", err)

@@ -256,6 +256,7 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 		}
 		fmt.Fprintf(stdout, "proxy endpoints on https://%s\n", epLn.Addr())
 	}
+	started.Health.SetReady(true) // the listener is open: connections queue until Serve
 	fmt.Fprintf(stdout, "listening on https://%s\n", ln.Addr())
 	logger.Info("Serving", "address", ln.Addr().String(), "upstream", c.upstream, "audiences", started.Built.Authenticator.Audiences(),
 		"oidc", c.oidc.issuerURL, "configFile", c.configFile, "maxConnections", srv.MaxConnections())

@@ -250,10 +250,11 @@ func run(ctx context.Context, args []string, d deps, ready func(net.Addr)) error
 	healthSrv := health.NewServer()
 	healthpb.RegisterHealthServer(srv, healthSrv)
 
+	// Ready once the listener is open: connections queue until Serve.
+	started.Health.SetReady(true)
 	if ready != nil {
 		ready(lis.Addr())
 	}
-	started.Health.SetReady(true)
 	stopHealth := context.AfterFunc(ctx, func() {
 		// Tell health checkers first; running streams get the shutdown
 		// timeout to finish.
