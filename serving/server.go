@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"io"
 	"log"
 	"net"
 	"net/http"
@@ -32,10 +33,13 @@ const (
 	// headers: a client that trickles headers (slowloris) is cut off.
 	DefaultReadHeaderTimeout = 10 * time.Second
 
-	// DefaultReadTimeout bounds the time to read a whole request, body
-	// included: a client that announces a body and never sends it, or
-	// trickles it, is cut off. Refused requests are answered without
-	// reading the body at all (see [HTTPServer]).
+	// DefaultReadTimeout bounds each read of a request body (a per-read
+	// deadline, extended at every read): an authorized client that
+	// announces a body and stops sending it is cut off, while an upload or
+	// a client stream (gRPC through an h2c upstream) lasts as long as the
+	// client keeps sending. Refused requests are answered without reading
+	// the body at all (see [HTTPServer]), so an unauthenticated client
+	// never holds a connection with a body.
 	DefaultReadTimeout = time.Minute
 
 	// DefaultWriteTimeout bounds each write of a response to the client,
@@ -79,9 +83,10 @@ type ServerOptions struct {
 	// means [DefaultMaxConnections], capped by the open-file limit
 	// ([MaxConnectionsFor]); negative means no cap.
 	MaxConnections int
-	// ReadHeaderTimeout, ReadTimeout, WriteTimeout and IdleTimeout: zero
-	// means DefaultReadHeaderTimeout, DefaultReadTimeout,
-	// DefaultWriteTimeout and DefaultIdleTimeout; negative means none.
+	// ReadHeaderTimeout, ReadTimeout (per read of a body), WriteTimeout
+	// (per write of a response) and IdleTimeout: zero means
+	// DefaultReadHeaderTimeout, DefaultReadTimeout, DefaultWriteTimeout
+	// and DefaultIdleTimeout; negative means none.
 	ReadHeaderTimeout, ReadTimeout, WriteTimeout, IdleTimeout time.Duration
 	// MaxHeaderBytes bounds the request headers. Zero means
 	// [DefaultMaxHeaderBytes].
@@ -120,9 +125,10 @@ type ServerOptions struct {
 //
 //   - at most MaxConnections connections are open ([LimitListener]); the
 //     next waits, and the limit being reached is logged;
-//   - headers must arrive within ReadHeaderTimeout, the whole request
-//     within ReadTimeout, and an idle connection is closed after
-//     IdleTimeout;
+//   - headers must arrive within ReadHeaderTimeout, each read of a body
+//     must complete within ReadTimeout (a per-read deadline, so that
+//     uploads and client streams may last while the client sends), and
+//     an idle connection is closed after IdleTimeout;
 //   - each write to the client must complete within WriteTimeout (a
 //     per-write deadline, extended at every write and flush, so that
 //     streams and watches may last while the client reads them);
@@ -197,9 +203,8 @@ func (s *HTTPServer) Serve(ctx context.Context, ln net.Listener) error {
 	baseCtx, cancelRequests := context.WithCancel(context.WithoutCancel(ctx))
 	defer cancelRequests()
 	srv := &http.Server{
-		Handler:           &guard{next: s.handler, writeTimeout: s.opts.WriteTimeout},
+		Handler:           &guard{next: s.handler, writeTimeout: s.opts.WriteTimeout, readTimeout: s.opts.ReadTimeout},
 		ReadHeaderTimeout: s.opts.ReadHeaderTimeout,
-		ReadTimeout:       s.opts.ReadTimeout,
 		IdleTimeout:       s.opts.IdleTimeout,
 		MaxHeaderBytes:    s.opts.MaxHeaderBytes,
 		HTTP2: &http.HTTP2Config{
@@ -278,11 +283,12 @@ func (s *HTTPServer) Serve(ctx context.Context, ln net.Listener) error {
 	return nil
 }
 
-// guard is the per-request part of HTTPServer's hardening: per-write
-// deadlines, and "Connection: close" without reading the body on refusals.
+// guard is the per-request part of HTTPServer's hardening: per-read and
+// per-write deadlines, and "Connection: close" without reading the body on
+// refusals.
 type guard struct {
-	next         http.Handler
-	writeTimeout time.Duration
+	next                      http.Handler
+	writeTimeout, readTimeout time.Duration
 }
 
 // deadliner is what net/http's HTTP/1 and HTTP/2 response writers
@@ -296,6 +302,9 @@ func (g *guard) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	gw := guardedWriter{ResponseWriter: w, timeout: g.writeTimeout, http1: r.ProtoMajor == 1}
 	gw.d, _ = w.(deadliner)
 	gw.extend()
+	if r.ContentLength != 0 && r.Body != nil && r.Body != http.NoBody && gw.d != nil && g.readTimeout > 0 {
+		r.Body = &deadlineBody{ReadCloser: r.Body, d: gw.d, timeout: g.readTimeout}
+	}
 	g.next.ServeHTTP(&gw, r)
 	if gw.refused && r.ContentLength != 0 && gw.d != nil {
 		// The connection closes after this response; make net/http's
@@ -304,6 +313,18 @@ func (g *guard) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 		// never come.
 		_ = gw.d.SetReadDeadline(time.Now())
 	}
+}
+
+// deadlineBody extends the read deadline before every read of a body.
+type deadlineBody struct {
+	io.ReadCloser
+	d       deadliner
+	timeout time.Duration
+}
+
+func (b *deadlineBody) Read(p []byte) (int, error) {
+	_ = b.d.SetReadDeadline(time.Now().Add(b.timeout))
+	return b.ReadCloser.Read(p)
 }
 
 // guardedWriter extends the write deadline before every write and flush,

@@ -611,3 +611,76 @@ func (r *recorder) WriteHeader(code int) {
 		r.code = code
 	}
 }
+
+// TestPerReadDeadline: an authorized client that announces a body and
+// stops sending it is cut off after ReadTimeout, while an upload whose
+// handler takes longer than ReadTimeout between reads is read to the end:
+// the deadline bounds each read, not the request.
+func TestPerReadDeadline(t *testing.T) {
+	t.Parallel()
+	const readTimeout = 300 * time.Millisecond
+	stalledErr := make(chan error, 1)
+	proceed := make(chan struct{})
+	handler := http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		if r.URL.Path == "/stalled" {
+			_, err := io.Copy(io.Discard, r.Body)
+			stalledErr <- err
+			return
+		}
+		first := make([]byte, len("first chunk;"))
+		if _, err := io.ReadFull(r.Body, first); err != nil {
+			http.Error(w, err.Error(), 500)
+			return
+		}
+		<-proceed // longer than readTimeout: until the stalled body was cut off
+		n, err := io.Copy(io.Discard, r.Body)
+		if err != nil {
+			http.Error(w, err.Error(), 500)
+			return
+		}
+		_, _ = fmt.Fprintf(w, "%d", int64(len(first))+n)
+	})
+	srv, err := serving.NewHTTPServer(handler, serving.ServerOptions{ReadTimeout: readTimeout})
+	if err != nil {
+		t.Fatal(err)
+	}
+	addr := serve(t, t.Context(), srv)
+
+	start := time.Now()
+	uploaded := make(chan string, 1)
+	go func() {
+		resp, err := http.Post("http://"+addr+"/upload", "text/plain", strings.NewReader("first chunk;second chunk"))
+		if err != nil {
+			uploaded <- err.Error()
+			return
+		}
+		body, _ := io.ReadAll(resp.Body)
+		resp.Body.Close()
+		uploaded <- fmt.Sprint(resp.StatusCode, " ", string(body))
+	}()
+
+	stalled, err := net.Dial("tcp", addr)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer stalled.Close()
+	if _, err := io.WriteString(stalled, "POST /stalled HTTP/1.1\r\nHost: x\r\nContent-Length: 100\r\n\r\npartial"); err != nil {
+		t.Fatal(err)
+	}
+	select {
+	case err := <-stalledErr:
+		var ne net.Error
+		if !errors.As(err, &ne) || !ne.Timeout() {
+			t.Errorf("read of a stalled body = %v; want a timeout", err)
+		}
+	case <-time.After(30 * time.Second):
+		t.Fatal("a stalled body was not cut off within 30s")
+	}
+	close(proceed)
+	if got := <-uploaded; got != "200 24" {
+		t.Errorf("upload read over %v (> ReadTimeout) = %q; want 200 and 24 bytes read", time.Since(start), got)
+	}
+	if time.Since(start) <= readTimeout {
+		t.Fatalf("the upload lasted %v, not longer than ReadTimeout", time.Since(start))
+	}
+}
