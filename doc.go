@@ -28,6 +28,10 @@
 //     RequestInfo, non-resource and static mappers, and cached client
 //     certificate verification.
 //   - metrics has Prometheus collectors for the caller's own registry.
+//   - serving is the glue of a protected server: one set of flags that
+//     builds the authenticator, the authorizer and the middleware,
+//     certificates reloaded from their files, and HTTP and gRPC servers
+//     hardened against clients that hold connections.
 //   - authtest is a fake API server, exported so that you can test your
 //     service the way reviewauth tests itself.
 //

@@ -79,4 +79,16 @@
 // [Options].PropagateIdentity, the middleware then sets the X-Remote-*
 // headers from the authenticated identity (never from the anonymous user of
 // an always-allow path), for proxies whose upstream trusts them.
+//
+// # Logging
+//
+// The middleware logs through klog.FromContext of the request's context,
+// never a credential. At the default verbosity it logs refusals (400, 401,
+// 403, 405: user, method, the cleaned path and the reason) and outages
+// (503, as errors), each at most [RefusalLogBurst] lines at once and one per
+// [RefusalLogInterval] after that, each line counting the ones left out
+// ("suppressed"); a client looping on a bad token costs a line a second, not
+// a line a request. From -v=2 every refusal and outage is logged; allowed
+// requests are logged from -v=4 only, so that serving costs no log write at
+// the default verbosity.
 package httpauth

@@ -20,15 +20,29 @@ import (
 	"k8s.io/apiserver/pkg/endpoints/request"
 	"k8s.io/client-go/transport"
 	"k8s.io/klog/v2"
+	"k8s.io/utils/clock"
 
 	"github.com/reviewauth/reviewauth"
 	"github.com/reviewauth/reviewauth/authz"
+	"github.com/reviewauth/reviewauth/internal/loglimit"
 	"github.com/reviewauth/reviewauth/metrics"
 )
 
 // DefaultRetryAfter is the Retry-After of a 503 when the error does not carry
 // one from the API server (see [reviewauth.RetryAfter]).
 const DefaultRetryAfter = time.Second
+
+// Limits of the refusal log (see the package documentation, Logging): at
+// the default verbosity, at most RefusalLogBurst refusals are logged at
+// once and one per RefusalLogInterval after that, and as many outages
+// (503); each line counts the ones left out before it. A client looping on
+// a bad token, or an attacker, thus costs at most one line a second, while
+// an operator still sees who is refused and why. From -v=2 every refusal is
+// logged.
+const (
+	RefusalLogBurst    = 20
+	RefusalLogInterval = time.Second
+)
 
 // Options configures [New]. Authorizer, Attributes, and at least one of
 // Authenticator and ClientCertificates are required; every other field has a
@@ -130,6 +144,10 @@ type Options struct {
 	// authenticator's and authorizer's spans nest inside it. Nil means no
 	// spans, at no cost.
 	TracerProvider trace.TracerProvider
+
+	// Clock paces the refusal log ([RefusalLogBurst], [RefusalLogInterval]).
+	// Nil means the real clock.
+	Clock clock.PassiveClock
 }
 
 // ErrMethodNotAllowed is returned (wrapped) by mappers that have no verb for
@@ -169,7 +187,10 @@ func New(opts Options) (func(http.Handler) http.Handler, error) {
 			methods = append(methods, method)
 		}
 	}
-	m := &middleware{opts: opts, alwaysAllow: allow, alwaysAllowMethods: methods}
+	m := &middleware{opts: opts, alwaysAllow: allow, alwaysAllowMethods: methods,
+		refusals:    loglimit.New(RefusalLogBurst, RefusalLogInterval, opts.Clock),
+		unavailable: loglimit.New(RefusalLogBurst, RefusalLogInterval, opts.Clock),
+	}
 	if m.opts.RetryAfter <= 0 {
 		m.opts.RetryAfter = DefaultRetryAfter
 	}
@@ -202,6 +223,10 @@ type middleware struct {
 	alwaysAllow        *pathMatcher
 	alwaysAllowMethods []string
 	tracer             trace.Tracer
+	// refusals and unavailable pace the log lines of 4xx refusals and of
+	// 503s at the default verbosity, separately, so that a flood of bad
+	// tokens cannot hide an outage.
+	refusals, unavailable *loglimit.Limiter
 }
 
 // errNoCredential is the outcome when no authenticator found a credential.
@@ -218,7 +243,7 @@ func (m *middleware) serve(next http.Handler, w http.ResponseWriter, r *http.Req
 	clean, err := cleanURL(r.URL)
 	if err != nil {
 		delete(r.Header, "Authorization")
-		logDecision(logger, 2, r, "", "bad path", err)
+		m.logRefusal(logger, r, "", "bad path", err)
 		writeStatus(w, apierrors.NewBadRequest(err.Error()))
 		return metrics.OutcomeBadRequest
 	}
@@ -239,14 +264,14 @@ func (m *middleware) serve(next http.Handler, w http.ResponseWriter, r *http.Req
 		return metrics.OutcomeAlwaysAllowed
 	case err == nil:
 	case errors.Is(err, reviewauth.ErrUnavailable):
-		logger.Error(redactCredential(err, credential), "httpauth: authentication unavailable", "method", r.Method, "path", r.URL.Path)
-		m.unavailable(w, err)
+		m.logUnavailable(logger, r, "", "authentication", redactCredential(err, credential))
+		m.writeUnavailable(w, err)
 		return metrics.OutcomeUnavailable
 	default:
 		// No credential, or one that was checked and refused: an
 		// ErrUnauthenticated, or a plain error, which is how
 		// k8s.io/apiserver's authenticators report a bad credential.
-		logDecision(logger, 2, r, "", "unauthenticated", redactCredential(err, credential))
+		m.logRefusal(logger, r, "", "unauthenticated", redactCredential(err, credential))
 		challenge := "Bearer"
 		if len(credential) > 0 && err != errNoCredential {
 			challenge = `Bearer error="invalid_token"`
@@ -269,7 +294,7 @@ func (m *middleware) serve(next http.Handler, w http.ResponseWriter, r *http.Req
 
 	attrs, err := m.opts.Attributes.Attributes(r, u)
 	if err != nil {
-		logDecision(logger, 2, r, u.GetName(), "bad request", err)
+		m.logRefusal(logger, r, u.GetName(), "bad request", err)
 		if errors.Is(err, ErrMethodNotAllowed) {
 			writeStatus(w, &apierrors.StatusError{ErrStatus: metav1.Status{
 				Status:  metav1.StatusFailure,
@@ -286,7 +311,7 @@ func (m *middleware) serve(next http.Handler, w http.ResponseWriter, r *http.Req
 		// Nothing to authorize is a mapper mistake; authz.Check would deny
 		// it too. Fail closed.
 		a := authorizer.AttributesRecord{User: u, Path: r.URL.Path, Verb: strings.ToLower(r.Method)}
-		logDecision(logger, 2, r, u.GetName(), "forbidden", errNoAttributes)
+		m.logRefusal(logger, r, u.GetName(), "forbidden", errNoAttributes)
 		writeStatus(w, responsewriters.ForbiddenStatusError(a, "no attributes to authorize"))
 		return metrics.OutcomeDenied
 	}
@@ -297,12 +322,12 @@ func (m *middleware) serve(next http.Handler, w http.ResponseWriter, r *http.Req
 		}
 		var denied *reviewauth.DeniedError
 		if errors.As(err, &denied) && errors.Is(err, reviewauth.ErrDenied) {
-			logDecision(logger, 2, r, u.GetName(), "forbidden", err)
+			m.logRefusal(logger, r, u.GetName(), "forbidden", err)
 			writeStatus(w, responsewriters.ForbiddenStatusError(a, denied.Reason))
 			return metrics.OutcomeDenied
 		}
-		logger.Error(err, "httpauth: authorization unavailable", "user", u.GetName(), "method", r.Method, "path", r.URL.Path)
-		m.unavailable(w, err)
+		m.logUnavailable(logger, r, u.GetName(), "authorization", err)
+		m.writeUnavailable(w, err)
 		return metrics.OutcomeUnavailable
 	}
 
@@ -389,7 +414,7 @@ func redactCredential(err error, credential []string) error {
 	return errors.New(clean)
 }
 
-func (m *middleware) unavailable(w http.ResponseWriter, err error) {
+func (m *middleware) writeUnavailable(w http.ResponseWriter, err error) {
 	d, ok := reviewauth.RetryAfter(err)
 	if !ok {
 		d = m.opts.RetryAfter
@@ -486,6 +511,42 @@ func hasHeaderPrefix(key, prefix string) bool {
 
 func equalHeaderName(key, name string) bool {
 	return len(key) == len(name) && hasHeaderPrefix(key, name)
+}
+
+// logRefusal logs a 4xx refusal: at the default verbosity as paced by
+// m.refusals, from -v=2 every one. The path is the cleaned one once the
+// request has been cleaned (every refusal but "bad path"). Nothing logged
+// ever holds the credential: callers redact authenticator errors.
+func (m *middleware) logRefusal(logger klog.Logger, r *http.Request, username, decision string, err error) {
+	if logger.V(2).Enabled() {
+		logDecision(logger, 2, r, username, decision, err)
+		return
+	}
+	ok, suppressed := m.refusals.Allow()
+	if !ok {
+		return
+	}
+	kv := []any{"user", username, "method", r.Method, "path", r.URL.Path, "reason", err.Error()}
+	if suppressed > 0 {
+		kv = append(kv, "suppressed", suppressed)
+	}
+	logger.Info("httpauth: request "+decision, kv...)
+}
+
+// logUnavailable logs a 503 as an error: at the default verbosity as paced
+// by m.unavailable, from -v=2 every one.
+func (m *middleware) logUnavailable(logger klog.Logger, r *http.Request, username, what string, err error) {
+	kv := []any{"user", username, "method", r.Method, "path", r.URL.Path}
+	if !logger.V(2).Enabled() {
+		ok, suppressed := m.unavailable.Allow()
+		if !ok {
+			return
+		}
+		if suppressed > 0 {
+			kv = append(kv, "suppressed", suppressed)
+		}
+	}
+	logger.Error(err, "httpauth: "+what+" unavailable", kv...)
 }
 
 func logDecision(logger klog.Logger, v int, r *http.Request, username, decision string, err error) {

@@ -18,14 +18,21 @@
 //
 // On a Unix socket it uses grpc's local credentials, which callers' tokens
 // may travel over (grpcauth.PerRPCCredentials accepts them); on TCP it
-// serves TLS, with a self-signed certificate when none is given. Without
+// serves TLS, with a self-signed certificate (valid for --tls-san too) when
+// none is given, and reloads a given one when its files change. Without
 // --kubeconfig it uses the in-cluster configuration. It prints
 // "listening on ADDRESS" once it accepts connections.
+//
+// Serving is hardened (serving.GRPCServerOptions: connection cap
+// --max-connections, handshake timeout, keepalive enforcement, idle
+// connections closed, bounded streams and metadata). It logs like a
+// Kubernetes component (-v, --vmodule, --logging-format=text|json), serves
+// grpc.health.v1, and /metrics, /healthz, /livez and /readyz on
+// --metrics-listen; --version prints the version.
 package main
 
 import (
 	"context"
-	"crypto/tls"
 	"errors"
 	"fmt"
 	"io"
@@ -37,14 +44,14 @@ import (
 
 	"github.com/spf13/pflag"
 	"google.golang.org/grpc"
-	"google.golang.org/grpc/credentials"
 	"google.golang.org/grpc/credentials/local"
 	"google.golang.org/grpc/health"
 	healthpb "google.golang.org/grpc/health/grpc_health_v1"
 
 	"github.com/reviewauth/reviewauth/authz"
-	"github.com/reviewauth/reviewauth/examples/internal/serving"
+	"github.com/reviewauth/reviewauth/examples/internal/cli"
 	"github.com/reviewauth/reviewauth/grpcauth"
+	"github.com/reviewauth/reviewauth/serving"
 )
 
 func main() {
@@ -57,22 +64,26 @@ func main() {
 }
 
 type config struct {
-	listen, nodeUID                 string
-	certFile, keyFile, selfSignedCA string
-	review                          serving.Flags
+	listen, nodeUID string
+	flags           *cli.Flags
+	review          *serving.Flags
 }
 
 func parseFlags(args []string, out io.Writer) (config, error) {
-	var c config
+	c := config{flags: cli.New()}
+	c.review = &c.flags.Review
 	fs := pflag.NewFlagSet("draplugin", pflag.ContinueOnError)
 	fs.SetOutput(out)
 	fs.StringVar(&c.listen, "listen", "unix:///run/draplugin/plugin.sock", "unix:///path for a Unix socket, or HOST:PORT for TLS over TCP")
-	c.review.AddFlags(fs) // --kubeconfig, --audience, --node-name (required: only callers bound to it are served), --authentication-*, --authorization-*, --metrics-listen
+	c.flags.AddFlags(fs, true) // logging, --version, --metrics-listen, --max-connections, --kubeconfig, --audience, --node-name (required: only callers bound to it are served), --authentication-*, --authorization-*, --tls-* (for TCP)
 	fs.StringVar(&c.nodeUID, "node-uid", "", "UID of this node; when set, callers' node-uid must match too")
-	fs.StringVar(&c.certFile, "tls-cert-file", "", "TLS certificate for TCP; self-signed when empty")
-	fs.StringVar(&c.keyFile, "tls-private-key-file", "", "TLS private key for TCP")
-	fs.StringVar(&c.selfSignedCA, "self-signed-ca-file", "", "where to write the self-signed certificate")
 	if err := fs.Parse(args); err != nil {
+		return c, err
+	}
+	if c.flags.Version {
+		return c, nil
+	}
+	if err := c.flags.TLS.Validate(); err != nil {
 		return c, err
 	}
 	switch {
@@ -82,8 +93,6 @@ func parseFlags(args []string, out io.Writer) (config, error) {
 		return c, errors.New("--node-name is required")
 	case len(c.review.Audiences) == 0 && len(c.review.Authn.Audiences) == 0:
 		return c, errors.New("--audience is required")
-	case (c.certFile == "") != (c.keyFile == ""):
-		return c, errors.New("--tls-cert-file and --tls-private-key-file go together")
 	}
 	return c, nil
 }
@@ -95,11 +104,15 @@ func run(ctx context.Context, args []string, ready func(net.Addr)) error {
 	if err != nil {
 		return err
 	}
-	built, waitMetrics, err := c.review.Start(ctx, os.Stdout)
+	started, err := c.flags.Start(ctx, "draplugin", os.Stdout)
+	if errors.Is(err, cli.ErrVersion) {
+		return nil
+	}
 	if err != nil {
 		return err
 	}
-	defer waitMetrics()
+	defer started.Stop()
+	built := started.Built
 	opts := grpcauth.Options{
 		Authenticator: built.Authenticator,
 		// Node locality first: a caller from another node is refused
@@ -113,10 +126,8 @@ func run(ctx context.Context, args []string, ready func(net.Addr)) error {
 		return err
 	}
 
-	var (
-		lis   net.Listener
-		creds credentials.TransportCredentials
-	)
+	gopts := serving.GRPCOptions{MaxConnections: c.flags.MaxConnections}
+	var lis net.Listener
 	if path, ok := strings.CutPrefix(c.listen, "unix://"); ok {
 		if err := os.Remove(path); err != nil && !errors.Is(err, os.ErrNotExist) {
 			return err
@@ -124,36 +135,36 @@ func run(ctx context.Context, args []string, ready func(net.Addr)) error {
 		if lis, err = net.Listen("unix", path); err != nil {
 			return err
 		}
-		creds = local.NewCredentials()
+		gopts.Credentials = local.NewCredentials()
 	} else {
+		c.flags.TLS.SANs = append(c.flags.TLS.SANs, cli.SANsFor(c.listen)...)
+		certs, err := c.flags.TLS.Certificates("draplugin", "")
+		if err != nil {
+			return err
+		}
+		defer certs.Close()
 		if lis, err = net.Listen("tcp", c.listen); err != nil {
 			return err
 		}
-		cert, err := serving.Certificate(c.certFile, c.keyFile, c.selfSignedCA, "draplugin", nil)
-		if err != nil {
-			lis.Close()
-			return err
-		}
-		creds = credentials.NewTLS(&tls.Config{Certificates: []tls.Certificate{cert}, MinVersion: tls.VersionTLS12})
+		gopts.Certificates = certs
 	}
 	defer lis.Close()
 
-	srv := grpc.NewServer(grpc.Creds(creds),
+	srv := grpc.NewServer(append(serving.GRPCServerOptions(gopts),
 		grpc.ChainUnaryInterceptor(grpcauth.UnaryServerInterceptor(opts)),
-		grpc.ChainStreamInterceptor(grpcauth.StreamServerInterceptor(opts)))
+		grpc.ChainStreamInterceptor(grpcauth.StreamServerInterceptor(opts)))...)
 	srv.RegisterService(serviceDesc(prepareOn(c.review.Authz.NodeName)), nil)
-	healthpb.RegisterHealthServer(srv, health.NewServer())
+	healthSrv := health.NewServer()
+	healthpb.RegisterHealthServer(srv, healthSrv)
 
-	errc := make(chan error, 1)
-	go func() { errc <- srv.Serve(lis) }()
+	// Ready once the listener is open: connections queue until Serve.
+	started.Health.SetReady(true)
 	if ready != nil {
 		ready(lis.Addr())
 	}
-	select {
-	case err := <-errc:
-		return err
-	case <-ctx.Done():
-	}
-	srv.GracefulStop()
-	return <-errc
+	defer context.AfterFunc(ctx, func() {
+		started.Health.SetReady(false)
+		healthSrv.Shutdown()
+	})()
+	return serving.ServeGRPC(ctx, srv, lis, gopts)
 }

@@ -22,16 +22,19 @@ import (
 	"k8s.io/apiserver/pkg/authentication/user"
 
 	"github.com/reviewauth/reviewauth/authtest"
+	"github.com/reviewauth/reviewauth/examples/internal/clitest"
 	"github.com/reviewauth/reviewauth/grpcauth"
 )
 
 func TestMain(m *testing.M) {
+	clitest.MaybeRunMain(main)
 	goleak.VerifyTestMain(m,
 		// Idle keep-alive connections to the fake API server close
 		// asynchronously once it is gone.
 		goleak.IgnoreTopFunction("net/http.(*persistConn).readLoop"),
 		goleak.IgnoreTopFunction("net/http.(*persistConn).writeLoop"),
 		goleak.IgnoreTopFunction("internal/poll.runtime_pollWait"),
+		goleak.IgnoreTopFunction("k8s.io/klog/v2.(*flushDaemon).run.func1"),
 	)
 }
 

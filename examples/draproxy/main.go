@@ -205,14 +205,13 @@ package main
 
 import (
 	"context"
-	"crypto/tls"
 	"errors"
 	"fmt"
 	"io"
 	"net"
-	"net/http"
 	"os"
 	"os/signal"
+	"sync"
 	"syscall"
 	"time"
 
@@ -221,7 +220,8 @@ import (
 	"k8s.io/client-go/tools/clientcmd"
 	"k8s.io/klog/v2"
 
-	"github.com/reviewauth/reviewauth/examples/internal/serving"
+	"github.com/reviewauth/reviewauth/examples/internal/cli"
+	"github.com/reviewauth/reviewauth/serving"
 )
 
 func main() {
@@ -239,36 +239,40 @@ func main() {
 }
 
 type config struct {
-	socket                          string
-	socketGroup                     int
-	tlsListen                       string
-	certFile, keyFile, selfSignedCA string
-	nodeUID                         string
-	allow                           []string
-	rules                           []rule
-	sliceTTL, podTTL                time.Duration
-	maxBody                         int64
-	review                          serving.Flags
+	socket           string
+	socketGroup      int
+	tlsListen        string
+	nodeUID          string
+	allow            []string
+	rules            []rule
+	sliceTTL, podTTL time.Duration
+	maxBody          int64
+	flags            *cli.Flags
+	review           *serving.Flags
 }
 
 func parseFlags(args []string, out io.Writer) (*config, error) {
-	c := &config{}
+	c := &config{flags: cli.New()}
+	c.review = &c.flags.Review
 	fs := pflag.NewFlagSet("draproxy", pflag.ContinueOnError)
 	fs.SetOutput(out)
 	fs.StringVar(&c.socket, "socket", "/var/run/draproxy/draproxy.sock", "Unix socket to serve on (mode 0660), in a directory shared with driver pods; empty for none")
 	fs.IntVar(&c.socketGroup, "socket-group", -1, "group ID to give the socket; -1 keeps the process's group")
 	fs.StringVar(&c.tlsListen, "tls-listen", "", "loopback address to serve TLS on, such as 127.0.0.1:8443; empty for none")
-	fs.StringVar(&c.certFile, "tls-cert-file", "", "serving certificate for --tls-listen (PEM); self-signed when empty")
-	fs.StringVar(&c.keyFile, "tls-private-key-file", "", "private key of --tls-cert-file (PEM)")
-	fs.StringVar(&c.selfSignedCA, "self-signed-ca-file", "", "where to write the self-signed serving certificate, for drivers to trust")
 	fs.StringVar(&c.nodeUID, "node-uid", "", "UID of this node; when set, drivers' tokens must carry it too (node-uid extra)")
 	fs.StringArrayVar(&c.allow, "allow", nil, "VERB[,VERB...]:RESOURCE[.GROUP][/SUBRESOURCE] to forward under the driver's RBAC alone, such as get,list,watch:deviceclasses.resource.k8s.io (repeatable)")
 	fs.DurationVar(&c.sliceTTL, "slice-cache-ttl", DefaultSliceTTL, "how long a ResourceSlice's spec.nodeName is remembered; 0 disables the cache")
 	fs.DurationVar(&c.podTTL, "pod-cache-ttl", DefaultPodTTL, "how long a pod's spec.nodeName is remembered (by UID); 0 disables the cache")
 	fs.Int64Var(&c.maxBody, "max-request-body-bytes", DefaultMaxBodyBytes, "largest request body accepted (413 above)")
-	c.review.AddFlags(fs) // --kubeconfig, --audience, --node-name, --authentication-*, --authorization-*, --metrics-listen
+	c.flags.AddFlags(fs, true) // logging, --version, --metrics-listen, --max-connections, --kubeconfig, --audience, --node-name, --authentication-*, --authorization-*, --tls-* (for --tls-listen), --self-signed-ca-file
 	if err := fs.Parse(args); err != nil {
 		return nil, err
+	}
+	if c.flags.Version {
+		return c, nil
+	}
+	if err := c.flags.TLS.Validate(); err != nil {
+		return nil, fmt.Errorf("draproxy: %w", err)
 	}
 	switch {
 	case fs.NArg() > 0:
@@ -279,8 +283,6 @@ func parseFlags(args []string, out io.Writer) (*config, error) {
 		return nil, errors.New("draproxy: --audience is required: drivers must request tokens for this proxy's audience")
 	case c.socket == "" && c.tlsListen == "":
 		return nil, errors.New("draproxy: --socket or --tls-listen is required")
-	case (c.certFile == "") != (c.keyFile == ""):
-		return nil, errors.New("draproxy: --tls-cert-file and --tls-private-key-file go together")
 	case len(c.review.Authz.AlwaysAllowGroups) > 0:
 		return nil, errors.New("draproxy: --authorization-always-allow-groups is not supported: every request is checked")
 	case c.sliceTTL < 0 || c.podTTL < 0:
@@ -328,11 +330,15 @@ func run(ctx context.Context, args []string, stdout io.Writer) error {
 	if err != nil {
 		return err
 	}
-	built, waitMetrics, err := c.review.Start(ctx, stdout)
+	started, err := c.flags.Start(ctx, "draproxy", stdout)
+	if errors.Is(err, cli.ErrVersion) {
+		return nil
+	}
 	if err != nil {
 		return fmt.Errorf("draproxy: %w", err)
 	}
-	defer waitMetrics()
+	defer started.Stop()
+	built := started.Built
 	up, err := upstreamConfig(c.review.Kubeconfig)
 	if err != nil {
 		return fmt.Errorf("draproxy: --kubeconfig: %w", err)
@@ -354,86 +360,81 @@ func run(ctx context.Context, args []string, stdout io.Writer) error {
 	}
 
 	// Requests, watches included, end when serving ends.
-	serveCtx, cancelRequests := context.WithCancel(context.WithoutCancel(ctx))
-	defer cancelRequests()
-	newServer := func() *http.Server {
-		return &http.Server{
-			Handler:           handler,
-			ReadHeaderTimeout: 10 * time.Second,
-			IdleTimeout:       2 * time.Minute,
-			BaseContext:       func(net.Listener) context.Context { return serveCtx },
-		}
+	serverOpts := serving.ServerOptions{MaxConnections: c.flags.MaxConnections, CancelOnShutdown: true, Health: started.Health}
+	type server struct {
+		srv *serving.HTTPServer
+		ln  net.Listener
 	}
-	var (
-		servers []*http.Server
-		running int // servers whose Serve has not returned into errc yet
-	)
-	errc := make(chan error, 2)
+	var servers []server
 	defer func() {
-		for ; running > 0; running-- {
-			<-errc
+		for _, s := range servers {
+			s.ln.Close()
 		}
 	}()
-	shutdown := func() error {
-		cancelRequests()
-		sctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
-		defer cancel()
-		var errs []error
-		for _, s := range servers {
-			errs = append(errs, s.Shutdown(sctx))
-		}
-		return errors.Join(errs...)
-	}
-
 	var listening string
 	if c.tlsListen != "" {
+		c.flags.TLS.SANs = append(c.flags.TLS.SANs, cli.SANsFor(c.tlsListen)...)
+		certs, err := c.flags.TLS.Certificates("draproxy", "")
+		if err != nil {
+			return fmt.Errorf("draproxy: %w", err)
+		}
+		defer certs.Close()
+		opts := serverOpts
+		opts.Certificates = certs
+		srv, err := serving.NewHTTPServer(handler, opts)
+		if err != nil {
+			return fmt.Errorf("draproxy: %w", err)
+		}
 		ln, err := net.Listen("tcp", c.tlsListen)
 		if err != nil {
 			return fmt.Errorf("draproxy: --tls-listen: %w", err)
 		}
-		cert, err := serving.Certificate(c.certFile, c.keyFile, c.selfSignedCA, "draproxy", ln.Addr())
-		if err != nil {
-			ln.Close()
-			return fmt.Errorf("draproxy: %w", err)
-		}
-		srv := newServer()
-		srv.TLSConfig = &tls.Config{Certificates: []tls.Certificate{cert}, MinVersion: tls.VersionTLS12}
-		servers = append(servers, srv)
-		running++
-		go func() { errc <- srv.ServeTLS(ln, "", "") }()
+		servers = append(servers, server{srv, ln})
 		listening = "https://" + ln.Addr().String()
 		if c.socket != "" {
 			if _, err := fmt.Fprintf(stdout, "serving %s\n", listening); err != nil {
-				return errors.Join(err, shutdown())
+				return err
 			}
 		}
 	}
 	if c.socket != "" {
 		ln, remove, err := listenUnix(c.socket, c.socketGroup)
 		if err != nil {
-			return errors.Join(fmt.Errorf("draproxy: --socket: %w", err), shutdown())
+			return fmt.Errorf("draproxy: --socket: %w", err)
 		}
 		defer remove()
-		srv := newServer()
 		// h2c (HTTP/2 with prior knowledge) and HTTP/1.1 on the socket.
-		srv.Protocols = new(http.Protocols)
-		srv.Protocols.SetHTTP1(true)
-		srv.Protocols.SetUnencryptedHTTP2(true)
-		servers = append(servers, srv)
-		running++
-		go func() { errc <- srv.Serve(ln) }()
+		opts := serverOpts
+		opts.UnencryptedHTTP2 = true
+		srv, err := serving.NewHTTPServer(handler, opts)
+		if err != nil {
+			ln.Close()
+			return fmt.Errorf("draproxy: %w", err)
+		}
+		servers = append(servers, server{srv, ln})
 		listening = "unix://" + c.socket
 	}
+	started.Health.SetReady(true) // the listeners are open: connections queue until Serve
 	if _, err := fmt.Fprintf(stdout, "listening on %s\n", listening); err != nil {
-		return errors.Join(err, shutdown())
+		return err
 	}
-	klog.InfoS("Serving", "address", listening, "node", c.review.Authz.NodeName, "audiences", built.Authenticator.Audiences())
+	klog.FromContext(ctx).Info("Serving", "address", listening, "node", c.review.Authz.NodeName, "audiences", built.Authenticator.Audiences())
 
-	select {
-	case err := <-errc:
-		running--
-		return errors.Join(fmt.Errorf("draproxy: %w", err), shutdown())
-	case <-ctx.Done():
+	// Every server stops when ctx is done or any of them fails.
+	ctx, cancel := context.WithCancel(ctx)
+	defer cancel()
+	defer started.Health.SetReady(false)
+	errs := make([]error, len(servers))
+	var wg sync.WaitGroup
+	for i, s := range servers {
+		wg.Go(func() {
+			errs[i] = s.srv.Serve(ctx, s.ln)
+			cancel()
+		})
 	}
-	return shutdown()
+	wg.Wait()
+	if err := errors.Join(errs...); err != nil {
+		return fmt.Errorf("draproxy: %w", err)
+	}
+	return nil
 }

@@ -25,11 +25,14 @@ import (
 	"go.uber.org/goleak"
 	"k8s.io/apiserver/pkg/authentication/user"
 	"k8s.io/klog/v2"
+	"k8s.io/klog/v2/textlogger"
 
 	"github.com/reviewauth/reviewauth/authtest"
+	"github.com/reviewauth/reviewauth/examples/internal/clitest"
 )
 
 func TestMain(m *testing.M) {
+	clitest.MaybeRunMain(main)
 	goleak.VerifyTestMain(m,
 		goleak.IgnoreTopFunction("k8s.io/klog/v2.(*flushDaemon).run.func1"),
 		// client-go keeps idle keep-alive connections to the API server in
@@ -117,7 +120,13 @@ func clientCA(t *testing.T, dir, cn, group string) (caFile string, client tls.Ce
 // It is stopped, and run's result checked, when the test ends.
 func startProxy(t *testing.T, args ...string) string {
 	t.Helper()
-	ctx, cancel := context.WithCancel(context.Background())
+	return startProxyWith(t, context.Background(), args...)
+}
+
+// startProxyWith is startProxy with a parent context (and its logger).
+func startProxyWith(t *testing.T, parent context.Context, args ...string) string {
+	t.Helper()
+	ctx, cancel := context.WithCancel(parent)
 	pr, pw := io.Pipe()
 	done := make(chan error, 1)
 	go func() {
@@ -164,28 +173,34 @@ func TestProxy(t *testing.T) {
 	t.Cleanup(upSrv.Close)
 	caFile, clientCert := clientCA(t, dir, "cert-scraper", "cert-scrapers")
 
-	// Capture the decision log; TestProxy is not parallel.
+	// Capture the log at the default verbosity through the context's
+	// logger, which the server passes to every request.
 	var logs syncBuffer
-	klog.LogToStderr(false)
-	klog.SetOutput(&logs)
+	logCtx := klog.NewContext(context.Background(), textlogger.NewLogger(textlogger.NewConfig(textlogger.Output(&logs))))
 	t.Cleanup(func() {
-		klog.Flush()
-		klog.SetOutput(io.Discard)
-		klog.LogToStderr(true)
 		out := logs.String()
 		for _, tok := range []string{token, apiServerToken, "not-a-token"} {
 			if strings.Contains(out, tok) {
 				t.Errorf("the log contains a token")
 			}
 		}
-		for _, want := range []string{`decision="denied" user="" method="GET" path="/logs/" code=403`, `decision="allowed" user="system:serviceaccount:monitoring:prometheus" method="GET" path="/metrics" code=200`} {
+		// Refusals are logged at the default verbosity, with the user
+		// and the cleaned path; allowed requests are not.
+		for _, want := range []string{
+			`"httpauth: request forbidden" user="system:serviceaccount:monitoring:prometheus" method="GET" path="/logs/"`,
+			`"httpauth: request forbidden" user="system:serviceaccount:monitoring:prometheus" method="GET" path="/logs/x"`,
+			`"httpauth: request unauthenticated" user="" method="GET" path="/metrics"`,
+		} {
 			if !strings.Contains(out, want) {
 				t.Errorf("the log has no line with %s; log:\n%s", want, out)
 			}
 		}
+		if strings.Contains(out, "request allowed") || strings.Contains(out, "always allowed") {
+			t.Errorf("allowed requests are logged at the default verbosity:\n%s", out)
+		}
 	})
 
-	base := startProxy(t, "--upstream", upSrv.URL, "--kubeconfig", kubeconfig, "--audience", "metricsproxy",
+	base := startProxyWith(t, logCtx, "--upstream", upSrv.URL, "--kubeconfig", kubeconfig, "--audience", "metricsproxy",
 		"--node-name", "node-1", "--client-ca-file", caFile, "--authorization-always-allow-paths", "/healthz")
 
 	insecure := &tls.Config{InsecureSkipVerify: true} // the proxy's certificate is self-signed

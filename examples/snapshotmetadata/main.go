@@ -39,14 +39,23 @@
 // tokenreviews and subjectaccessreviews (system:auth-delegator); get, list
 // and watch volumesnapshots and volumesnapshotcontents; get
 // snapshotmetadataservices. Without a certificate it serves with a
-// self-signed one, written to --self-signed-ca-file if given, so that clients
-// can trust it. It prints "listening on ADDRESS" once it accepts
-// connections, and stops gracefully on SIGINT or SIGTERM.
+// self-signed one, valid for --tls-san (the Service DNS name that the
+// SnapshotMetadataService object's address names) and written to
+// --self-signed-ca-file if given, so that clients can trust it; a
+// certificate from --tls-cert-file is reloaded when its files change. It
+// prints "listening on ADDRESS" once it accepts connections, and stops
+// gracefully on SIGINT or SIGTERM.
+//
+// Serving is hardened (serving.GRPCServerOptions): a connection cap
+// (--max-connections), a handshake timeout, keepalive enforcement, idle
+// connections closed, bounded streams and metadata. It logs like a
+// Kubernetes component (-v, --vmodule, --logging-format=text|json), serves
+// grpc.health.v1, and /metrics, /healthz, /livez and /readyz on
+// --metrics-listen; --version prints the version.
 package main
 
 import (
 	"context"
-	"crypto/tls"
 	"errors"
 	"fmt"
 	"io"
@@ -61,7 +70,6 @@ import (
 	snapshotclient "github.com/kubernetes-csi/external-snapshotter/client/v8/clientset/versioned"
 	"github.com/spf13/pflag"
 	"google.golang.org/grpc"
-	"google.golang.org/grpc/credentials"
 	"google.golang.org/grpc/health"
 	healthpb "google.golang.org/grpc/health/grpc_health_v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
@@ -73,8 +81,9 @@ import (
 
 	smsclient "github.com/kubernetes-csi/external-snapshot-metadata/client/clientset/versioned"
 
-	"github.com/reviewauth/reviewauth/examples/internal/serving"
+	"github.com/reviewauth/reviewauth/examples/internal/cli"
 	"github.com/reviewauth/reviewauth/grpcauth"
+	"github.com/reviewauth/reviewauth/serving"
 )
 
 func main() {
@@ -91,28 +100,27 @@ func main() {
 
 // config is the parsed command line.
 type config struct {
-	listen       string
-	driver       string
-	certFile     string
-	keyFile      string
-	selfSignedCA string
-	syncTimeout  time.Duration
-	review       serving.Flags
+	listen      string
+	driver      string
+	syncTimeout time.Duration
+	flags       *cli.Flags
+	review      *serving.Flags
 }
 
 func parseFlags(args []string, out io.Writer) (config, error) {
-	var c config
+	c := config{flags: cli.New()}
+	c.review = &c.flags.Review
 	fs := pflag.NewFlagSet("snapshotmetadata", pflag.ContinueOnError)
 	fs.SetOutput(out)
 	fs.StringVar(&c.listen, "listen", ":50051", "TCP address to serve on")
 	fs.StringVar(&c.driver, "driver", "", "name of the CSI driver whose snapshots this sidecar serves, and of its SnapshotMetadataService object (required)")
-	c.review.AddFlags(fs) // --kubeconfig, --audience, --authentication-*, --authorization-*, --metrics-listen
-	fs.StringVar(&c.certFile, "tls-cert-file", "", "TLS certificate (PEM); a self-signed one when empty")
-	fs.StringVar(&c.keyFile, "tls-private-key-file", "", "TLS private key (PEM)")
-	fs.StringVar(&c.selfSignedCA, "self-signed-ca-file", "", "where to write the self-signed certificate, for clients to trust")
+	c.flags.AddFlags(fs, true) // logging, --version, --metrics-listen, --max-connections, --kubeconfig, --audience, --authentication-*, --authorization-*, --tls-*, --self-signed-ca-file
 	fs.DurationVar(&c.syncTimeout, "cache-sync-timeout", time.Minute, "how long to wait at start for the VolumeSnapshot and VolumeSnapshotContent caches; the sidecar does not start without them")
 	if err := fs.Parse(args); err != nil {
 		return c, err
+	}
+	if c.flags.Version {
+		return c, nil
 	}
 	switch {
 	case fs.NArg() > 0:
@@ -121,8 +129,9 @@ func parseFlags(args []string, out io.Writer) (config, error) {
 		return c, errors.New("--driver is required: it names the CSI driver and its SnapshotMetadataService object")
 	case c.syncTimeout <= 0:
 		return c, errors.New("--cache-sync-timeout must be positive")
-	case (c.certFile == "") != (c.keyFile == ""):
-		return c, errors.New("--tls-cert-file and --tls-private-key-file go together")
+	}
+	if err := c.flags.TLS.Validate(); err != nil {
+		return c, err
 	}
 	return c, nil
 }
@@ -168,6 +177,13 @@ func run(ctx context.Context, args []string, d deps, ready func(net.Addr)) error
 	if err != nil {
 		return err
 	}
+	if c.flags.Version {
+		fmt.Println(cli.Version("snapshotmetadata"))
+		return nil
+	}
+	if err := c.flags.ApplyLogging(); err != nil {
+		return err
+	}
 	if d.snapshots == nil || d.services == nil {
 		cfg, err := restConfig(c.kubeconfig())
 		if err != nil {
@@ -189,11 +205,12 @@ func run(ctx context.Context, args []string, d deps, ready func(net.Addr)) error
 		return err
 	}
 	c.review.Authn.Audiences, c.review.Audiences = nil, []string{audience}
-	built, waitMetrics, err := c.review.Start(ctx, os.Stdout)
+	started, err := c.flags.Start(ctx, "snapshotmetadata", os.Stdout)
 	if err != nil {
 		return err
 	}
-	defer waitMetrics()
+	defer started.Stop()
+	built := started.Built
 
 	snaps, stopSnapshots, err := startSnapshots(ctx, d.snapshots, c.driver, c.syncTimeout)
 	if err != nil {
@@ -201,15 +218,17 @@ func run(ctx context.Context, args []string, d deps, ready func(net.Addr)) error
 	}
 	defer stopSnapshots()
 
+	c.flags.TLS.SANs = append(c.flags.TLS.SANs, cli.SANsFor(c.listen)...)
+	certs, err := c.flags.TLS.Certificates("snapshotmetadata", "")
+	if err != nil {
+		return err
+	}
+	defer certs.Close()
 	lis, err := net.Listen("tcp", c.listen)
 	if err != nil {
 		return err
 	}
 	defer lis.Close()
-	cert, err := serving.Certificate(c.certFile, c.keyFile, c.selfSignedCA, "snapshotmetadata", lis.Addr())
-	if err != nil {
-		return err
-	}
 
 	refusals := newRefusalLog(klog.FromContext(ctx), d.clock)
 	opts := grpcauth.Options{
@@ -222,34 +241,28 @@ func run(ctx context.Context, args []string, d deps, ready func(net.Addr)) error
 	if err := opts.Validate(); err != nil {
 		return err
 	}
-	srv := grpc.NewServer(
-		grpc.Creds(credentials.NewTLS(&tls.Config{Certificates: []tls.Certificate{cert}, MinVersion: tls.VersionTLS12})),
+	gopts := serving.GRPCOptions{Certificates: certs, MaxConnections: c.flags.MaxConnections}
+	srv := grpc.NewServer(append(serving.GRPCServerOptions(gopts),
 		grpc.ChainUnaryInterceptor(grpcauth.UnaryServerInterceptor(opts)),
 		grpc.ChainStreamInterceptor(logUnauthenticated(refusals), grpcauth.StreamServerInterceptor(opts)),
-	)
+	)...)
 	api.RegisterSnapshotMetadataServer(srv, &server{backend: d.backend, snapshots: snaps})
-	healthpb.RegisterHealthServer(srv, health.NewServer())
+	healthSrv := health.NewServer()
+	healthpb.RegisterHealthServer(srv, healthSrv)
 
-	errc := make(chan error, 1)
-	go func() { errc <- srv.Serve(lis) }()
+	// Ready once the listener is open: connections queue until Serve.
+	started.Health.SetReady(true)
 	if ready != nil {
 		ready(lis.Addr())
 	}
-	select {
-	case err := <-errc:
-		return err
-	case <-ctx.Done():
-	}
-	// Let running streams finish, but not forever.
-	stopped := make(chan struct{})
-	go func() { srv.GracefulStop(); close(stopped) }()
-	select {
-	case <-stopped:
-	case <-time.After(10 * time.Second):
-		srv.Stop()
-		<-stopped
-	}
-	return <-errc
+	stopHealth := context.AfterFunc(ctx, func() {
+		// Tell health checkers first; running streams get the shutdown
+		// timeout to finish.
+		started.Health.SetReady(false)
+		healthSrv.Shutdown()
+	})
+	defer stopHealth()
+	return serving.ServeGRPC(ctx, srv, lis, gopts)
 }
 
 // restConfig loads kubeconfig, or the in-cluster configuration when it is

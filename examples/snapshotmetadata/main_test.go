@@ -64,6 +64,8 @@ func TestMain(m *testing.M) {
 		// The upstream pkg/iterator (v0.2.0) creates a grpc.ClientConn per
 		// iteration and never closes it; its idle serializers stay.
 		goleak.IgnoreTopFunction("google.golang.org/grpc/internal/grpcsync.(*CallbackSerializer).run"),
+		// component-base's logging starts klog's flush daemon.
+		goleak.IgnoreTopFunction("k8s.io/klog/v2.(*flushDaemon).run.func1"),
 	)
 }
 

@@ -10,6 +10,7 @@ import (
 	"k8s.io/utils/clock"
 
 	"github.com/reviewauth/reviewauth/grpcauth"
+	"github.com/reviewauth/reviewauth/internal/loglimit"
 )
 
 // Refusal logging limits: at most refusalLogBurst lines at once, then one
@@ -23,51 +24,23 @@ const (
 
 // refusalLog logs the calls the sidecar refuses (PermissionDenied and
 // Unauthenticated) at the default verbosity, so that operators see them,
-// rate-limited. It never logs a token. It is safe for concurrent use.
+// rate-limited (the library's log limiter, which httpauth's refusal log
+// uses too). It never logs a token. It is safe for concurrent use.
 type refusalLog struct {
 	logger klog.Logger
-	clock  clock.PassiveClock
-
-	mu         sync.Mutex
-	tat        time.Time // when the bucket is full again (GCRA)
-	suppressed int
+	limit  *loglimit.Limiter
 }
 
 func newRefusalLog(logger klog.Logger, clk clock.PassiveClock) *refusalLog {
-	if clk == nil {
-		clk = clock.RealClock{}
-	}
-	return &refusalLog{logger: logger, clock: clk}
-}
-
-// allow reports whether a line may be written at now: a token bucket of
-// refusalLogBurst lines refilled one per refusalLogInterval, kept as the
-// time it is full again (the generic cell rate algorithm), in integer
-// nanoseconds so that its edges are exact. (golang.org/x/time/rate works in
-// float64 tokens and admits a line up to a nanosecond early.) l.mu is held.
-func (l *refusalLog) allow(now time.Time) bool {
-	tat := l.tat
-	if tat.Before(now) {
-		tat = now
-	}
-	if tat.Sub(now) > (refusalLogBurst-1)*refusalLogInterval {
-		return false
-	}
-	l.tat = tat.Add(refusalLogInterval)
-	return true
+	return &refusalLog{logger: logger, limit: loglimit.New(refusalLogBurst, refusalLogInterval, clk)}
 }
 
 // log writes one line unless the rate limit is reached.
 func (l *refusalLog) log(msg string, kv ...any) {
-	l.mu.Lock()
-	if !l.allow(l.clock.Now()) {
-		l.suppressed++
-		l.mu.Unlock()
+	ok, n := l.limit.Allow()
+	if !ok {
 		return
 	}
-	n := l.suppressed
-	l.suppressed = 0
-	l.mu.Unlock()
 	if n > 0 {
 		kv = append(kv, "suppressed", n)
 	}

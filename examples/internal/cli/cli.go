@@ -1,0 +1,216 @@
+// Package cli holds what the example programs share beyond the library's
+// serving package: Kubernetes-style logging flags (k8s.io/component-base:
+// -v, --vmodule, --logging-format=text|json), --version, and the
+// --metrics-listen port that serves /metrics and the health endpoints.
+package cli
+
+import (
+	"context"
+	"crypto/tls"
+	"errors"
+	"fmt"
+	"io"
+	"net"
+	"net/http"
+	"runtime"
+	"runtime/debug"
+	"strings"
+
+	"github.com/spf13/pflag"
+	logsapi "k8s.io/component-base/logs/api/v1"
+	_ "k8s.io/component-base/logs/json/register" // --logging-format=json
+	"k8s.io/klog/v2"
+
+	"github.com/reviewauth/reviewauth/serving"
+)
+
+func init() {
+	// Tests run an example's run() more than once per process, always with
+	// the same logging configuration; a program runs it once.
+	logsapi.ReapplyHandling = logsapi.ReapplyHandlingIgnoreUnchanged
+}
+
+// Flags are the flags every example takes besides its own.
+type Flags struct {
+	// Review are reviewauth's flags (authn, authz, --kubeconfig,
+	// --audience, --authentication-jwks-preverify; httpauth's with
+	// AddHTTPFlags).
+	Review serving.Flags
+	// TLS are the serving certificate flags.
+	TLS serving.TLSFlags
+	// Logs are component-base's logging flags.
+	Logs *logsapi.LoggingConfiguration
+	// Version is --version.
+	Version bool
+	// MetricsListen is where /metrics, /healthz, /livez and /readyz are
+	// served, over plain HTTP; empty means nowhere.
+	MetricsListen string
+	// MaxConnections is --max-connections, for serving.ServerOptions and
+	// serving.GRPCOptions.
+	MaxConnections int
+}
+
+// New returns Flags with component-base's logging defaults.
+func New() *Flags { return &Flags{Logs: logsapi.NewLoggingConfiguration()} }
+
+// AddFlags registers the logging flags, --version, --metrics-listen,
+// --max-connections and the review flags on fs; the TLS flags when tls is
+// true.
+func (f *Flags) AddFlags(fs *pflag.FlagSet, tls bool) {
+	f.AddBaseFlags(fs)
+	f.Review.AddFlags(fs)
+	if tls {
+		f.TLS.AddFlags(fs)
+	}
+}
+
+// AddBaseFlags registers the logging flags, --version, --metrics-listen and
+// --max-connections only.
+func (f *Flags) AddBaseFlags(fs *pflag.FlagSet) {
+	logsapi.AddFlags(f.Logs, fs)
+	fs.Var(versionValue{&f.Version}, "version", "Print the version and exit (--version, or --version=raw as kube-rbac-proxy and Kubernetes components take it).")
+	fs.Lookup("version").NoOptDefVal = "true"
+	fs.StringVar(&f.MetricsListen, "metrics-listen", f.MetricsListen,
+		"Address to serve Prometheus metrics on, at /metrics, with /healthz, /livez and /readyz (for example 127.0.0.1:9090); plain HTTP. Not served when empty.")
+	fs.IntVar(&f.MaxConnections, "max-connections", 0,
+		fmt.Sprintf("Most connections kept open at once; more wait until one closes. 0 means %d, capped to half the open-file limit.", serving.DefaultMaxConnections))
+}
+
+// versionValue is --version: a boolean that also takes "raw", as
+// component-base's verflag does.
+type versionValue struct{ p *bool }
+
+func (v versionValue) String() string {
+	if v.p != nil && *v.p {
+		return "true"
+	}
+	return "false"
+}
+
+func (v versionValue) Set(s string) error {
+	switch s {
+	case "true", "raw":
+		*v.p = true
+	case "false":
+		*v.p = false
+	default:
+		return fmt.Errorf("want true, false or raw, got %q", s)
+	}
+	return nil
+}
+
+func (v versionValue) Type() string { return "version" }
+
+// ApplyLogging applies the logging flags to klog (component-base's
+// ValidateAndApply). Call it once the flags are parsed, before logging.
+func (f *Flags) ApplyLogging() error {
+	if err := logsapi.ValidateAndApply(f.Logs, nil); err != nil {
+		return fmt.Errorf("logging flags: %w", err)
+	}
+	return nil
+}
+
+// Version returns "name VERSION (COMMIT, GOVERSION)", from the build
+// information Go embeds in the binary.
+func Version(name string) string {
+	version, commit := "(devel)", "unknown commit"
+	if bi, ok := debug.ReadBuildInfo(); ok {
+		if bi.Main.Version != "" {
+			version = bi.Main.Version
+		}
+		for _, s := range bi.Settings {
+			switch s.Key {
+			case "vcs.revision":
+				commit = s.Value
+			case "vcs.modified":
+				if s.Value == "true" {
+					commit += "-dirty"
+				}
+			}
+		}
+	}
+	return fmt.Sprintf("%s %s (%s, %s)", name, version, commit, runtime.Version())
+}
+
+// ErrVersion is returned by Start after printing the version: the program
+// exits successfully.
+var ErrVersion = errors.New("version printed")
+
+// Started is what Start returns.
+type Started struct {
+	Built  *serving.Built
+	Health *serving.Health
+	stop   func()
+}
+
+// Stop stops the metrics server and waits for it; safe to defer.
+func (s *Started) Stop() { s.stop() }
+
+// Start prints the version and returns ErrVersion if --version was given;
+// otherwise it applies the logging flags, builds the review parts
+// (serving.Flags.Build) and serves /metrics and the health endpoints on
+// --metrics-listen, printing "metrics on http://ADDR/metrics" to out.
+// The metrics server runs until ctx is done or Stop is called.
+func (f *Flags) Start(ctx context.Context, name string, out io.Writer) (*Started, error) {
+	if f.Version {
+		fmt.Fprintln(out, Version(name))
+		return nil, ErrVersion
+	}
+	if err := f.ApplyLogging(); err != nil {
+		return nil, err
+	}
+	built, err := f.Review.Build(ctx)
+	if err != nil {
+		return nil, err
+	}
+	s := &Started{Built: built, Health: &serving.Health{}, stop: func() {}}
+	if f.MetricsListen == "" {
+		return s, nil
+	}
+	ln, err := net.Listen("tcp", f.MetricsListen)
+	if err != nil {
+		return nil, fmt.Errorf("--metrics-listen: %w", err)
+	}
+	srv, err := serving.NewHTTPServer(built.Handler(s.Health), serving.ServerOptions{MaxConnections: 64})
+	if err != nil {
+		ln.Close()
+		return nil, err
+	}
+	fmt.Fprintf(out, "metrics on http://%s/metrics\n", ln.Addr())
+	ctx, cancel := context.WithCancel(ctx)
+	done := make(chan struct{})
+	go func() {
+		defer close(done)
+		if err := srv.Serve(ctx, ln); err != nil {
+			klog.FromContext(ctx).Error(err, "Metrics server failed")
+		}
+	}()
+	s.stop = func() { cancel(); <-done }
+	return s, nil
+}
+
+// SANsFor returns the host of a listen address as a --tls-san, when it is
+// a specific IP or name (not a wildcard), for self-signed certificates.
+func SANsFor(addr string) []string {
+	host, _, err := net.SplitHostPort(addr)
+	if err != nil || host == "" {
+		return nil
+	}
+	if ip := net.ParseIP(host); ip != nil && ip.IsUnspecified() {
+		return nil
+	}
+	return []string{strings.Trim(host, "[]")}
+}
+
+// UpstreamTransport returns the transport of a reverse proxy to one
+// upstream: http.DefaultTransport's settings (proxy from the environment,
+// dial and handshake timeouts), with tlsConfig, and as many idle
+// connections kept to the upstream as a busy proxy uses (the default, 2,
+// would open a new connection for most requests under concurrency).
+func UpstreamTransport(tlsConfig *tls.Config) *http.Transport {
+	t := http.DefaultTransport.(*http.Transport).Clone()
+	t.TLSClientConfig = tlsConfig
+	t.MaxIdleConns = 256
+	t.MaxIdleConnsPerHost = 128
+	return t
+}

@@ -1,0 +1,183 @@
+// Package clitest runs the example programs' main functions as real
+// processes from their own test binaries, for tests of what only a
+// process shows (the logging flags, klog's global output), and attacks
+// their servers the way the issue describes, for tests of the hardening.
+package clitest
+
+import (
+	"bufio"
+	"crypto/tls"
+	"fmt"
+	"io"
+	"net"
+	"net/http"
+	"os"
+	"os/exec"
+	"strings"
+	"sync"
+	"syscall"
+	"testing"
+	"time"
+)
+
+const envMain = "REVIEWAUTH_EXAMPLE_MAIN"
+
+// MaybeRunMain runs main and exits when the test binary was started by
+// [Start] as the example program. Call it first in TestMain.
+func MaybeRunMain(main func()) {
+	if os.Getenv(envMain) == "1" {
+		main()
+		os.Exit(0)
+	}
+}
+
+// Buffer is a bytes buffer safe for concurrent use.
+type Buffer struct {
+	mu sync.Mutex
+	b  strings.Builder
+}
+
+func (b *Buffer) Write(p []byte) (int, error) {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	return b.b.Write(p)
+}
+
+func (b *Buffer) String() string {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	return b.b.String()
+}
+
+// Proc is an example program running as a process.
+type Proc struct {
+	// Addr is what the program printed after "listening on ".
+	Addr           string
+	Stdout, Stderr *Buffer
+	cmd            *exec.Cmd
+	exited         chan error
+}
+
+// Start runs the test binary as the example program with args (see
+// MaybeRunMain) and returns once it prints "listening on ADDR". The
+// process is stopped when the test ends.
+func Start(t testing.TB, args ...string) *Proc {
+	t.Helper()
+	p := &Proc{Stdout: &Buffer{}, Stderr: &Buffer{}, exited: make(chan error, 1)}
+	p.cmd = exec.Command(os.Args[0], args...)
+	p.cmd.Env = append(os.Environ(), envMain+"=1")
+	pr, pw := io.Pipe()
+	p.cmd.Stdout = io.MultiWriter(p.Stdout, pw)
+	p.cmd.Stderr = p.Stderr
+	if err := p.cmd.Start(); err != nil {
+		t.Fatal(err)
+	}
+	go func() { p.exited <- p.cmd.Wait(); pw.Close() }()
+	ready := make(chan string, 1)
+	go func() {
+		sc := bufio.NewScanner(pr)
+		for sc.Scan() {
+			if a, ok := strings.CutPrefix(sc.Text(), "listening on "); ok {
+				select {
+				case ready <- a:
+				default:
+				}
+			}
+		}
+		_, _ = io.Copy(io.Discard, pr)
+	}()
+	t.Cleanup(func() { p.Stop(t) })
+	select {
+	case p.Addr = <-ready:
+	case err := <-p.exited:
+		p.exited <- err
+		t.Fatalf("%q exited before listening: %v\nstderr:\n%s", args, err, p.Stderr)
+	case <-time.After(60 * time.Second):
+		t.Fatalf("%q did not listen within 60s\nstderr:\n%s", args, p.Stderr)
+	}
+	return p
+}
+
+// Stop sends SIGTERM and waits for the program to exit; it fails the test
+// if the program does not exit cleanly within 30s. Calling it again does
+// nothing.
+func (p *Proc) Stop(t testing.TB) {
+	t.Helper()
+	if p.cmd.ProcessState != nil {
+		return
+	}
+	_ = p.cmd.Process.Signal(syscall.SIGTERM)
+	select {
+	case err := <-p.exited:
+		p.exited <- err
+		if err != nil {
+			t.Errorf("program exited with %v after SIGTERM\nstderr:\n%s", err, p.Stderr)
+		}
+	case <-time.After(30 * time.Second):
+		_ = p.cmd.Process.Kill()
+		t.Errorf("program did not exit within 30s of SIGTERM")
+	}
+}
+
+// Output is what the program wrote, standard output then standard error.
+func (p *Proc) Output() string { return p.Stdout.String() + p.Stderr.String() }
+
+var insecure = &tls.Config{InsecureSkipVerify: true, NextProtos: []string{"http/1.1"}}
+
+// HoldRefused makes n connections to the TLS server at addr, each with an
+// unauthenticated request that is refused: half POST path announcing a
+// 100,000-byte body they never send, half keep-alive GETs of path. It
+// checks that each is answered with want and closed by the server, all
+// within 60s, and returns an error describing the first that was not.
+func HoldRefused(addr, path string, n, want int) error {
+	type result struct{ err error }
+	results := make(chan result, n)
+	var conns []net.Conn
+	defer func() {
+		for _, c := range conns {
+			c.Close()
+		}
+	}()
+	deadline := time.Now().Add(60 * time.Second)
+	for i := range n {
+		c, err := tls.Dial("tcp", addr, insecure)
+		if err != nil {
+			return err
+		}
+		conns = append(conns, c)
+		req := fmt.Sprintf("GET %s HTTP/1.1\r\nHost: proxy\r\nConnection: keep-alive\r\n\r\n", path)
+		if i%2 == 0 {
+			req = fmt.Sprintf("POST %s HTTP/1.1\r\nHost: proxy\r\nContent-Length: 100000\r\n\r\n", path)
+		}
+		if _, err := io.WriteString(c, req); err != nil {
+			return err
+		}
+		go func() {
+			_ = c.SetReadDeadline(deadline)
+			br := bufio.NewReader(c)
+			resp, err := http.ReadResponse(br, nil)
+			if err != nil {
+				results <- result{fmt.Errorf("connection %d (%q): no answer: %w", i, req, err)}
+				return
+			}
+			_, _ = io.Copy(io.Discard, resp.Body)
+			resp.Body.Close()
+			if resp.StatusCode != want {
+				results <- result{fmt.Errorf("connection %d: %d; want %d", i, resp.StatusCode, want)}
+				return
+			}
+			if _, err := br.ReadByte(); err != io.EOF {
+				results <- result{fmt.Errorf("connection %d (%q): answered, then read %v; want the connection closed", i, req, err)}
+				return
+			}
+			results <- result{}
+		}()
+	}
+	var first error
+	for range n {
+		if r := <-results; r.err != nil && first == nil {
+			first = r.err
+		}
+	}
+	return first
+}

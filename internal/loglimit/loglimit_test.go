@@ -1,0 +1,94 @@
+package loglimit_test
+
+import (
+	"sync"
+	"testing"
+	"time"
+
+	clocktesting "k8s.io/utils/clock/testing"
+
+	"github.com/reviewauth/reviewauth/internal/loglimit"
+)
+
+// TestLimiterEdges: a burst at once, then one line per interval, exactly at
+// the interval and not 1ns before; the first line after a pause counts the
+// lines left out.
+func TestLimiterEdges(t *testing.T) {
+	t.Parallel()
+	const burst, interval = 3, time.Second
+	clk := clocktesting.NewFakePassiveClock(time.Unix(1000, 0))
+	l := loglimit.New(burst, interval, clk)
+	for i := range burst {
+		if ok, n := l.Allow(); !ok || n != 0 {
+			t.Fatalf("Allow() #%d of the burst = %v, %d; want true, 0", i, ok, n)
+		}
+	}
+	for i := range 4 {
+		if ok, _ := l.Allow(); ok {
+			t.Fatalf("Allow() #%d past the burst = true; want false", i)
+		}
+	}
+	clk.SetTime(clk.Now().Add(interval - time.Nanosecond))
+	if ok, _ := l.Allow(); ok {
+		t.Fatalf("Allow() 1ns before the interval = true; want false")
+	}
+	clk.SetTime(clk.Now().Add(time.Nanosecond))
+	if ok, n := l.Allow(); !ok || n != 5 {
+		t.Fatalf("Allow() at the interval = %v, %d; want true, 5 suppressed", ok, n)
+	}
+	if ok, _ := l.Allow(); ok {
+		t.Fatalf("Allow() right after = true; want false")
+	}
+	// A long pause refills the whole burst, no more.
+	clk.SetTime(clk.Now().Add(time.Hour))
+	for i := range burst {
+		if ok, _ := l.Allow(); !ok {
+			t.Fatalf("Allow() #%d after a pause = false; want true", i)
+		}
+	}
+	if ok, _ := l.Allow(); ok {
+		t.Fatalf("Allow() past the refilled burst = true; want false")
+	}
+}
+
+func TestLimiterZeroInterval(t *testing.T) {
+	t.Parallel()
+	l := loglimit.New(0, 0, nil)
+	for range 100 {
+		if ok, _ := l.Allow(); !ok {
+			t.Fatal("Allow() with no interval = false; want true")
+		}
+	}
+}
+
+// TestLimiterConcurrent: under concurrent use exactly the burst is admitted
+// while the clock stands still, and every refusal is counted once.
+func TestLimiterConcurrent(t *testing.T) {
+	t.Parallel()
+	clk := clocktesting.NewFakePassiveClock(time.Unix(1000, 0))
+	l := loglimit.New(10, time.Second, clk)
+	var (
+		mu      sync.Mutex
+		allowed int
+		wg      sync.WaitGroup
+	)
+	for range 8 {
+		wg.Go(func() {
+			for range 100 {
+				if ok, _ := l.Allow(); ok {
+					mu.Lock()
+					allowed++
+					mu.Unlock()
+				}
+			}
+		})
+	}
+	wg.Wait()
+	if allowed != 10 {
+		t.Errorf("allowed = %d; want 10", allowed)
+	}
+	clk.SetTime(clk.Now().Add(time.Second))
+	if ok, n := l.Allow(); !ok || n != 790 {
+		t.Errorf("Allow() after a second = %v, %d; want true, 790", ok, n)
+	}
+}

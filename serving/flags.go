@@ -1,0 +1,230 @@
+package serving
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"net/http"
+	"slices"
+	"time"
+
+	"github.com/prometheus/client_golang/prometheus"
+	"github.com/prometheus/client_golang/prometheus/collectors"
+	"github.com/prometheus/client_golang/prometheus/promhttp"
+	"github.com/spf13/pflag"
+	"k8s.io/apiserver/pkg/authorization/authorizer"
+	"k8s.io/client-go/rest"
+	"k8s.io/klog/v2"
+
+	"github.com/reviewauth/reviewauth/authn"
+	"github.com/reviewauth/reviewauth/authz"
+	"github.com/reviewauth/reviewauth/httpauth"
+	"github.com/reviewauth/reviewauth/metrics"
+)
+
+// Flags are the command-line flags of a service protected by reviewauth:
+// authn's, authz's and httpauth's flags (k8s.io/apiserver's delegated
+// authentication and authorization flag names), the short forms
+// --kubeconfig and --audience, and --authentication-jwks-preverify. The
+// zero value has every library default. AddFlags (and AddHTTPFlags for an
+// HTTP service) registers them, [Flags.Build] builds the authenticator,
+// the authorizer and the metrics they describe.
+type Flags struct {
+	Authn authn.Flags
+	Authz authz.Flags
+	// HTTP holds --client-ca-file and --authorization-always-allow-paths,
+	// registered by AddHTTPFlags only.
+	HTTP httpauth.Flags
+
+	// Kubeconfig is the short form of --authentication-kubeconfig and
+	// --authorization-kubeconfig: it sets whichever of them is unset.
+	Kubeconfig string
+	// Audiences are added to --authentication-audiences.
+	Audiences []string
+	// JWKSPreverify checks tokens' signatures against the cluster's
+	// service-account keys (authn.JWKSVerifier) before reviewing them, so
+	// that forged tokens cost no TokenReview; the service then needs get
+	// on /openid/v1/jwks (the system:service-account-issuer-discovery
+	// ClusterRole). Only JWTs are accepted with it.
+	JWKSPreverify bool
+}
+
+// AddFlags registers authn's and authz's flags, --kubeconfig, --audience
+// and --authentication-jwks-preverify on fs.
+func (f *Flags) AddFlags(fs *pflag.FlagSet) {
+	f.Authn.AddFlags(fs)
+	f.Authz.AddFlags(fs)
+	fs.StringVar(&f.Kubeconfig, "kubeconfig", f.Kubeconfig,
+		"kubeconfig for TokenReviews and SubjectAccessReviews (sets --authentication-kubeconfig and --authorization-kubeconfig when they are unset); in-cluster configuration when empty")
+	fs.StringSliceVar(&f.Audiences, "audience", f.Audiences,
+		"audience callers' tokens must be issued for (repeatable); added to --authentication-audiences")
+	fs.BoolVar(&f.JWKSPreverify, "authentication-jwks-preverify", f.JWKSPreverify,
+		"Check each token's signature against the cluster's service-account keys (/openid/v1/jwks, needs the system:service-account-issuer-discovery ClusterRole) before reviewing it, so that forged tokens cost no TokenReview. Only JWTs are accepted then.")
+}
+
+// AddHTTPFlags registers httpauth's flags, --client-ca-file and
+// --authorization-always-allow-paths, on fs.
+func (f *Flags) AddHTTPFlags(fs *pflag.FlagSet) { f.HTTP.AddFlags(fs) }
+
+// complete applies the short forms. It is idempotent.
+func (f *Flags) complete() {
+	if f.Authn.Client.Kubeconfig == "" {
+		f.Authn.Client.Kubeconfig = f.Kubeconfig
+	}
+	if f.Authz.Client.Kubeconfig == "" {
+		f.Authz.Client.Kubeconfig = f.Kubeconfig
+	}
+	for _, a := range f.Audiences {
+		if !slices.Contains(f.Authn.Audiences, a) {
+			f.Authn.Audiences = append(f.Authn.Audiences, a)
+		}
+	}
+}
+
+// Validate reports every problem with the flags, naming the flag.
+func (f *Flags) Validate() error {
+	f.complete()
+	return errors.Join(f.Authn.Validate(), f.Authz.Validate(), f.HTTP.Validate())
+}
+
+// Built is what [Flags.Build] returns.
+type Built struct {
+	// Authenticator reviews bearer tokens.
+	Authenticator *authn.Authenticator
+	// Authorizer is the chain the flags describe (always-allow groups,
+	// node locality, SubjectAccessReview).
+	Authorizer authorizer.Authorizer
+	// SAR is the SubjectAccessReview authorizer alone.
+	SAR *authz.Authorizer
+	// Metrics are the authenticator's, the authorizer's and (through
+	// [Built.HTTPOptions]) the middleware's, registered on Registry.
+	Metrics *metrics.Metrics
+	// Registry holds Metrics and the Go and process collectors: serve it
+	// at /metrics (see [Built.Handler]).
+	Registry *prometheus.Registry
+
+	http httpauth.Flags
+}
+
+// SelfCheckTimeout bounds Build's start-up check of the service's own
+// credentials.
+const SelfCheckTimeout = 15 * time.Second
+
+// Build validates the flags, builds the authenticator (with the JWKS
+// pre-verifier if asked), the authorizer and the metrics registry, and
+// checks that the service's own credentials may create the reviews it will
+// send (authn.SelfCheck and authz.SelfCheck). When the API server says they
+// may not (or refuses them), Build fails fast with its message, which names
+// the identity and the ClusterRole it needs (system:auth-delegator):
+// without it every request would be answered 503. When the API server
+// cannot be asked, Build logs a warning to klog.FromContext(ctx) and goes
+// on: the API server may come up later, and until it does requests are
+// answered "could not check" (503).
+func (f *Flags) Build(ctx context.Context) (*Built, error) {
+	if err := f.Validate(); err != nil {
+		return nil, err
+	}
+	m := metrics.New()
+	reg := prometheus.NewRegistry()
+	reg.MustRegister(m, collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
+	f.Authn.Metrics = m
+	f.Authz.Metrics = m
+	if f.JWKSPreverify {
+		cfg, err := f.Authn.Client.RESTConfig()
+		if err != nil {
+			return nil, fmt.Errorf("--authentication-kubeconfig: %w", err)
+		}
+		v, err := authn.NewJWKSVerifier(cfg, authn.JWKSOptions{})
+		if err != nil {
+			return nil, fmt.Errorf("--authentication-jwks-preverify: %w", err)
+		}
+		f.Authn.PreVerifier = v
+	}
+	an, err := f.Authn.New()
+	if err != nil {
+		return nil, err
+	}
+	chain, sar, err := f.Authz.New()
+	if err != nil {
+		return nil, err
+	}
+	if err := f.selfCheck(ctx); err != nil {
+		return nil, err
+	}
+	return &Built{Authenticator: an, Authorizer: chain, SAR: sar, Metrics: m, Registry: reg, http: f.HTTP}, nil
+}
+
+// selfCheck runs authn.SelfCheck and authz.SelfCheck on the configured
+// clients. It returns their refusals, and logs that the API server could
+// not be asked.
+func (f *Flags) selfCheck(ctx context.Context) error {
+	ctx, cancel := context.WithTimeout(ctx, SelfCheckTimeout)
+	defer cancel()
+	var errs []error
+	for _, c := range []struct {
+		client authn.ClientOptions
+		check  func(context.Context, *rest.Config) error
+	}{{f.Authn.Client, authn.SelfCheck}, {f.Authz.Client, authz.SelfCheck}} {
+		cfg, err := c.client.RESTConfig()
+		if err != nil {
+			return err
+		}
+		switch err := c.check(ctx, cfg); {
+		case errors.Is(err, authn.ErrRefused):
+			errs = append(errs, err)
+		case err != nil:
+			klog.FromContext(ctx).Error(err, "Starting anyway: requests will be answered 503 until the API server answers")
+		}
+	}
+	return errors.Join(errs...)
+}
+
+// HTTPOptions returns the httpauth.Options of the built parts and the
+// HTTP flags, for mapper: Authenticator, Authorizer, Attributes,
+// AlwaysAllowPaths (--authorization-always-allow-paths), Metrics, and
+// ClientCertificates from certs when --client-ca-file is set (certs must
+// then have been made with it, see [TLSFlags.Certificates]). Adjust the
+// result, then pass it to httpauth.New.
+func (b *Built) HTTPOptions(mapper httpauth.AttributesMapper, certs *Certificates) (httpauth.Options, error) {
+	opts := httpauth.Options{
+		Authenticator:    b.Authenticator,
+		Authorizer:       b.Authorizer,
+		Attributes:       mapper,
+		AlwaysAllowPaths: b.http.AlwaysAllowPaths,
+		Metrics:          b.Metrics,
+	}
+	if b.http.ClientCAFile != "" {
+		if certs == nil || certs.clientCA == nil {
+			return opts, errors.New("serving: --client-ca-file needs a TLS server whose Certificates carry the client CA")
+		}
+		cc, err := certs.ClientCertificates(httpauth.ClientCertOptions{})
+		if err != nil {
+			return opts, err
+		}
+		opts.ClientCertificates = cc
+	}
+	return opts, nil
+}
+
+// Middleware is httpauth.New of [Built.HTTPOptions].
+func (b *Built) Middleware(mapper httpauth.AttributesMapper, certs *Certificates) (func(http.Handler) http.Handler, error) {
+	opts, err := b.HTTPOptions(mapper, certs)
+	if err != nil {
+		return nil, err
+	}
+	return httpauth.New(opts)
+}
+
+// Handler serves the metrics of Registry at /metrics and, when health is
+// not nil, /healthz, /livez and /readyz: the endpoints of a separate
+// metrics port.
+func (b *Built) Handler(health *Health) http.Handler {
+	mux := http.NewServeMux()
+	mux.Handle("/metrics", promhttp.HandlerFor(b.Registry, promhttp.HandlerOpts{}))
+	if health != nil {
+		for _, p := range []string{"/healthz", "/livez", "/readyz"} {
+			mux.Handle(p, health)
+		}
+	}
+	return mux
+}

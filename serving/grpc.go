@@ -1,0 +1,165 @@
+package serving
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"net"
+	"time"
+
+	"google.golang.org/grpc"
+	"google.golang.org/grpc/credentials"
+	"google.golang.org/grpc/keepalive"
+	"k8s.io/klog/v2"
+	"k8s.io/utils/clock"
+)
+
+// Defaults of [GRPCOptions], used when a field is zero.
+const (
+	// DefaultGRPCConnectionTimeout bounds a new connection's handshake
+	// (TLS and HTTP/2 preface): a client that connects and sends nothing
+	// holds the connection this long at most (grpc's own default is 120s).
+	DefaultGRPCConnectionTimeout = 10 * time.Second
+	// DefaultGRPCMaxConnectionIdle closes a connection without calls for
+	// this long (with a GOAWAY, which well-behaved clients follow by
+	// reconnecting when they next call).
+	DefaultGRPCMaxConnectionIdle = 5 * time.Minute
+	// DefaultGRPCKeepaliveMinTime is the shortest interval between a
+	// client's keepalive pings the server tolerates; a client pinging more
+	// often is disconnected (ENHANCE_YOUR_CALM "too_many_pings"). Pings
+	// on connections without calls are permitted.
+	DefaultGRPCKeepaliveMinTime = 30 * time.Second
+	// DefaultGRPCKeepaliveTime and DefaultGRPCKeepaliveTimeout: the server
+	// pings a connection silent for a minute and closes it when the ping
+	// is not answered within 20s, so that dead peers do not hold
+	// connections.
+	DefaultGRPCKeepaliveTime    = time.Minute
+	DefaultGRPCKeepaliveTimeout = 20 * time.Second
+	// DefaultGRPCMaxHeaderListSize bounds a call's metadata (grpc's own
+	// default is 16 MiB).
+	DefaultGRPCMaxHeaderListSize = 64 << 10
+)
+
+// GRPCOptions configures a hardened gRPC server ([GRPCServerOptions],
+// [ServeGRPC]). Every zero value means the default named on the field.
+type GRPCOptions struct {
+	// Certificates serve TLS; nil means Credentials (or none).
+	Certificates *Certificates
+	// Credentials are used when Certificates is nil, such as grpc's local
+	// credentials on a Unix socket.
+	Credentials credentials.TransportCredentials
+
+	// MaxConnections caps the open connections ([LimitListener]). Zero
+	// means [DefaultMaxConnections] capped by the open-file limit;
+	// negative means no cap.
+	MaxConnections int
+	// MaxConcurrentStreams bounds the concurrent calls of a connection.
+	// Zero means [DefaultMaxConcurrentStreams].
+	MaxConcurrentStreams uint32
+	// ConnectionTimeout: zero means [DefaultGRPCConnectionTimeout].
+	ConnectionTimeout time.Duration
+	// MaxConnectionIdle: zero means [DefaultGRPCMaxConnectionIdle].
+	MaxConnectionIdle time.Duration
+	// KeepaliveMinTime: zero means [DefaultGRPCKeepaliveMinTime].
+	KeepaliveMinTime time.Duration
+	// MaxHeaderListSize: zero means [DefaultGRPCMaxHeaderListSize].
+	MaxHeaderListSize uint32
+	// ShutdownTimeout bounds a graceful stop: calls in flight get this
+	// long, then the server stops hard. Zero means
+	// [DefaultShutdownTimeout].
+	ShutdownTimeout time.Duration
+
+	// Clock paces the connection-limit log line. Nil means the real clock.
+	Clock clock.PassiveClock
+}
+
+func (o GRPCOptions) withDefaults() GRPCOptions {
+	if o.MaxConcurrentStreams == 0 {
+		o.MaxConcurrentStreams = DefaultMaxConcurrentStreams
+	}
+	if o.ConnectionTimeout <= 0 {
+		o.ConnectionTimeout = DefaultGRPCConnectionTimeout
+	}
+	if o.MaxConnectionIdle <= 0 {
+		o.MaxConnectionIdle = DefaultGRPCMaxConnectionIdle
+	}
+	if o.KeepaliveMinTime <= 0 {
+		o.KeepaliveMinTime = DefaultGRPCKeepaliveMinTime
+	}
+	if o.MaxHeaderListSize == 0 {
+		o.MaxHeaderListSize = DefaultGRPCMaxHeaderListSize
+	}
+	if o.ShutdownTimeout <= 0 {
+		o.ShutdownTimeout = DefaultShutdownTimeout
+	}
+	if o.MaxConnections == 0 {
+		o.MaxConnections = MaxConnectionsFor(DefaultMaxConnections)
+	}
+	return o
+}
+
+// GRPCServerOptions returns the grpc.ServerOptions of a hardened server:
+// transport credentials (TLS from Certificates, reloaded per handshake),
+// MaxConcurrentStreams, the handshake's ConnectionTimeout, keepalive
+// enforcement (KeepaliveMinTime, pings without calls permitted), server
+// keepalive pings and MaxConnectionIdle, and MaxHeaderListSize. Add your
+// interceptors and pass them all to grpc.NewServer; serve with
+// [ServeGRPC], which applies MaxConnections.
+func GRPCServerOptions(opts GRPCOptions) []grpc.ServerOption {
+	o := opts.withDefaults()
+	out := []grpc.ServerOption{
+		grpc.MaxConcurrentStreams(o.MaxConcurrentStreams),
+		grpc.ConnectionTimeout(o.ConnectionTimeout),
+		grpc.KeepaliveEnforcementPolicy(keepalive.EnforcementPolicy{MinTime: o.KeepaliveMinTime, PermitWithoutStream: true}),
+		grpc.KeepaliveParams(keepalive.ServerParameters{
+			MaxConnectionIdle: o.MaxConnectionIdle,
+			Time:              DefaultGRPCKeepaliveTime,
+			Timeout:           DefaultGRPCKeepaliveTimeout,
+		}),
+		grpc.MaxHeaderListSize(o.MaxHeaderListSize),
+	}
+	switch {
+	case o.Certificates != nil:
+		out = append(out, grpc.Creds(credentials.NewTLS(o.Certificates.ServerConfig("h2"))))
+	case o.Credentials != nil:
+		out = append(out, grpc.Creds(o.Credentials))
+	}
+	return out
+}
+
+// ServeGRPC serves srv on ln, capped at MaxConnections, until ctx is done,
+// then stops gracefully within ShutdownTimeout (then hard) and returns
+// nil; it returns an error when serving fails. While it serves, it keeps
+// the Certificates' files watched. srv must have been built with
+// [GRPCServerOptions] of the same opts.
+func ServeGRPC(ctx context.Context, srv *grpc.Server, ln net.Listener, opts GRPCOptions) error {
+	o := opts.withDefaults()
+	ln = LimitListener(ln, o.MaxConnections, LimitOptions{Logger: klog.FromContext(ctx), Clock: o.Clock})
+	if c := o.Certificates; c != nil {
+		certCtx, stopCerts := context.WithCancel(ctx)
+		certsDone := make(chan struct{})
+		go func() { defer close(certsDone); c.Run(certCtx) }()
+		defer func() { stopCerts(); <-certsDone }()
+	}
+	errc := make(chan error, 1)
+	go func() { errc <- srv.Serve(ln) }()
+	select {
+	case err := <-errc:
+		return fmt.Errorf("serving: %w", err)
+	case <-ctx.Done():
+	}
+	stopped := make(chan struct{})
+	go func() { srv.GracefulStop(); close(stopped) }()
+	timer := time.NewTimer(o.ShutdownTimeout)
+	defer timer.Stop()
+	select {
+	case <-stopped:
+	case <-timer.C:
+		srv.Stop()
+		<-stopped
+	}
+	if err := <-errc; err != nil && !errors.Is(err, grpc.ErrServerStopped) {
+		return fmt.Errorf("serving: %w", err)
+	}
+	return nil
+}

@@ -1,0 +1,438 @@
+package serving
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"log"
+	"net"
+	"net/http"
+	"strings"
+	"sync/atomic"
+	"time"
+
+	"k8s.io/klog/v2"
+	"k8s.io/utils/clock"
+
+	"github.com/reviewauth/reviewauth/internal/loglimit"
+)
+
+// Defaults of [ServerOptions]. Each is used when its field is zero; each
+// bounds what one client can hold.
+const (
+	// DefaultMaxConnections caps the connections a server keeps open. It
+	// is further capped, at start, to half of the process's open-file
+	// limit less 64 (see [MaxConnectionsFor]), since a proxied connection
+	// may need a second one upstream and the process needs files for the
+	// API server and its own work.
+	DefaultMaxConnections = 1024
+
+	// DefaultReadHeaderTimeout bounds the time from a connection's first
+	// byte of a request (or its opening) to the end of the request's
+	// headers: a client that trickles headers (slowloris) is cut off.
+	DefaultReadHeaderTimeout = 10 * time.Second
+
+	// DefaultReadTimeout bounds each read of a request body (a per-read
+	// deadline, extended at every read): an authorized client that
+	// announces a body and stops sending it is cut off, while an upload or
+	// a client stream (gRPC through an h2c upstream) lasts as long as the
+	// client keeps sending. Refused requests are answered without reading
+	// the body at all (see [HTTPServer]), so an unauthenticated client
+	// never holds a connection with a body.
+	DefaultReadTimeout = time.Minute
+
+	// DefaultWriteTimeout bounds each write of a response to the client,
+	// not the response: a client that stops reading is cut off, while a
+	// long response (a large scrape, a stream, a watch) lasts as long as
+	// the client keeps reading.
+	DefaultWriteTimeout = time.Minute
+
+	// DefaultIdleTimeout bounds how long a keep-alive connection (HTTP/1)
+	// or an HTTP/2 connection without streams stays open between requests:
+	// longer than a typical scrape interval, so that a scraper keeps its
+	// connection, and bounded, so that idle connections do not pile up.
+	DefaultIdleTimeout = 2 * time.Minute
+
+	// DefaultMaxHeaderBytes bounds a request's headers. A service-account
+	// token is about 1 KiB, an OIDC token a few; 64 KiB leaves room for
+	// both with cookies.
+	DefaultMaxHeaderBytes = 64 << 10
+
+	// DefaultMaxConcurrentStreams bounds the concurrent requests (streams)
+	// of one HTTP/2 connection, as kube-rbac-proxy does. Go's HTTP/2 server
+	// also runs at most this many handlers per connection, queueing
+	// streams opened and reset faster (CVE-2023-44487, "rapid reset") and
+	// closing the connection when the queue passes four times the limit.
+	DefaultMaxConcurrentStreams = 100
+
+	// DefaultShutdownTimeout bounds a graceful shutdown: requests in flight
+	// get this long to finish, then they are cancelled and their
+	// connections closed.
+	DefaultShutdownTimeout = 10 * time.Second
+)
+
+// ServerOptions configures an [HTTPServer]. Every zero value means the
+// default named on the field.
+type ServerOptions struct {
+	// Certificates serve TLS; nil serves plain HTTP (for a Unix socket or
+	// a loopback-only metrics port).
+	Certificates *Certificates
+
+	// MaxConnections caps the open connections (see [LimitListener]). Zero
+	// means [DefaultMaxConnections], capped by the open-file limit
+	// ([MaxConnectionsFor]); negative means no cap.
+	MaxConnections int
+	// ReadHeaderTimeout, ReadTimeout (per read of a body), WriteTimeout
+	// (per write of a response) and IdleTimeout: zero means
+	// DefaultReadHeaderTimeout, DefaultReadTimeout, DefaultWriteTimeout
+	// and DefaultIdleTimeout; negative means none.
+	ReadHeaderTimeout, ReadTimeout, WriteTimeout, IdleTimeout time.Duration
+	// MaxHeaderBytes bounds the request headers. Zero means
+	// [DefaultMaxHeaderBytes].
+	MaxHeaderBytes int
+	// MaxConcurrentStreams bounds the streams of an HTTP/2 connection.
+	// Zero means [DefaultMaxConcurrentStreams].
+	MaxConcurrentStreams int
+	// MaxReadFrameSize bounds an HTTP/2 frame, and the receive buffer of
+	// a stream (kube-rbac-proxy's --http2-max-size). Zero means Go's
+	// defaults.
+	MaxReadFrameSize int
+	// DisableHTTP2 serves HTTP/1.1 only.
+	DisableHTTP2 bool
+	// UnencryptedHTTP2 serves HTTP/2 with prior knowledge (h2c) besides
+	// HTTP/1.1 when Certificates is nil, for a Unix socket.
+	UnencryptedHTTP2 bool
+
+	// ShutdownTimeout bounds a graceful shutdown. Zero means
+	// [DefaultShutdownTimeout].
+	ShutdownTimeout time.Duration
+	// CancelOnShutdown cancels the context of requests in flight as soon
+	// as shutdown starts, rather than after ShutdownTimeout, for servers
+	// of streams (watches) that would otherwise hold shutdown to the end.
+	CancelOnShutdown bool
+
+	// Health, if not nil, is marked ready while the server serves and not
+	// ready once it starts shutting down.
+	Health *Health
+
+	// Clock paces the server's own log lines. Nil means the real clock.
+	Clock clock.PassiveClock
+}
+
+// HTTPServer is a net/http server hardened against clients that hold
+// connections:
+//
+//   - at most MaxConnections connections are open ([LimitListener]); the
+//     next waits, and the limit being reached is logged;
+//   - headers must arrive within ReadHeaderTimeout, each read of a body
+//     must complete within ReadTimeout (a per-read deadline, so that
+//     uploads and client streams may last while the client sends), and
+//     an idle connection is closed after IdleTimeout;
+//   - each write to the client must complete within WriteTimeout (a
+//     per-write deadline, extended at every write and flush, so that
+//     streams and watches may last while the client reads them);
+//   - a response of status 400 or more to an HTTP/1 request closes the
+//     connection ("Connection: close"), and when the request announced a
+//     body that was not read, the server does not wait for it: net/http
+//     would otherwise try to read up to 256 KiB of it, before answering
+//     or after, and a client that announces a body and never sends it
+//     would hold the connection, unanswered, until ReadTimeout. So an
+//     unauthenticated client can neither keep connections alive after a
+//     refusal nor make the server read what it sends;
+//   - HTTP/2 connections have at most MaxConcurrentStreams streams, and
+//     Go's rapid-reset mitigation (see [DefaultMaxConcurrentStreams]);
+//   - net/http's own log lines (TLS handshake errors, accept errors) are
+//     paced like httpauth's refusal log.
+//
+// It is safe for concurrent use; Serve may be called once per listener.
+type HTTPServer struct {
+	handler http.Handler
+	opts    ServerOptions
+	maxConn int
+}
+
+// NewHTTPServer returns a server of handler with opts.
+func NewHTTPServer(handler http.Handler, opts ServerOptions) (*HTTPServer, error) {
+	if handler == nil {
+		return nil, errors.New("serving: nil handler")
+	}
+	if opts.DisableHTTP2 && opts.UnencryptedHTTP2 {
+		return nil, errors.New("serving: DisableHTTP2 and UnencryptedHTTP2 contradict each other")
+	}
+	if opts.UnencryptedHTTP2 && opts.Certificates != nil {
+		return nil, errors.New("serving: UnencryptedHTTP2 is for servers without Certificates")
+	}
+	def := func(d *time.Duration, v time.Duration) {
+		switch {
+		case *d == 0:
+			*d = v
+		case *d < 0:
+			*d = 0
+		}
+	}
+	def(&opts.ReadHeaderTimeout, DefaultReadHeaderTimeout)
+	def(&opts.ReadTimeout, DefaultReadTimeout)
+	def(&opts.WriteTimeout, DefaultWriteTimeout)
+	def(&opts.IdleTimeout, DefaultIdleTimeout)
+	def(&opts.ShutdownTimeout, DefaultShutdownTimeout)
+	if opts.MaxHeaderBytes <= 0 {
+		opts.MaxHeaderBytes = DefaultMaxHeaderBytes
+	}
+	if opts.MaxConcurrentStreams <= 0 {
+		opts.MaxConcurrentStreams = DefaultMaxConcurrentStreams
+	}
+	maxConn := opts.MaxConnections
+	if maxConn == 0 {
+		maxConn = MaxConnectionsFor(DefaultMaxConnections)
+	}
+	return &HTTPServer{handler: handler, opts: opts, maxConn: maxConn}, nil
+}
+
+// MaxConnections is the connection cap in force: the option, or its
+// default capped by the open-file limit; zero or less for none.
+func (s *HTTPServer) MaxConnections() int { return s.maxConn }
+
+// Serve serves on ln until ctx is done, then shuts down gracefully (see
+// [ServerOptions].ShutdownTimeout) and returns nil; it returns an error
+// when serving fails. It closes ln. While it serves, it keeps the
+// Certificates' files watched ([Certificates.Run]). Its log lines go to
+// klog.FromContext(ctx), and requests' contexts carry ctx's values.
+func (s *HTTPServer) Serve(ctx context.Context, ln net.Listener) error {
+	logger := klog.FromContext(ctx)
+	baseCtx, cancelRequests := context.WithCancel(context.WithoutCancel(ctx))
+	defer cancelRequests()
+	srv := &http.Server{
+		Handler:           &guard{next: s.handler, writeTimeout: s.opts.WriteTimeout, readTimeout: s.opts.ReadTimeout},
+		ReadHeaderTimeout: s.opts.ReadHeaderTimeout,
+		IdleTimeout:       s.opts.IdleTimeout,
+		MaxHeaderBytes:    s.opts.MaxHeaderBytes,
+		HTTP2: &http.HTTP2Config{
+			MaxConcurrentStreams:      s.opts.MaxConcurrentStreams,
+			MaxReadFrameSize:          s.opts.MaxReadFrameSize,
+			MaxReceiveBufferPerStream: s.opts.MaxReadFrameSize,
+			WriteByteTimeout:          s.opts.WriteTimeout,
+		},
+		BaseContext: func(net.Listener) context.Context { return baseCtx },
+		ErrorLog:    log.New(&pacedWriter{logger: logger, limit: loglimit.New(20, time.Second, s.opts.Clock)}, "", 0),
+	}
+	protocols := new(http.Protocols)
+	protocols.SetHTTP1(true)
+	switch {
+	case s.opts.DisableHTTP2:
+	case s.opts.Certificates != nil:
+		protocols.SetHTTP2(true)
+	case s.opts.UnencryptedHTTP2:
+		protocols.SetUnencryptedHTTP2(true)
+	}
+	srv.Protocols = protocols
+
+	ln = LimitListener(ln, s.maxConn, LimitOptions{Logger: logger, Clock: s.opts.Clock})
+	if c := s.opts.Certificates; c != nil {
+		protos := []string{"http/1.1"}
+		if !s.opts.DisableHTTP2 {
+			protos = []string{"h2", "http/1.1"}
+		}
+		srv.TLSConfig = c.ServerConfig(protos...)
+		certCtx, stopCerts := context.WithCancel(ctx)
+		certsDone := make(chan struct{})
+		go func() { defer close(certsDone); c.Run(certCtx) }()
+		defer func() { stopCerts(); <-certsDone }()
+	}
+
+	errc := make(chan error, 1)
+	go func() {
+		if s.opts.Certificates != nil {
+			errc <- srv.ServeTLS(ln, "", "")
+			return
+		}
+		errc <- srv.Serve(ln)
+	}()
+	if s.opts.Health != nil {
+		s.opts.Health.SetReady(true)
+	}
+	select {
+	case err := <-errc:
+		if s.opts.Health != nil {
+			s.opts.Health.SetReady(false)
+		}
+		return fmt.Errorf("serving: %w", err)
+	case <-ctx.Done():
+	}
+	if s.opts.Health != nil {
+		s.opts.Health.SetReady(false)
+	}
+	if s.opts.CancelOnShutdown {
+		cancelRequests()
+	}
+	sctx, cancel := context.WithTimeout(context.Background(), s.opts.ShutdownTimeout)
+	defer cancel()
+	err := srv.Shutdown(sctx)
+	if err != nil {
+		// Requests still running past the timeout: cancel them and drop
+		// their connections.
+		cancelRequests()
+		_ = srv.Close()
+	}
+	if serveErr := <-errc; !errors.Is(serveErr, http.ErrServerClosed) {
+		return fmt.Errorf("serving: %w", serveErr)
+	}
+	if err != nil && !errors.Is(err, context.DeadlineExceeded) {
+		return fmt.Errorf("serving: shutting down: %w", err)
+	}
+	return nil
+}
+
+// guard is the per-request part of HTTPServer's hardening: per-read and
+// per-write deadlines, and "Connection: close" without reading the body on
+// refusals.
+type guard struct {
+	next                      http.Handler
+	writeTimeout, readTimeout time.Duration
+}
+
+// deadliner is what net/http's HTTP/1 and HTTP/2 response writers
+// implement, and what http.ResponseController calls.
+type deadliner interface {
+	SetReadDeadline(time.Time) error
+	SetWriteDeadline(time.Time) error
+}
+
+func (g *guard) ServeHTTP(w http.ResponseWriter, r *http.Request) {
+	gw := guardedWriter{ResponseWriter: w, timeout: g.writeTimeout, http1: r.ProtoMajor == 1}
+	gw.d, _ = w.(deadliner)
+	gw.extend()
+	if r.ContentLength != 0 && r.Body != nil && r.Body != http.NoBody && gw.d != nil && g.readTimeout > 0 {
+		r.Body = &deadlineBody{ReadCloser: r.Body, d: gw.d, timeout: g.readTimeout}
+	}
+	g.next.ServeHTTP(&gw, r)
+	if gw.refused && r.ContentLength != 0 && gw.d != nil {
+		// The connection closes after this response; make net/http's
+		// final read of the unread body (up to 256 KiB, when the handler
+		// returns) fail at once instead of waiting for a body that may
+		// never come.
+		_ = gw.d.SetReadDeadline(time.Now())
+	}
+}
+
+// deadlineBody extends the read deadline before every read of a body.
+type deadlineBody struct {
+	io.ReadCloser
+	d       deadliner
+	timeout time.Duration
+}
+
+func (b *deadlineBody) Read(p []byte) (int, error) {
+	_ = b.d.SetReadDeadline(time.Now().Add(b.timeout))
+	return b.ReadCloser.Read(p)
+}
+
+// guardedWriter extends the write deadline before every write and flush,
+// and closes HTTP/1 connections after a refusal. It is allocated once per
+// request (it escapes into the handler).
+type guardedWriter struct {
+	http.ResponseWriter
+	d           deadliner
+	timeout     time.Duration
+	http1       bool
+	wroteHeader bool
+	refused     bool
+}
+
+func (g *guardedWriter) extend() {
+	if g.d != nil && g.timeout > 0 {
+		_ = g.d.SetWriteDeadline(time.Now().Add(g.timeout))
+	}
+}
+
+func (g *guardedWriter) WriteHeader(code int) {
+	if !g.wroteHeader && code >= 200 {
+		g.wroteHeader = true
+		if code >= 400 && g.http1 {
+			// Only on HTTP/1: on HTTP/2 net/http turns this header into a
+			// GOAWAY for the whole connection, whose other streams may be
+			// a legitimate client's.
+			g.Header().Set("Connection", "close")
+			g.refused = true
+		}
+	}
+	g.ResponseWriter.WriteHeader(code)
+}
+
+func (g *guardedWriter) Write(p []byte) (int, error) {
+	if !g.wroteHeader {
+		g.wroteHeader = true
+	}
+	g.extend()
+	return g.ResponseWriter.Write(p)
+}
+
+// FlushError flushes with the deadline extended; http.ResponseController
+// and httputil.ReverseProxy call it.
+func (g *guardedWriter) FlushError() error {
+	g.extend()
+	return http.NewResponseController(g.ResponseWriter).Flush()
+}
+
+// Flush implements http.Flusher for handlers that use it directly.
+func (g *guardedWriter) Flush() { _ = g.FlushError() }
+
+// Unwrap lets http.ResponseController reach the underlying writer (for
+// Hijack, EnableFullDuplex, deadlines).
+func (g *guardedWriter) Unwrap() http.ResponseWriter { return g.ResponseWriter }
+
+// pacedWriter turns net/http's ErrorLog lines into paced log lines.
+type pacedWriter struct {
+	logger klog.Logger
+	limit  *loglimit.Limiter
+}
+
+func (p *pacedWriter) Write(b []byte) (int, error) {
+	ok, suppressed := p.limit.Allow()
+	if !ok {
+		return len(b), nil
+	}
+	kv := []any{"message", strings.TrimSpace(string(b))}
+	if suppressed > 0 {
+		kv = append(kv, "suppressed", suppressed)
+	}
+	p.logger.Info("serving: net/http", kv...)
+	return len(b), nil
+}
+
+// Health serves /healthz, /livez and /readyz: the first two say the
+// process is alive, /readyz whether it is ready to serve (an [HTTPServer]
+// with this Health marks it). Every other path is 404. It never needs a
+// credential and reveals nothing but "ok". Safe for concurrent use; the
+// zero value is alive and not ready.
+type Health struct{ ready atomic.Bool }
+
+// SetReady sets what /readyz answers.
+func (h *Health) SetReady(ready bool) { h.ready.Store(ready) }
+
+// Ready reports what /readyz answers.
+func (h *Health) Ready() bool { return h.ready.Load() }
+
+func (h *Health) ServeHTTP(w http.ResponseWriter, r *http.Request) {
+	if r.Method != http.MethodGet && r.Method != http.MethodHead {
+		w.Header().Set("Allow", "GET, HEAD")
+		http.Error(w, "method not allowed", http.StatusMethodNotAllowed)
+		return
+	}
+	w.Header().Set("Content-Type", "text/plain; charset=utf-8")
+	w.Header().Set("X-Content-Type-Options", "nosniff")
+	w.Header().Set("Cache-Control", "no-store")
+	switch r.URL.Path {
+	case "/healthz", "/livez":
+	case "/readyz":
+		if !h.Ready() {
+			w.WriteHeader(http.StatusServiceUnavailable)
+			_, _ = w.Write([]byte("not ready\n"))
+			return
+		}
+	default:
+		http.NotFound(w, r)
+		return
+	}
+	_, _ = w.Write([]byte("ok\n"))
+}

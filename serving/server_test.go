@@ -1,0 +1,686 @@
+package serving_test
+
+import (
+	"bufio"
+	"context"
+	"crypto/tls"
+	"errors"
+	"fmt"
+	"io"
+	"net"
+	"net/http"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"golang.org/x/net/http2"
+	"golang.org/x/net/http2/hpack"
+	"k8s.io/klog/v2"
+
+	"github.com/reviewauth/reviewauth/serving"
+)
+
+// refuseUnauthenticated answers 401 to requests without Authorization,
+// without reading their bodies, as httpauth does; others get "ok".
+var refuseUnauthenticated = http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+	if r.Header.Get("Authorization") == "" {
+		http.Error(w, "Unauthorized", http.StatusUnauthorized)
+		return
+	}
+	_, _ = io.Copy(io.Discard, r.Body)
+	_, _ = io.WriteString(w, "ok")
+})
+
+func selfSigned(t testing.TB) *serving.Certificates {
+	t.Helper()
+	c, err := serving.NewCertificates(serving.CertificateOptions{SelfSigned: serving.SelfSigned{Name: "test"}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(c.Close)
+	return c
+}
+
+var insecure = &tls.Config{InsecureSkipVerify: true, NextProtos: []string{"http/1.1"}}
+
+// rawRequest writes req on a new TLS connection to addr and returns the
+// connection and a reader on it.
+func rawRequest(t testing.TB, addr, req string) (net.Conn, *bufio.Reader) {
+	t.Helper()
+	c, err := tls.Dial("tcp", addr, insecure)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := io.WriteString(c, req); err != nil {
+		t.Fatal(err)
+	}
+	return c, bufio.NewReader(c)
+}
+
+// legitimate sends an authenticated GET and checks it is served.
+func legitimate(t testing.TB, addr string) {
+	t.Helper()
+	client := &http.Client{Transport: &http.Transport{TLSClientConfig: insecure}, Timeout: 10 * time.Second}
+	defer client.CloseIdleConnections()
+	req, _ := http.NewRequest("GET", "https://"+addr+"/metrics", nil)
+	req.Header.Set("Authorization", "Bearer x")
+	resp, err := client.Do(req)
+	if err != nil {
+		t.Fatalf("legitimate request: %v", err)
+	}
+	body, _ := io.ReadAll(resp.Body)
+	resp.Body.Close()
+	if resp.StatusCode != 200 || string(body) != "ok" {
+		t.Fatalf("legitimate request = %d %q; want 200 ok", resp.StatusCode, body)
+	}
+}
+
+// TestRefusedRequestBodyIsNotRead (issue #12): 300 unauthenticated POSTs
+// that announce a 100,000-byte body and send none are each answered 401
+// at once, with "Connection: close", and the connection is closed, well
+// before ReadTimeout; a legitimate request is served meanwhile. net/http
+// alone would try to read (up to 256 KiB of) the body before answering and
+// hold every connection, unanswered, until ReadTimeout.
+func TestRefusedRequestBodyIsNotRead(t *testing.T) {
+	t.Parallel()
+	srv, err := serving.NewHTTPServer(refuseUnauthenticated, serving.ServerOptions{
+		Certificates: selfSigned(t), ReadTimeout: 5 * time.Minute})
+	if err != nil {
+		t.Fatal(err)
+	}
+	addr := serve(t, t.Context(), srv)
+	const n = 300
+	for _, expect := range []string{"", "Expect: 100-continue\r\n"} {
+		start := time.Now()
+		conns := make([]net.Conn, n)
+		readers := make([]*bufio.Reader, n)
+		for i := range n {
+			conns[i], readers[i] = rawRequest(t, addr, "POST /metrics HTTP/1.1\r\nHost: proxy\r\nContent-Length: 100000\r\n"+expect+"\r\n")
+			defer conns[i].Close()
+		}
+		legitimate(t, addr)
+		var wg sync.WaitGroup
+		errs := make(chan error, n)
+		for i := range n {
+			wg.Go(func() {
+				_ = conns[i].SetReadDeadline(time.Now().Add(30 * time.Second))
+				resp, err := http.ReadResponse(readers[i], nil)
+				if err != nil {
+					errs <- fmt.Errorf("conn %d: no answer: %w", i, err)
+					return
+				}
+				_, _ = io.Copy(io.Discard, resp.Body)
+				resp.Body.Close()
+				if resp.StatusCode != 401 || !resp.Close {
+					errs <- fmt.Errorf("conn %d: %d, close %v; want 401 and Connection: close", i, resp.StatusCode, resp.Close)
+					return
+				}
+				if _, err := readers[i].ReadByte(); err != io.EOF {
+					errs <- fmt.Errorf("conn %d: after the answer read %v; want EOF (closed)", i, err)
+				}
+			})
+		}
+		wg.Wait()
+		close(errs)
+		for err := range errs {
+			t.Error(err)
+		}
+		if d := time.Since(start); d > 30*time.Second {
+			t.Errorf("%d refused requests (%q) took %v", n, expect, d)
+		}
+	}
+}
+
+// TestConnectionClosedAfterRefusal (issue #12): a keep-alive client refused
+// (401) cannot keep its connection: 300 such connections are all closed by
+// the server right after their answer, so none is held idle.
+func TestConnectionClosedAfterRefusal(t *testing.T) {
+	t.Parallel()
+	srv, err := serving.NewHTTPServer(refuseUnauthenticated, serving.ServerOptions{Certificates: selfSigned(t)})
+	if err != nil {
+		t.Fatal(err)
+	}
+	addr := serve(t, t.Context(), srv)
+	const n = 300
+	var wg sync.WaitGroup
+	var closed atomic.Int64
+	for range n {
+		wg.Go(func() {
+			c, r := rawRequest(t, addr, "GET /metrics HTTP/1.1\r\nHost: proxy\r\nConnection: keep-alive\r\n\r\n")
+			defer c.Close()
+			_ = c.SetReadDeadline(time.Now().Add(30 * time.Second))
+			resp, err := http.ReadResponse(r, nil)
+			if err != nil {
+				t.Errorf("no answer: %v", err)
+				return
+			}
+			_, _ = io.Copy(io.Discard, resp.Body)
+			if _, err := r.ReadByte(); err == io.EOF {
+				closed.Add(1)
+			}
+		})
+	}
+	wg.Wait()
+	if closed.Load() != n {
+		t.Errorf("connections closed after a 401 = %d; want %d", closed.Load(), n)
+	}
+	legitimate(t, addr)
+}
+
+// TestSlowClientsAreCutOff (issue #12): 300 connections that open and send
+// nothing, and 300 that trickle a request's headers (slowloris), are held
+// while a legitimate request is served, and are closed by the server once
+// ReadHeaderTimeout passes.
+func TestSlowClientsAreCutOff(t *testing.T) {
+	t.Parallel()
+	srv, err := serving.NewHTTPServer(refuseUnauthenticated, serving.ServerOptions{
+		Certificates: selfSigned(t), ReadHeaderTimeout: time.Second})
+	if err != nil {
+		t.Fatal(err)
+	}
+	addr := serve(t, t.Context(), srv)
+	const n = 300
+	var held []net.Conn
+	for i := range 2 * n {
+		var c net.Conn
+		var err error
+		if i < n {
+			c, err = net.Dial("tcp", addr) // not even a TLS handshake
+		} else {
+			c, err = tls.Dial("tcp", addr, insecure)
+			if err == nil {
+				_, err = io.WriteString(c, "GET /metrics HTTP/1.1\r\nHost: proxy\r\nX-Slow: ")
+			}
+		}
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer c.Close()
+		held = append(held, c)
+	}
+	legitimate(t, addr)
+	var wg sync.WaitGroup
+	for i, c := range held {
+		wg.Go(func() {
+			_ = c.SetReadDeadline(time.Now().Add(30 * time.Second))
+			_, err := io.Copy(io.Discard, c)
+			var ne net.Error
+			if errors.As(err, &ne) && ne.Timeout() {
+				t.Errorf("held connection %d still open after 30s; want closed by the server after ReadHeaderTimeout", i)
+			}
+		})
+	}
+	wg.Wait()
+}
+
+// TestIdleConnectionsAreClosed: an authenticated keep-alive connection is
+// kept between requests, and closed by the server after IdleTimeout.
+func TestIdleConnectionsAreClosed(t *testing.T) {
+	t.Parallel()
+	srv, err := serving.NewHTTPServer(refuseUnauthenticated, serving.ServerOptions{
+		Certificates: selfSigned(t), IdleTimeout: time.Second})
+	if err != nil {
+		t.Fatal(err)
+	}
+	addr := serve(t, t.Context(), srv)
+	c, r := rawRequest(t, addr, "GET /metrics HTTP/1.1\r\nHost: proxy\r\nAuthorization: Bearer x\r\n\r\n")
+	defer c.Close()
+	resp, err := http.ReadResponse(r, nil)
+	if err != nil || resp.StatusCode != 200 || resp.Close {
+		t.Fatalf("authenticated request = %v, %v; want 200, kept alive", resp, err)
+	}
+	_, _ = io.Copy(io.Discard, resp.Body)
+	_ = c.SetReadDeadline(time.Now().Add(30 * time.Second))
+	if _, err := r.ReadByte(); err != io.EOF {
+		t.Errorf("idle connection: read %v; want EOF after IdleTimeout", err)
+	}
+}
+
+// TestConnectionLimit: at the limit the server accepts no more
+// connections, logs it once, and serves the waiting client as soon as a
+// held connection closes; a legitimate request then succeeds.
+func TestConnectionLimit(t *testing.T) {
+	t.Parallel()
+	const max = 50
+	var logs lines
+	ctx := klog.NewContext(t.Context(), logs.logger())
+	srv, err := serving.NewHTTPServer(refuseUnauthenticated, serving.ServerOptions{MaxConnections: max})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if srv.MaxConnections() != max {
+		t.Fatalf("MaxConnections() = %d; want %d", srv.MaxConnections(), max)
+	}
+	addr := serve(t, ctx, srv)
+	held := make([]net.Conn, max)
+	for i := range held {
+		c, err := net.Dial("tcp", addr)
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer c.Close()
+		held[i] = c
+	}
+	limitLogged := func() bool {
+		for _, l := range logs.snapshot() {
+			if strings.Contains(l, "connection limit reached") && strings.Contains(l, `"limit"=50`) {
+				return true
+			}
+		}
+		return false
+	}
+	waitFor(t, 10*time.Second, "the limit to be logged", limitLogged)
+
+	// limit+1: a plain HTTP request on a new connection waits...
+	c, err := net.Dial("tcp", addr)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer c.Close()
+	if _, err := io.WriteString(c, "GET / HTTP/1.1\r\nHost: x\r\nAuthorization: Bearer x\r\n\r\n"); err != nil {
+		t.Fatal(err)
+	}
+	// ... until a held connection closes.
+	held[0].Close()
+	_ = c.SetReadDeadline(time.Now().Add(10 * time.Second))
+	resp, err := http.ReadResponse(bufio.NewReader(c), nil)
+	if err != nil || resp.StatusCode != 200 {
+		t.Fatalf("request waiting for a slot = %v, %v; want 200 once one freed", resp, err)
+	}
+	n := 0
+	for _, l := range logs.snapshot() {
+		if strings.Contains(l, "connection limit reached") {
+			n++
+		}
+	}
+	if n != 1 {
+		t.Errorf("limit lines = %d; want 1 (paced)", n)
+	}
+}
+
+// TestPerWriteDeadline: a client that stops reading is cut off after
+// WriteTimeout, while a stream that lasts longer than WriteTimeout is
+// served as long as the client reads it.
+func TestPerWriteDeadline(t *testing.T) {
+	t.Parallel()
+	const writeTimeout = 300 * time.Millisecond
+	big := strings.Repeat("x", 1<<20)
+	stalledErr := make(chan error, 1)
+	release := make(chan struct{})
+	handler := http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		switch r.URL.Path {
+		case "/big":
+			// 64 MiB to a client that reads nothing: a write blocks,
+			// then fails at its deadline.
+			var err error
+			for i := 0; i < 64 && err == nil; i++ {
+				_, err = io.WriteString(w, big)
+			}
+			stalledErr <- err
+		case "/stream":
+			_, _ = io.WriteString(w, "first\n")
+			http.NewResponseController(w).Flush()
+			<-release // longer than writeTimeout: until /big failed
+			_, _ = io.WriteString(w, "second\n")
+		}
+	})
+	srv, err := serving.NewHTTPServer(handler, serving.ServerOptions{WriteTimeout: writeTimeout})
+	if err != nil {
+		t.Fatal(err)
+	}
+	addr := serve(t, t.Context(), srv)
+
+	streamStart := time.Now()
+	resp, err := http.Get("http://" + addr + "/stream")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer resp.Body.Close()
+	br := bufio.NewReader(resp.Body)
+	if line, err := br.ReadString('\n'); err != nil || line != "first\n" {
+		t.Fatalf("stream first line = %q, %v", line, err)
+	}
+
+	stalled, err := net.Dial("tcp", addr)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer stalled.Close()
+	if _, err := io.WriteString(stalled, "GET /big HTTP/1.1\r\nHost: x\r\n\r\n"); err != nil {
+		t.Fatal(err)
+	}
+	select {
+	case err := <-stalledErr:
+		var ne net.Error
+		if !errors.As(err, &ne) || !ne.Timeout() {
+			t.Errorf("write to a client that does not read = %v; want a timeout", err)
+		}
+	case <-time.After(30 * time.Second):
+		t.Fatal("a write to a client that does not read did not fail within 30s")
+	}
+	close(release)
+	if line, err := br.ReadString('\n'); err != nil || line != "second\n" {
+		t.Fatalf("stream second line = %q, %v; want it served although the stream lasted %v > WriteTimeout", line, err, time.Since(streamStart))
+	}
+	if time.Since(streamStart) <= writeTimeout {
+		t.Fatalf("the stream lasted %v, not longer than WriteTimeout", time.Since(streamStart))
+	}
+}
+
+// h2Conn is a raw HTTP/2 client connection for tests that misbehave.
+type h2Conn struct {
+	c   net.Conn
+	fr  *http2.Framer
+	enc *hpack.Encoder
+	buf strings.Builder
+}
+
+func dialH2(t testing.TB, addr string) *h2Conn {
+	t.Helper()
+	c, err := tls.Dial("tcp", addr, &tls.Config{InsecureSkipVerify: true, NextProtos: []string{"h2"}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if c.ConnectionState().NegotiatedProtocol != "h2" {
+		t.Fatalf("negotiated %q; want h2", c.ConnectionState().NegotiatedProtocol)
+	}
+	if _, err := io.WriteString(c, http2.ClientPreface); err != nil {
+		t.Fatal(err)
+	}
+	h := &h2Conn{c: c, fr: http2.NewFramer(c, c)}
+	h.enc = hpack.NewEncoder(&stringWriter{&h.buf})
+	if err := h.fr.WriteSettings(); err != nil {
+		t.Fatal(err)
+	}
+	return h
+}
+
+type stringWriter struct{ b *strings.Builder }
+
+func (w *stringWriter) Write(p []byte) (int, error) { return w.b.Write(p) }
+
+func (h *h2Conn) headers(id uint32, path string) error {
+	h.buf.Reset()
+	for _, f := range [][2]string{{":method", "GET"}, {":scheme", "https"}, {":authority", "proxy"}, {":path", path}, {"authorization", "Bearer x"}} {
+		_ = h.enc.WriteField(hpack.HeaderField{Name: f[0], Value: f[1]})
+	}
+	return h.fr.WriteHeaders(http2.HeadersFrameParam{StreamID: id, BlockFragment: []byte(h.buf.String()), EndStream: true, EndHeaders: true})
+}
+
+// serverSettings reads frames until the server's SETTINGS and returns
+// its MAX_CONCURRENT_STREAMS.
+func (h *h2Conn) serverMaxStreams(t testing.TB) uint32 {
+	t.Helper()
+	for {
+		f, err := h.fr.ReadFrame()
+		if err != nil {
+			t.Fatal(err)
+		}
+		if s, ok := f.(*http2.SettingsFrame); ok && !s.IsAck() {
+			v, _ := s.Value(http2.SettingMaxConcurrentStreams)
+			_ = h.fr.WriteSettingsAck()
+			return v
+		}
+	}
+}
+
+// TestHTTP2StreamLimit: the server advertises MaxConcurrentStreams; with
+// that many streams in flight, one more is refused (RST_STREAM) while the
+// others keep running.
+func TestHTTP2StreamLimit(t *testing.T) {
+	t.Parallel()
+	const max = 20
+	block := make(chan struct{})
+	defer close(block)
+	var running atomic.Int64
+	handler := http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		running.Add(1)
+		<-block
+	})
+	srv, err := serving.NewHTTPServer(handler, serving.ServerOptions{Certificates: selfSigned(t), MaxConcurrentStreams: max, ShutdownTimeout: time.Millisecond})
+	if err != nil {
+		t.Fatal(err)
+	}
+	addr := serve(t, t.Context(), srv)
+	h := dialH2(t, addr)
+	defer h.c.Close()
+	if got := h.serverMaxStreams(t); got != max {
+		t.Fatalf("SETTINGS_MAX_CONCURRENT_STREAMS = %d; want %d", got, max)
+	}
+	for i := range max {
+		if err := h.headers(uint32(2*i+1), "/"); err != nil {
+			t.Fatal(err)
+		}
+	}
+	waitFor(t, 10*time.Second, "the streams at the limit to run", func() bool { return running.Load() == max })
+	if err := h.headers(2*max+1, "/"); err != nil {
+		t.Fatal(err)
+	}
+	_ = h.c.SetReadDeadline(time.Now().Add(10 * time.Second))
+	for {
+		f, err := h.fr.ReadFrame()
+		if err != nil {
+			t.Fatalf("reading frames: %v; want RST_STREAM for stream %d", err, 2*max+1)
+		}
+		if rst, ok := f.(*http2.RSTStreamFrame); ok {
+			if rst.StreamID != 2*max+1 {
+				t.Fatalf("RST_STREAM for stream %d; want %d (over the limit)", rst.StreamID, 2*max+1)
+			}
+			break
+		}
+	}
+	if running.Load() != max {
+		t.Errorf("handlers running = %d; want %d", running.Load(), max)
+	}
+}
+
+// TestHTTP2RapidReset (CVE-2023-44487): a client that opens streams and
+// resets them at once, against handlers that keep running (a slow
+// review), gets its connection closed with ENHANCE_YOUR_CALM once the
+// queue passes four times MaxConcurrentStreams, and a legitimate client
+// on another connection is served meanwhile.
+func TestHTTP2RapidReset(t *testing.T) {
+	t.Parallel()
+	const max = 10
+	block := make(chan struct{})
+	defer close(block)
+	handler := http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		if r.URL.Path == "/slow" {
+			<-block // ignores the reset, as a handler stuck in a review would
+			return
+		}
+		_, _ = io.WriteString(w, "ok")
+	})
+	srv, err := serving.NewHTTPServer(handler, serving.ServerOptions{Certificates: selfSigned(t), MaxConcurrentStreams: max, ShutdownTimeout: time.Millisecond})
+	if err != nil {
+		t.Fatal(err)
+	}
+	addr := serve(t, t.Context(), srv)
+	h := dialH2(t, addr)
+	defer h.c.Close()
+	h.serverMaxStreams(t)
+	goaway := make(chan http2.ErrCode, 1)
+	go func() {
+		for {
+			f, err := h.fr.ReadFrame()
+			if err != nil {
+				close(goaway)
+				return
+			}
+			if g, ok := f.(*http2.GoAwayFrame); ok {
+				goaway <- g.ErrCode
+				return
+			}
+		}
+	}()
+	attack := make(chan struct{})
+	go func() {
+		defer close(attack)
+		for id := uint32(1); id < 20000; id += 2 {
+			if h.headers(id, "/slow") != nil || h.fr.WriteRSTStream(id, http2.ErrCodeCancel) != nil {
+				return
+			}
+		}
+	}()
+	client := &http.Client{Transport: &http.Transport{TLSClientConfig: &tls.Config{InsecureSkipVerify: true}, ForceAttemptHTTP2: true}, Timeout: 10 * time.Second}
+	defer client.CloseIdleConnections()
+	for range 5 {
+		resp, err := client.Get("https://" + addr + "/fast")
+		if err != nil {
+			t.Fatalf("legitimate request during the attack: %v", err)
+		}
+		_, _ = io.Copy(io.Discard, resp.Body)
+		resp.Body.Close()
+		if resp.StatusCode != 200 || resp.ProtoMajor != 2 {
+			t.Fatalf("legitimate request = %d over HTTP/%d; want 200 over HTTP/2", resp.StatusCode, resp.ProtoMajor)
+		}
+	}
+	select {
+	case code, ok := <-goaway:
+		if !ok || code != http2.ErrCodeEnhanceYourCalm {
+			t.Errorf("attacker's connection ended with GOAWAY %v (received %v); want ENHANCE_YOUR_CALM", code, ok)
+		}
+	case <-time.After(30 * time.Second):
+		t.Error("the attacker's connection was not closed within 30s")
+	}
+	h.c.Close()
+	<-attack
+}
+
+// TestHealth: /healthz and /livez are always ok; /readyz follows the
+// server, not ready before Serve and after shutdown starts.
+func TestHealth(t *testing.T) {
+	t.Parallel()
+	var health serving.Health
+	get := func(h http.Handler, path string) int {
+		r, _ := http.NewRequest("GET", path, nil)
+		w := &recorder{header: http.Header{}}
+		h.ServeHTTP(w, r)
+		return w.code
+	}
+	if got := get(&health, "/readyz"); got != 503 {
+		t.Errorf("/readyz before serving = %d; want 503", got)
+	}
+	for _, p := range []string{"/healthz", "/livez"} {
+		if got := get(&health, p); got != 200 {
+			t.Errorf("%s = %d; want 200", p, got)
+		}
+	}
+	if got := get(&health, "/metrics"); got != 404 {
+		t.Errorf("/metrics on Health = %d; want 404", got)
+	}
+	srv, err := serving.NewHTTPServer(&health, serving.ServerOptions{Health: &health})
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx, cancel := context.WithCancel(t.Context())
+	ln, _ := net.Listen("tcp", "127.0.0.1:0")
+	done := make(chan error, 1)
+	go func() { done <- srv.Serve(ctx, ln) }()
+	waitFor(t, 10*time.Second, "ready", health.Ready)
+	resp, err := http.Get("http://" + ln.Addr().String() + "/readyz")
+	if err != nil || resp.StatusCode != 200 {
+		t.Fatalf("/readyz while serving = %v, %v; want 200", resp, err)
+	}
+	resp.Body.Close()
+	cancel()
+	if err := <-done; err != nil {
+		t.Fatal(err)
+	}
+	if health.Ready() {
+		t.Error("ready after shutdown; want not ready")
+	}
+}
+
+type recorder struct {
+	header http.Header
+	code   int
+}
+
+func (r *recorder) Header() http.Header { return r.header }
+func (r *recorder) Write(p []byte) (int, error) {
+	if r.code == 0 {
+		r.code = 200
+	}
+	return len(p), nil
+}
+func (r *recorder) WriteHeader(code int) {
+	if r.code == 0 {
+		r.code = code
+	}
+}
+
+// TestPerReadDeadline: an authorized client that announces a body and
+// stops sending it is cut off after ReadTimeout, while an upload whose
+// handler takes longer than ReadTimeout between reads is read to the end:
+// the deadline bounds each read, not the request.
+func TestPerReadDeadline(t *testing.T) {
+	t.Parallel()
+	const readTimeout = 300 * time.Millisecond
+	stalledErr := make(chan error, 1)
+	proceed := make(chan struct{})
+	handler := http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		if r.URL.Path == "/stalled" {
+			_, err := io.Copy(io.Discard, r.Body)
+			stalledErr <- err
+			return
+		}
+		first := make([]byte, len("first chunk;"))
+		if _, err := io.ReadFull(r.Body, first); err != nil {
+			http.Error(w, err.Error(), 500)
+			return
+		}
+		<-proceed // longer than readTimeout: until the stalled body was cut off
+		n, err := io.Copy(io.Discard, r.Body)
+		if err != nil {
+			http.Error(w, err.Error(), 500)
+			return
+		}
+		_, _ = fmt.Fprintf(w, "%d", int64(len(first))+n)
+	})
+	srv, err := serving.NewHTTPServer(handler, serving.ServerOptions{ReadTimeout: readTimeout})
+	if err != nil {
+		t.Fatal(err)
+	}
+	addr := serve(t, t.Context(), srv)
+
+	start := time.Now()
+	uploaded := make(chan string, 1)
+	go func() {
+		resp, err := http.Post("http://"+addr+"/upload", "text/plain", strings.NewReader("first chunk;second chunk"))
+		if err != nil {
+			uploaded <- err.Error()
+			return
+		}
+		body, _ := io.ReadAll(resp.Body)
+		resp.Body.Close()
+		uploaded <- fmt.Sprint(resp.StatusCode, " ", string(body))
+	}()
+
+	stalled, err := net.Dial("tcp", addr)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer stalled.Close()
+	if _, err := io.WriteString(stalled, "POST /stalled HTTP/1.1\r\nHost: x\r\nContent-Length: 100\r\n\r\npartial"); err != nil {
+		t.Fatal(err)
+	}
+	select {
+	case err := <-stalledErr:
+		var ne net.Error
+		if !errors.As(err, &ne) || !ne.Timeout() {
+			t.Errorf("read of a stalled body = %v; want a timeout", err)
+		}
+	case <-time.After(30 * time.Second):
+		t.Fatal("a stalled body was not cut off within 30s")
+	}
+	close(proceed)
+	if got := <-uploaded; got != "200 24" {
+		t.Errorf("upload read over %v (> ReadTimeout) = %q; want 200 and 24 bytes read", time.Since(start), got)
+	}
+	if time.Since(start) <= readTimeout {
+		t.Fatalf("the upload lasted %v, not longer than ReadTimeout", time.Since(start))
+	}
+}

@@ -1,0 +1,279 @@
+package suite_test
+
+import (
+	"context"
+	"crypto/x509"
+	"fmt"
+	"io"
+	"net/http"
+	"net/http/httptest"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	authorizationv1 "k8s.io/api/authorization/v1"
+	rbacv1 "k8s.io/api/rbac/v1"
+
+	"github.com/reviewauth/reviewauth/test/e2e/cluster"
+)
+
+// rbacProxyBin is the rbacproxy example, built next to the other examples.
+const rbacProxyBin = "rbacproxy"
+
+var (
+	rbacProxyBuild    sync.Once
+	rbacProxyBuildErr error
+)
+
+// buildRBACProxy builds the rbacproxy example into the examples' directory.
+func buildRBACProxy(t testing.TB) {
+	t.Helper()
+	dir := buildExamples(t)
+	rbacProxyBuild.Do(func() {
+		ctx, cancel := context.WithTimeout(context.Background(), exampleBuildTimeout)
+		defer cancel()
+		cmd := exec.CommandContext(ctx, "go", "-C", examplesDir(), "build", "-o", filepath.Join(dir, rbacProxyBin), "./"+rbacProxyBin)
+		cmd.Env = append(os.Environ(), "GOWORK=off")
+		if out, err := cmd.CombinedOutput(); err != nil {
+			rbacProxyBuildErr = fmt.Errorf("go build of the rbacproxy example: %v\n%s", err, out)
+		}
+	})
+	if rbacProxyBuildErr != nil {
+		t.Fatal(rbacProxyBuildErr)
+	}
+}
+
+// krpRewriteConfig is a kube-rbac-proxy --config-file as its rewrites
+// example writes it: the metrics of the namespace named by ?namespace=.
+const krpRewriteConfig = `authorization:
+  rewrites:
+    byQueryParameter:
+      name: "namespace"
+  resourceAttributes:
+    apiVersion: v1
+    resource: namespaces
+    subresource: metrics
+    namespace: "{{ .Value }}"
+`
+
+// rbacEnv is rbacproxy in front of an upstream, with kube-rbac-proxy's
+// flags and a rewrite config, and a scraper bound by RBAC to the metrics
+// of two namespaces (allowed, allowed2) but not a third (denied).
+type rbacEnv struct {
+	*example
+	audience                      string
+	ns, allowed, allowed2, denied string
+	roots                         *x509.CertPool
+	client                        *http.Client
+
+	mu       sync.Mutex
+	upstream []http.Header
+}
+
+func startRBACProxy(t *testing.T, c *cluster.Cluster) *rbacEnv {
+	t.Helper()
+	buildRBACProxy(t)
+	e := &rbacEnv{audience: cluster.UniqueName("rbacproxy") + ".example.com"}
+	up := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		e.mu.Lock()
+		h := r.Header.Clone()
+		h.Set("X-Test-Path", r.URL.Path+"?"+r.URL.RawQuery)
+		e.upstream = append(e.upstream, h)
+		e.mu.Unlock()
+		_, _ = io.WriteString(w, "# TYPE up gauge\nup 1\n")
+	}))
+	t.Cleanup(up.Close)
+	e.ns = c.UniqueNamespace(t, "monitoring")
+	e.allowed, e.allowed2, e.denied = c.UniqueNamespace(t, "team-a"), c.UniqueNamespace(t, "team-b"), c.UniqueNamespace(t, "kube")
+	c.CreateServiceAccount(t, e.ns, "prometheus")
+	rule := rbacv1.PolicyRule{Verbs: []string{"get"}, APIGroups: []string{""}, Resources: []string{"namespaces/metrics"}}
+	for _, ns := range []string{e.allowed, e.allowed2} {
+		c.CreateRole(t, ns, "metrics-reader", rule)
+		c.BindRole(t, ns, "metrics-reader", cluster.ServiceAccountSubject(e.ns, "prometheus"))
+		c.WaitForAccess(t, e.spec(ns), true)
+	}
+	certFile, keyFile, roots := servingCert(t)
+	e.roots = roots
+	e.example = startExample(t, rbacProxyBin, "--secure-listen-address=127.0.0.1:0", "--upstream="+up.URL+"/",
+		"--kubeconfig="+reviewerKubeconfig(t, c, "rbacproxy"), "--auth-token-audiences="+e.audience,
+		"--config-file="+writeFile(t, "config.yaml", []byte(krpRewriteConfig)),
+		"--tls-cert-file="+certFile, "--tls-private-key-file="+keyFile)
+	tr := &http.Transport{TLSClientConfig: tlsConfig(roots)}
+	t.Cleanup(tr.CloseIdleConnections)
+	e.client = &http.Client{Transport: tr, Timeout: callTimeout}
+	return e
+}
+
+// spec is the SubjectAccessReview rbacproxy sends for ?namespace=ns.
+func (e *rbacEnv) spec(ns string) authorizationv1.SubjectAccessReviewSpec {
+	return authorizationv1.SubjectAccessReviewSpec{User: serviceAccountUser(e.ns, "prometheus"), ResourceAttributes: &authorizationv1.ResourceAttributes{
+		Namespace: ns, Verb: "get", Version: "v1", Resource: "namespaces", Subresource: "metrics"}}
+}
+
+func (e *rbacEnv) get(t testing.TB, ctx context.Context, path, token string, header map[string]string) (int, http.Header) {
+	t.Helper()
+	req, err := http.NewRequestWithContext(ctx, http.MethodGet, e.addr+path, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if token != "" {
+		req.Header.Set("Authorization", "Bearer "+token)
+	}
+	for k, v := range header {
+		req.Header[k] = []string{v}
+	}
+	resp, err := e.client.Do(req)
+	if err != nil {
+		t.Fatalf("GET %s: %v", path, err)
+	}
+	_, _ = io.Copy(io.Discard, resp.Body)
+	resp.Body.Close()
+	return resp.StatusCode, resp.Header
+}
+
+func (e *rbacEnv) upstreamCount() int {
+	e.mu.Lock()
+	defer e.mu.Unlock()
+	return len(e.upstream)
+}
+
+// TestRBACProxy runs rbacproxy as kube-rbac-proxy users run it, with a
+// kube-rbac-proxy config file (resourceAttributes with a namespace rewrite
+// from a query parameter), against a real API server: a scraper bound by
+// RBAC gets its namespace's metrics, another namespace is 403, a token for
+// the API server's audience is 401, and spoofed identity headers never
+// reach the upstream.
+func TestRBACProxy(t *testing.T) {
+	t.Parallel()
+	c := cluster.Get(t)
+	e := startRBACProxy(t, c)
+	token := c.RequestToken(t, e.ns, "prometheus", cluster.TokenOptions{Audiences: []string{e.audience}})
+	apiServerToken := c.RequestToken(t, e.ns, "prometheus", cluster.TokenOptions{})
+	spoofed := map[string]string{"X-Remote-User": "system:admin", "X-Remote-Group": "system:masters", "X-Remote-Groups": "system:masters",
+		"X-Remote-Extra-Scopes": "all", "Impersonate-User": "system:admin", "Impersonate-Group": "system:masters", "X-Remote_User": "system:admin"}
+	tests := []struct {
+		name, path, token string
+		header            map[string]string
+		want              int
+	}{
+		{"bound namespace", "/metrics?namespace=" + e.allowed, token, nil, http.StatusOK},
+		{"another namespace", "/metrics?namespace=" + e.denied, token, nil, http.StatusForbidden},
+		{"bound and another", "/metrics?namespace=" + e.allowed + "&namespace=" + e.denied, token, nil, http.StatusForbidden},
+		{"no namespace", "/metrics", token, nil, http.StatusBadRequest},
+		{"API server audience", "/metrics?namespace=" + e.allowed, apiServerToken, nil, http.StatusUnauthorized},
+		{"no token", "/metrics?namespace=" + e.allowed, "", nil, http.StatusUnauthorized},
+		{"spoofed identity headers", "/metrics?namespace=" + e.allowed, token, spoofed, http.StatusOK},
+	}
+	for _, tc := range tests {
+		t.Run(tc.name, func(t *testing.T) {
+			ctx, cancel := ctxFor(t, callTimeout)
+			defer cancel()
+			before := e.upstreamCount()
+			code, _ := e.get(t, ctx, tc.path, tc.token, tc.header)
+			if code != tc.want {
+				t.Fatalf("GET %s = %d; want %d", tc.path, code, tc.want)
+			}
+			if (e.upstreamCount() > before) != (code == http.StatusOK) {
+				t.Fatalf("upstream called: %v; want %v", e.upstreamCount() > before, code == http.StatusOK)
+			}
+		})
+	}
+	e.mu.Lock()
+	defer e.mu.Unlock()
+	for _, h := range e.upstream {
+		for k, v := range h {
+			lk := strings.ReplaceAll(strings.ToLower(k), "_", "-")
+			if lk == "authorization" || strings.HasPrefix(lk, "x-remote-") || strings.HasPrefix(lk, "impersonate-") {
+				t.Errorf("the upstream received %s: %q", k, v)
+			}
+		}
+	}
+	if strings.Contains(e.stdout.String()+e.stderr.String(), token) {
+		t.Error("rbacproxy's output holds a token")
+	}
+}
+
+// TestRBACProxyCostAndOutage counts what 1,000 requests from one token
+// cost the API server (apiserver_request_total): one TokenReview, and one
+// SubjectAccessReview per distinct rewrite (two namespaces); then stops the
+// API server: the warm token keeps working from the caches, a new one is
+// 503 with Retry-After, never 401 or 403. It counts every review and stops
+// the shared API server, so it does not run in parallel.
+func TestRBACProxyCostAndOutage(t *testing.T) {
+	c := cluster.Get(t)
+	e := startRBACProxy(t, c)
+	token := c.RequestToken(t, e.ns, "prometheus", cluster.TokenOptions{Audiences: []string{e.audience}})
+	fresh := c.RequestToken(t, e.ns, "prometheus", cluster.TokenOptions{Audiences: []string{e.audience}})
+
+	ctx, cancel := ctxFor(t, 3*time.Minute)
+	defer cancel()
+	tr0, sar0, err := reviewCounts(ctx, c)
+	if err != nil {
+		t.Fatal(err)
+	}
+	const calls, workers = 1000, 10
+	start := time.Now()
+	var wg sync.WaitGroup
+	failures := make(chan string, calls)
+	for w := range workers {
+		wg.Go(func() {
+			for i := range calls / workers {
+				ns := e.allowed
+				if (w+i)%2 == 1 {
+					ns = e.allowed2
+				}
+				if code, _ := e.get(t, ctx, "/metrics?namespace="+ns, token, nil); code != http.StatusOK {
+					failures <- fmt.Sprintf("GET ?namespace=%s = %d", ns, code)
+				}
+			}
+		})
+	}
+	wg.Wait()
+	close(failures)
+	for f := range failures {
+		t.Fatal(f)
+	}
+	trs, sars := settledReviewCounts(t, ctx, c, tr0, sar0, 1, 2)
+	t.Logf("observed: %d requests from one token over 2 namespaces in %v cost %v TokenReviews and %v SubjectAccessReviews",
+		calls, time.Since(start).Round(time.Millisecond), trs, sars)
+	if trs != 1 || sars != 2 {
+		t.Errorf("reviews for %d requests = %v TokenReviews, %v SubjectAccessReviews; want 1 and 2 (one per distinct rewrite)", calls, trs, sars)
+	}
+
+	c.Stop()
+	restarted := false
+	t.Cleanup(func() {
+		if !restarted {
+			if err := c.Restart(context.Background()); err != nil {
+				t.Errorf("Restart: %v", err)
+			}
+		}
+	})
+	if code, _ := e.get(t, ctx, "/metrics?namespace="+e.allowed, token, nil); code != http.StatusOK {
+		t.Errorf("warm token during the outage = %d; want 200 from the caches", code)
+	}
+	code, h := e.get(t, ctx, "/metrics?namespace="+e.allowed, fresh, nil)
+	if code != http.StatusServiceUnavailable || h.Get("Retry-After") == "" {
+		t.Errorf("new token during the outage = %d (Retry-After %q); want 503 with Retry-After", code, h.Get("Retry-After"))
+	}
+	restarted = true
+	if err := c.Restart(context.Background()); err != nil {
+		t.Fatalf("Restart: %v", err)
+	}
+	// Reviews are retried by the next request, not cached as failures.
+	deadline := time.Now().Add(30 * time.Second)
+	for {
+		code, _ := e.get(t, ctx, "/metrics?namespace="+e.allowed, fresh, nil)
+		if code == http.StatusOK {
+			break
+		}
+		if code != http.StatusServiceUnavailable || time.Now().After(deadline) {
+			t.Fatalf("new token after the restart = %d; want 200", code)
+		}
+		time.Sleep(200 * time.Millisecond)
+	}
+}
