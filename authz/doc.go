@@ -38,8 +38,8 @@
 //
 // # Deciding locally
 //
-// Some decisions need no API server: [AlwaysAllowGroups] and
-// [AlwaysAllowPaths] (opt-in), [StaticRules], [NodeLocal], which admits
+// Some decisions need no API server: [AlwaysAllowGroups] (opt-in),
+// [StaticRules], [NodeLocal], which admits
 // only callers whose node-bound service-account token names this node, and
 // [NodeScope], which lets such callers list, watch and deletecollection
 // node-scoped resources (ResourceSlices by default) only with a field
@@ -51,12 +51,17 @@
 // and NoOpinion moves on, but an error stops it and denies. [All] requires
 // every authorizer to allow; NoOpinion counts as not allowed. Typical chains:
 //
-//	// a metrics endpoint: health paths and admins locally, the rest by SAR
-//	authz.First(authz.AlwaysAllowGroups("system:masters"), paths, sar)
+//	// a metrics endpoint: admins and static rules locally, the rest by SAR
+//	authz.First(authz.AlwaysAllowGroups("system:masters"), static, sar)
 //	// a DRA plugin: callers on this node, and allowed by RBAC
 //	authz.All(authz.NodeLocal(authz.NodeLocalOptions{NodeName: node}), sar)
 //	// a node-local API proxy: also, collections only of this node's objects
 //	authz.All(authz.NodeLocal(authz.NodeLocalOptions{NodeName: node}), scope, sar)
+//
+// Paths served without authorization and without a credential (health
+// probes) are not an authorizer's business: they are httpauth.Options'
+// AlwaysAllowPaths (--authorization-always-allow-paths), decided before
+// authentication and mapping.
 //
 // # What the transports use
 //

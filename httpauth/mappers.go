@@ -11,6 +11,8 @@ import (
 	"k8s.io/apiserver/pkg/authentication/user"
 	"k8s.io/apiserver/pkg/authorization/authorizer"
 	"k8s.io/apiserver/pkg/endpoints/request"
+
+	"github.com/reviewauth/reviewauth/internal/pathmatch"
 )
 
 // AttributesMapper maps an authenticated request to the attribute sets the
@@ -336,7 +338,7 @@ type Route struct {
 func StaticRoutes(routes ...Route) (AttributesMapper, error) {
 	m := staticRoutes{routes: make([]staticRoute, 0, len(routes))}
 	for i, rt := range routes {
-		match, err := newPathMatcher("route path", []string{rt.Path})
+		match, err := pathmatch.New("path", []string{rt.Path})
 		if err != nil {
 			return nil, fmt.Errorf("httpauth: route %d: %w", i, err)
 		}
@@ -359,7 +361,7 @@ func StaticRoutes(routes ...Route) (AttributesMapper, error) {
 }
 
 type staticRoute struct {
-	match   *pathMatcher
+	match   *pathmatch.Matcher
 	methods map[string]struct{}
 	attrs   []authorizer.AttributesRecord
 }
@@ -368,7 +370,7 @@ type staticRoutes struct{ routes []staticRoute }
 
 func (m staticRoutes) Attributes(r *http.Request, u user.Info) ([]authorizer.Attributes, error) {
 	for _, rt := range m.routes {
-		if !rt.match.match(r.URL.Path) {
+		if !rt.match.Match(r.URL.Path) {
 			continue
 		}
 		if rt.methods != nil {

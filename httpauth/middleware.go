@@ -23,6 +23,7 @@ import (
 
 	"github.com/reviewauth/reviewauth"
 	"github.com/reviewauth/reviewauth/authz"
+	"github.com/reviewauth/reviewauth/internal/pathmatch"
 	"github.com/reviewauth/reviewauth/metrics"
 )
 
@@ -155,9 +156,9 @@ func New(opts Options) (func(http.Handler) http.Handler, error) {
 	if opts.Attributes == nil {
 		return nil, errors.New("httpauth: Options.Attributes is required")
 	}
-	allow, err := newPathMatcher("always-allow path", opts.AlwaysAllowPaths)
+	allow, err := pathmatch.New("always-allow path", opts.AlwaysAllowPaths)
 	if err != nil {
-		return nil, err
+		return nil, fmt.Errorf("httpauth: %w", err)
 	}
 	methods := []string{http.MethodGet, http.MethodHead}
 	if len(opts.AlwaysAllowMethods) > 0 {
@@ -199,7 +200,7 @@ const TracerName = "github.com/reviewauth/reviewauth/httpauth"
 
 type middleware struct {
 	opts               Options
-	alwaysAllow        *pathMatcher
+	alwaysAllow        *pathmatch.Matcher
 	alwaysAllowMethods []string
 	tracer             trace.Tracer
 }
@@ -225,7 +226,7 @@ func (m *middleware) serve(next http.Handler, w http.ResponseWriter, r *http.Req
 	if clean != r.URL.Path || r.URL.RawPath != "" {
 		r = withPath(r, clean)
 	}
-	alwaysAllow := m.alwaysAllow.match(clean) && m.alwaysAllowMethod(r.Method)
+	alwaysAllow := m.alwaysAllow.Match(clean) && m.alwaysAllowMethod(r.Method)
 
 	credential := r.Header["Authorization"]
 	resp, err := m.authenticate(r)
