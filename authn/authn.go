@@ -23,6 +23,7 @@ import (
 
 	"github.com/reviewauth/reviewauth"
 	"github.com/reviewauth/reviewauth/cache"
+	"github.com/reviewauth/reviewauth/internal/jwt"
 	"github.com/reviewauth/reviewauth/internal/review"
 	"github.com/reviewauth/reviewauth/metrics"
 )
@@ -580,7 +581,7 @@ func (a *Authenticator) review(ctx context.Context, key cache.Key, token string)
 	if a.opts.StaleIfError > 0 {
 		keep += a.opts.StaleIfError
 	}
-	if exp, ok := jwtExpiry(token); ok {
+	if exp, ok := jwt.Expiry(token); ok {
 		left := exp.Sub(now)
 		ttl, keep = min(ttl, left), min(keep, left)
 	}

@@ -10,7 +10,6 @@ import (
 	"errors"
 	"fmt"
 	"io"
-	"strings"
 	"sync"
 	"time"
 
@@ -21,6 +20,7 @@ import (
 
 	"github.com/reviewauth/reviewauth"
 	"github.com/reviewauth/reviewauth/cache"
+	"github.com/reviewauth/reviewauth/internal/jwt"
 )
 
 // PreVerifier checks a token locally before it is reviewed. Verify returns
@@ -267,7 +267,8 @@ func parseJWS(token string) (*jose.JSONWebSignature, error) {
 	// go-jose also reads the JSON serialization and strips whitespace; the
 	// API server signs neither. Check the compact shape first, which also
 	// keeps junk away from the JSON parser.
-	if strings.Count(token, ".") != 2 {
+	header, _, _, ok := jwt.Split(token)
+	if !ok {
 		return nil, errors.New("not a JWT")
 	}
 	for i := 0; i < len(token); i++ {
@@ -275,7 +276,7 @@ func parseJWS(token string) (*jose.JSONWebSignature, error) {
 			return nil, errors.New("not a JWT")
 		}
 	}
-	if n := strings.IndexByte(token, '.'); n == 0 || n > (maxJWSHeader*4+2)/3 {
+	if n := len(header); n == 0 || n > (maxJWSHeader*4+2)/3 {
 		return nil, errors.New("malformed or oversized JWT header")
 	}
 	jws, err := jose.ParseSigned(token)

@@ -3,12 +3,9 @@ package grpcauth
 import (
 	"bytes"
 	"context"
-	"encoding/base64"
-	"encoding/json"
 	"errors"
 	"fmt"
 	"os"
-	"strings"
 	"sync"
 	"time"
 
@@ -18,6 +15,7 @@ import (
 	"k8s.io/utils/clock"
 
 	"github.com/reviewauth/reviewauth/cache"
+	"github.com/reviewauth/reviewauth/internal/jwt"
 )
 
 // TokenSource supplies the bearer token a client presents. Token returns a
@@ -130,7 +128,7 @@ func (s *FileTokenSource) reload(now time.Time) error {
 	}
 	s.token, s.info, s.checkedAt = tok, fi, now
 	s.refreshAt, s.exp = time.Time{}, time.Time{}
-	if iat, exp, ok := jwtLifetime(tok); ok {
+	if iat, exp, ok := jwt.Lifetime(tok); ok {
 		if iat.IsZero() || iat.After(now) {
 			iat = now // no issue time: count the lifetime from the read
 		}
@@ -138,49 +136,6 @@ func (s *FileTokenSource) reload(now time.Time) error {
 		s.refreshAt = refreshPoint(iat, exp)
 	}
 	return nil
-}
-
-// jwtLifetime returns the iat (or nbf) and exp claims of a JWT, without
-// verifying it: the client only needs to know when to look for a new one.
-// ok is false for a token that is not a JWT or has no exp; iat is zero when
-// the token has neither iat nor nbf.
-func jwtLifetime(tok string) (iat, exp time.Time, ok bool) {
-	first := strings.IndexByte(tok, '.')
-	if first < 0 {
-		return
-	}
-	rest := tok[first+1:]
-	second := strings.IndexByte(rest, '.')
-	if second < 0 {
-		return
-	}
-	payload, err := base64.RawURLEncoding.DecodeString(rest[:second])
-	if err != nil {
-		return
-	}
-	var claims struct {
-		Exp *json.Number `json:"exp"`
-		Iat *json.Number `json:"iat"`
-		Nbf *json.Number `json:"nbf"`
-	}
-	if json.Unmarshal(payload, &claims) != nil || claims.Exp == nil {
-		return
-	}
-	e, err := claims.Exp.Int64()
-	if err != nil {
-		return
-	}
-	exp = time.Unix(e, 0)
-	start := claims.Iat
-	if start == nil {
-		start = claims.Nbf
-	}
-	if start != nil {
-		if i, err := start.Int64(); err == nil && i < e {
-			iat = time.Unix(i, 0)
-		}
-	}
-	return iat, exp, true
 }
 
 // TokenCreator is the one method of client-go's ServiceAccountInterface
