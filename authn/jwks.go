@@ -10,7 +10,6 @@ import (
 	"errors"
 	"fmt"
 	"io"
-	"sync"
 	"time"
 
 	jose "gopkg.in/go-jose/go-jose.v2"
@@ -137,13 +136,9 @@ type JWKSVerifier struct {
 	fetch func(ctx context.Context) ([]byte, error)
 	opts  JWKSOptions
 	clock clock.PassiveClock
-	group cache.Group[struct{}]
-
-	mu        sync.Mutex
-	set       *keySet
-	fetchedAt time.Time // last successful fetch
-	triedAt   time.Time // start of the last fetch
-	fetching  bool
+	// keys holds the key set: refreshed every RefreshInterval, fetched at
+	// most once per MinRefreshInterval, one fetch at a time.
+	keys cache.Holder[*keySet]
 }
 
 var _ PreVerifier = (*JWKSVerifier)(nil)
@@ -184,9 +179,8 @@ func NewJWKSVerifierFunc(fetch func(ctx context.Context) ([]byte, error), opts J
 	if clk == nil {
 		clk = clock.RealClock{}
 	}
-	v := &JWKSVerifier{fetch: fetch, opts: opts, clock: clk}
-	v.group.Timeout = jwksFetchTimeout
-	return v
+	return &JWKSVerifier{fetch: fetch, opts: opts, clock: clk,
+		keys: cache.Holder[*keySet]{Timeout: jwksFetchTimeout, MinInterval: opts.MinRefreshInterval, Clock: clk}}
 }
 
 // Errors for "cannot tell". They do not match reviewauth.ErrUnauthenticated,
@@ -300,67 +294,34 @@ var compactJWS = func() (t [256]bool) {
 }()
 
 // keysFor returns the key set to check a token naming kid with, fetching it
-// when there is none, when it is stale, or when kid is not in it, within the
-// fetch bound. It returns an error only when there is no key set.
+// when there is none, when it is due for a refresh, or when kid is not in it,
+// within the fetch bound (see [cache.Holder]). It returns an error only when
+// there is no key set.
 func (v *JWKSVerifier) keysFor(ctx context.Context, kid string) (*keySet, error) {
-	// Two rounds at most: the first may join a fetch that started before
-	// this token arrived, the second may start a fresh one.
-	for round := 0; ; round++ {
-		v.mu.Lock()
-		set, now := v.set, v.clock.Now()
-		stale := set == nil || now.Sub(v.fetchedAt) >= v.opts.RefreshInterval
-		unknown := set != nil && kid != "" && !set.known(kid)
-		mayFetch := v.triedAt.IsZero() || now.Sub(v.triedAt) >= v.opts.MinRefreshInterval
-		fetching := v.fetching
-		v.mu.Unlock()
-		// Wait for a fetch when there is nothing to check the token with
-		// (no key set, or not its key); a token whose key is known only
-		// starts a due refresh, and does not wait for one in flight.
-		needed := set == nil || unknown
-		if (!stale && !unknown) || (!mayFetch && !fetching) || (!needed && !mayFetch) || round == 2 {
-			if set == nil {
-				return nil, errNoKeySet
-			}
-			return set, nil
-		}
-		if _, _, err := v.group.Do(ctx, cache.Key{}, v.load); err != nil && ctx.Err() != nil {
-			// The caller gave up waiting; use what there is.
-			v.mu.Lock()
-			set = v.set
-			v.mu.Unlock()
-			if set == nil {
-				return nil, errNoKeySet
-			}
-			return set, nil
-		}
+	set, ok, _ := v.keys.Get(ctx, false, v.load)
+	// An unknown kid forces a fetch, twice at most: the first may join a
+	// fetch that started before this token arrived, the second may start
+	// a fresh one. MinRefreshInterval bounds both.
+	for round := 0; round < 2 && ok && kid != "" && !set.known(kid) && ctx.Err() == nil; round++ {
+		set, ok, _ = v.keys.Get(ctx, true, v.load)
 	}
+	if !ok {
+		return nil, errNoKeySet
+	}
+	return set, nil
 }
 
-// load is the shared fetch. It enforces MinRefreshInterval itself, so that
-// a caller that saw no fetch in flight cannot start one too early.
-func (v *JWKSVerifier) load(ctx context.Context) (struct{}, error) {
-	v.mu.Lock()
-	now := v.clock.Now()
-	if !v.triedAt.IsZero() && now.Sub(v.triedAt) < v.opts.MinRefreshInterval {
-		v.mu.Unlock()
-		return struct{}{}, nil
-	}
-	v.triedAt, v.fetching = now, true
-	v.mu.Unlock()
-
+// load is the shared fetch.
+func (v *JWKSVerifier) load(ctx context.Context) (cache.Fetched[*keySet], error) {
 	raw, err := v.fetch(ctx)
-	var set *keySet
-	if err == nil {
-		set, err = parseJWKS(raw)
+	if err != nil {
+		return cache.Fetched[*keySet]{}, err
 	}
-
-	v.mu.Lock()
-	v.fetching = false
-	if err == nil {
-		v.set, v.fetchedAt = set, v.clock.Now()
+	set, err := parseJWKS(raw)
+	if err != nil {
+		return cache.Fetched[*keySet]{}, err
 	}
-	v.mu.Unlock()
-	return struct{}{}, err
+	return cache.Fetched[*keySet]{Value: set, RefreshAt: v.clock.Now().Add(v.opts.RefreshInterval)}, nil
 }
 
 // verifyKey is a public key with the one algorithm the API server signs

@@ -10,3 +10,6 @@ func Waiters[V any](g *Group[V], k Key) int {
 	}
 	return 0
 }
+
+// Group returns the Group a Holder shares its fetches through.
+func (h *Holder[V]) Group() *Group[struct{}] { return &h.group }

@@ -195,25 +195,11 @@ type TokenRequestOptions struct {
 type TokenRequestSource struct {
 	client TokenCreator
 	opts   TokenRequestOptions
-	group  cache.Group[grantedToken]
-
-	mu         sync.Mutex
-	token      string
-	exp        time.Time
-	refreshAt  time.Time
-	retryAfter time.Time
-	refreshing bool // a TokenRequest is in flight
+	// token holds the granted token: refreshed at 80% of its lifetime,
+	// retried after RetryInterval while it is valid, never served past its
+	// expiry.
+	token cache.Holder[string]
 }
-
-// grantedToken is the result of one TokenRequest.
-type grantedToken struct {
-	token string
-	exp   time.Time
-}
-
-// refreshKey is the cache.Group key of the TokenRequest: a source only ever
-// asks for one kind of token, so one key suffices.
-var refreshKey cache.Key
 
 var _ TokenSource = (*TokenRequestSource)(nil)
 
@@ -239,38 +225,24 @@ func NewTokenRequestSource(client TokenCreator, opts TokenRequestOptions) (*Toke
 		opts.Clock = clock.RealClock{}
 	}
 	opts.Audiences = append([]string(nil), opts.Audiences...)
-	s := &TokenRequestSource{client: client, opts: opts}
-	s.group.Timeout = opts.Timeout
-	return s, nil
+	return &TokenRequestSource{client: client, opts: opts, token: cache.Holder[string]{
+		Timeout: opts.Timeout, RetryInterval: opts.RetryInterval, Clock: opts.Clock}}, nil
 }
 
 // Token returns a valid token, fetching a new one when the cached one is
 // past 80% of its lifetime.
 func (s *TokenRequestSource) Token(ctx context.Context) (string, error) {
-	s.mu.Lock()
-	now := s.opts.Clock.Now()
-	if s.token != "" && now.Before(s.exp) && (now.Before(s.refreshAt) || now.Before(s.retryAfter) || s.refreshing) {
-		// Fresh, or a refresh failed recently, or another caller is
-		// refreshing: the cached token is still good.
-		tok := s.token
-		s.mu.Unlock()
+	tok, ok, err := s.token.Get(ctx, false, s.refresh)
+	switch {
+	case ok && err != nil && ctx.Err() == nil:
+		klog.FromContext(ctx).Error(err, "Refreshing the service account token failed; using the cached token until it expires",
+			"serviceAccount", s.opts.ServiceAccount)
 		return tok, nil
-	}
-	s.mu.Unlock()
-
-	g, _, err := s.group.Do(ctx, refreshKey, s.refresh)
-	if err == nil {
-		return g.token, nil
-	}
-	s.mu.Lock()
-	tok, exp := s.token, s.exp
-	s.mu.Unlock()
-	if tok != "" && s.opts.Clock.Now().Before(exp) {
-		if ctx.Err() == nil {
-			klog.FromContext(ctx).Error(err, "Refreshing the service account token failed; using the cached token until it expires",
-				"serviceAccount", s.opts.ServiceAccount, "expires", exp)
-		}
+	case ok:
 		return tok, nil
+	case err == nil:
+		// Cannot happen: without a valid token every caller may fetch.
+		return "", fmt.Errorf("grpcauth: no token for service account %q", s.opts.ServiceAccount)
 	}
 	if ctxErr := ctx.Err(); ctxErr != nil && errors.Is(err, ctxErr) {
 		return "", fmt.Errorf("grpcauth: waiting for TokenRequest: %w", err)
@@ -278,36 +250,15 @@ func (s *TokenRequestSource) Token(ctx context.Context) (string, error) {
 	return "", err
 }
 
-// refresh makes one TokenRequest on behalf of every caller waiting for it,
-// and stores its result. ctx is cache.Group's detached context.
-func (s *TokenRequestSource) refresh(ctx context.Context) (grantedToken, error) {
-	s.mu.Lock()
+// refresh makes one TokenRequest on behalf of every caller waiting for it.
+// ctx is the Holder's detached context.
+func (s *TokenRequestSource) refresh(ctx context.Context) (cache.Fetched[string], error) {
 	now := s.opts.Clock.Now()
-	if s.token != "" && now.Before(s.exp) && (now.Before(s.refreshAt) || now.Before(s.retryAfter)) {
-		// A request that ended between this caller's look at the cache
-		// and its call to the Group already did the work.
-		g := grantedToken{token: s.token, exp: s.exp}
-		s.mu.Unlock()
-		return g, nil
-	}
-	s.refreshing = true
-	s.mu.Unlock()
 	tok, exp, err := s.request(ctx, now)
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	s.refreshing = false
-	switch {
-	case err == nil:
-		s.token, s.exp = tok, exp
-		s.refreshAt = refreshPoint(now, exp)
-		s.retryAfter = time.Time{}
-	case errors.Is(ctx.Err(), context.Canceled):
-		// Every caller left: nobody learnt anything about the API
-		// server, so the next caller may try at once.
-	default:
-		s.retryAfter = s.opts.Clock.Now().Add(s.opts.RetryInterval)
+	if err != nil {
+		return cache.Fetched[string]{}, err
 	}
-	return grantedToken{token: tok, exp: exp}, err
+	return cache.Fetched[string]{Value: tok, RefreshAt: refreshPoint(now, exp), Expires: exp}, nil
 }
 
 func (s *TokenRequestSource) request(ctx context.Context, now time.Time) (string, time.Time, error) {
