@@ -335,14 +335,12 @@ func New(reviewer TokenReviewer, opts Options) (*Authenticator, error) {
 // or response body is ever logged, at any klog verbosity or vmodule,
 // contextual logging on or off. cfg is not modified.
 func NewForConfig(cfg *rest.Config, opts Options) (*Authenticator, error) {
-	if cfg == nil {
-		return nil, errors.New("authn: nil rest.Config")
-	}
 	c, err := review.NewClient(cfg)
 	if err != nil {
 		return nil, fmt.Errorf("authn: building the TokenReview client: %w", err)
 	}
-	return New(clientReviewer{c}, opts)
+	return New(review.Poster[*authenticationv1.TokenReview]{Client: c, Path: "/apis/authentication.k8s.io/v1/tokenreviews",
+		Kind: authenticationv1.SchemeGroupVersion.WithKind("TokenReview")}, opts)
 }
 
 // ReviewConfig returns a copy of cfg suited to review clients: QPS and Burst
@@ -371,13 +369,7 @@ func ReviewConfig(cfg *rest.Config) *rest.Config {
 // service may then start anyway, since reviews report "could not check"
 // until the API server answers.
 func SelfCheck(ctx context.Context, cfg *rest.Config) error {
-	if cfg == nil {
-		return errors.New("authn: nil rest.Config")
-	}
-	if err := review.SelfCheck(ctx, cfg, "authentication.k8s.io", "tokenreviews"); err != nil {
-		return fmt.Errorf("authn: self-check: %w", err)
-	}
-	return nil
+	return review.SelfCheck(ctx, cfg, "authn", "authentication.k8s.io", "tokenreviews")
 }
 
 // TracerName is the instrumentation name of the spans authn creates.
@@ -389,15 +381,6 @@ func observer(m *metrics.Metrics) review.Observer {
 		return review.Observer{}
 	}
 	return review.Observer{Attempt: m.ReviewAttempt, Retry: m.ReviewRetry, InFlight: m.ReviewInFlight, Refused: m.CredentialRefusal}
-}
-
-// clientReviewer posts TokenReviews with a review.Client.
-type clientReviewer struct{ c *review.Client }
-
-var tokenReviewKind = authenticationv1.SchemeGroupVersion.WithKind("TokenReview")
-
-func (r clientReviewer) Create(ctx context.Context, tr *authenticationv1.TokenReview, _ metav1.CreateOptions) (*authenticationv1.TokenReview, error) {
-	return review.Create(ctx, r.c, "/apis/authentication.k8s.io/v1/tokenreviews", tokenReviewKind, tr)
 }
 
 // Audiences returns the audiences the Authenticator reviews tokens for, in

@@ -290,10 +290,10 @@ var (
 // klog at -v=8 and above when contextual logging is off; NewForConfig's
 // client bounds answers ([MaxAnswerBytes]) and never logs a body.
 //
-// New panics if reviewer is nil.
-func New(reviewer SubjectAccessReviewer, opts Options) *Authorizer {
+// New returns an error if reviewer is nil.
+func New(reviewer SubjectAccessReviewer, opts Options) (*Authorizer, error) {
 	if reviewer == nil {
-		panic("authz: New with a nil SubjectAccessReviewer")
+		return nil, errors.New("authz: nil SubjectAccessReviewer")
 	}
 	a := &Authorizer{
 		reviewer:     reviewer,
@@ -334,7 +334,7 @@ func New(reviewer SubjectAccessReviewer, opts Options) *Authorizer {
 	a.group.Timeout = a.timeout
 	a.group.Counters = a.cache.Counters()
 	opts.Metrics.AddCache("sar", a.cache.Counters())
-	return a
+	return a, nil
 }
 
 func observer(m *metrics.Metrics) review.Observer {
@@ -355,14 +355,14 @@ func observer(m *metrics.Metrics) review.Observer {
 // QPS and Burst default to [DefaultQPS] and [DefaultBurst] when cfg leaves
 // them zero. cfg itself is not modified.
 func NewForConfig(cfg *rest.Config, opts Options) (*Authorizer, error) {
-	if cfg == nil {
-		return nil, errors.New("authz: NewForConfig with a nil rest.Config")
-	}
 	c, err := review.NewClient(cfg)
 	if err != nil {
 		return nil, fmt.Errorf("authz: building the SubjectAccessReview client: %w", err)
 	}
-	return New(clientReviewer{c}, opts), nil
+	// The client refuses an answer of another kind, which would otherwise
+	// read as an empty status: NoOpinion.
+	return New(review.Poster[*authorizationv1.SubjectAccessReview]{Client: c, Path: "/apis/authorization.k8s.io/v1/subjectaccessreviews",
+		Kind: authorizationv1.SchemeGroupVersion.WithKind("SubjectAccessReview")}, opts)
 }
 
 // SelfCheck asks the API server cfg describes whether cfg's credentials may
@@ -378,24 +378,7 @@ func NewForConfig(cfg *rest.Config, opts Options) (*Authorizer, error) {
 // service may then start anyway, since reviews report "could not check"
 // until the API server answers.
 func SelfCheck(ctx context.Context, cfg *rest.Config) error {
-	if cfg == nil {
-		return errors.New("authz: nil rest.Config")
-	}
-	if err := review.SelfCheck(ctx, cfg, "authorization.k8s.io", "subjectaccessreviews"); err != nil {
-		return fmt.Errorf("authz: self-check: %w", err)
-	}
-	return nil
-}
-
-// clientReviewer posts SubjectAccessReviews with a review.Client, which
-// refuses an answer of another kind (it would otherwise read as an empty
-// status: NoOpinion).
-type clientReviewer struct{ c *review.Client }
-
-var sarKind = authorizationv1.SchemeGroupVersion.WithKind("SubjectAccessReview")
-
-func (r clientReviewer) Create(ctx context.Context, sar *authorizationv1.SubjectAccessReview, _ metav1.CreateOptions) (*authorizationv1.SubjectAccessReview, error) {
-	return review.Create(ctx, r.c, "/apis/authorization.k8s.io/v1/subjectaccessreviews", sarKind, sar)
+	return review.SelfCheck(ctx, cfg, "authz", "authorization.k8s.io", "subjectaccessreviews")
 }
 
 // Authorize implements [authorizer.UnconditionalAuthorizer]. It answers

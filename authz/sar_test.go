@@ -531,7 +531,10 @@ func TestNewWithTypedClient(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	az := authz.New(cs.AuthorizationV1().SubjectAccessReviews(), authz.Options{})
+	az, err := authz.New(cs.AuthorizationV1().SubjectAccessReviews(), authz.Options{})
+	if err != nil {
+		t.Fatal(err)
+	}
 	if d, _, err := az.Authorize(context.Background(), getPods(backup())); d != authorizer.DecisionAllow || err != nil {
 		t.Errorf("Authorize() = %v, %v; want Allow", d, err)
 	}

@@ -249,3 +249,17 @@ func retryAfterHeader(resp *http.Response) int {
 	// nonsense without overflowing time.Duration arithmetic.
 	return min(s, int(24*time.Hour/time.Second))
 }
+
+// Poster creates objects of one kind at one path with a [Client]. Its
+// Create has the shape of client-go's typed Create, so it satisfies
+// authn.TokenReviewer and authz.SubjectAccessReviewer.
+type Poster[T runtime.Object] struct {
+	Client *Client
+	Path   string
+	Kind   schema.GroupVersionKind
+}
+
+// Create posts in as [Create] does.
+func (p Poster[T]) Create(ctx context.Context, in T, _ metav1.CreateOptions) (T, error) {
+	return Create(ctx, p.Client, p.Path, p.Kind, in)
+}

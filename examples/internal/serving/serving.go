@@ -100,7 +100,11 @@ func (f *Flags) Build() (*Built, error) {
 	if err != nil {
 		return nil, err
 	}
-	chain, sar, err := f.Authz.New()
+	sar, err := f.Authz.NewAuthorizer()
+	if err != nil {
+		return nil, err
+	}
+	chain, err := f.Authz.Chain(sar)
 	if err != nil {
 		return nil, err
 	}
@@ -122,10 +126,10 @@ func (f *Flags) selfCheck(warn io.Writer) error {
 	defer cancel()
 	var errs []error
 	for _, c := range []struct {
-		client authn.ClientOptions
+		config func() (*rest.Config, error)
 		check  func(context.Context, *rest.Config) error
-	}{{f.Authn.Client, authn.SelfCheck}, {f.Authz.Client, authz.SelfCheck}} {
-		cfg, err := c.client.RESTConfig()
+	}{{f.Authn.RESTConfig, authn.SelfCheck}, {f.Authz.RESTConfig, authz.SelfCheck}} {
+		cfg, err := c.config()
 		if err != nil {
 			return err
 		}
