@@ -24,6 +24,7 @@ import (
 	"github.com/reviewauth/reviewauth"
 	"github.com/reviewauth/reviewauth/cache"
 	"github.com/reviewauth/reviewauth/internal/jwt"
+	"github.com/reviewauth/reviewauth/internal/observe"
 	"github.com/reviewauth/reviewauth/internal/review"
 	"github.com/reviewauth/reviewauth/metrics"
 )
@@ -200,6 +201,7 @@ type Authenticator struct {
 	bearer    authenticator.Request
 	tracer    trace.Tracer
 	audAttr   attribute.KeyValue
+	metrics   *observe.Recorder
 }
 
 var (
@@ -302,8 +304,10 @@ func New(reviewer TokenReviewer, opts Options) (*Authenticator, error) {
 	if clk == nil {
 		clk = clock.RealClock{}
 	}
+	rec := observe.Of(opts.Metrics)
 	a := &Authenticator{
 		reviewer:  reviewer,
+		metrics:   rec,
 		audiences: auds,
 		opts:      opts,
 		clock:     clk,
@@ -312,15 +316,15 @@ func New(reviewer TokenReviewer, opts Options) (*Authenticator, error) {
 		rejected:  cache.New[*reviewauth.RejectedError](cache.Options{MaxEntries: opts.MaxEntries, Clock: clk}),
 		group:     cache.Group[result]{Timeout: opts.Timeout},
 		retrier: review.New("TokenReview", review.Options{Backoff: opts.Backoff, Clock: clk, MaxInFlight: opts.MaxInFlight,
-			AttemptTimeout: opts.AttemptTimeout, Observer: observer(opts.Metrics)}),
+			AttemptTimeout: opts.AttemptTimeout, Observer: review.ObserverOf(rec)}),
 		audAttr: attribute.StringSlice("reviewauth.audiences", auds),
 	}
 	if opts.TracerProvider != nil {
 		a.tracer = opts.TracerProvider.Tracer(TracerName)
 	}
 	a.group.Counters = a.ok.Counters()
-	opts.Metrics.AddCache("token", a.ok.Counters())
-	opts.Metrics.AddCache("token_rejected", a.rejected.Counters())
+	rec.AddCache("token", a.ok.Counters())
+	rec.AddCache("token_rejected", a.rejected.Counters())
 	a.bearer = Bearer(a)
 	return a, nil
 }
@@ -374,14 +378,6 @@ func SelfCheck(ctx context.Context, cfg *rest.Config) error {
 
 // TracerName is the instrumentation name of the spans authn creates.
 const TracerName = "github.com/reviewauth/reviewauth/authn"
-
-// observer feeds the retry loop's events to m.
-func observer(m *metrics.Metrics) review.Observer {
-	if m == nil {
-		return review.Observer{}
-	}
-	return review.Observer{Attempt: m.ReviewAttempt, Retry: m.ReviewRetry, InFlight: m.ReviewInFlight, Refused: m.CredentialRefusal}
-}
 
 // Audiences returns the audiences the Authenticator reviews tokens for, in
 // sorted order.
@@ -472,7 +468,7 @@ func (a *Authenticator) authenticate(ctx context.Context, token string) (_ *auth
 	if err != nil && stale != nil && errors.Is(err, reviewauth.ErrUnavailable) {
 		// Stale-if-error: the API server cannot be asked, and this token
 		// was authenticated less than StaleIfError ago past its TTL.
-		a.opts.Metrics.StaleServe("token")
+		a.metrics.StaleServe("token")
 		klog.FromContext(ctx).V(2).Info("Serving a stale identity: the API server is unavailable", "user", stale.resp.User.GetName(), "err", err)
 		return stale.resp, true, nil, true
 	}

@@ -21,6 +21,7 @@ import (
 
 	"github.com/reviewauth/reviewauth"
 	"github.com/reviewauth/reviewauth/cache"
+	"github.com/reviewauth/reviewauth/internal/observe"
 	"github.com/reviewauth/reviewauth/internal/review"
 	"github.com/reviewauth/reviewauth/metrics"
 )
@@ -265,7 +266,7 @@ type Authorizer struct {
 	maxAttrBytes int
 	timeout      time.Duration
 	stale        time.Duration
-	metrics      *metrics.Metrics
+	metrics      *observe.Recorder
 	tracer       trace.Tracer
 }
 
@@ -304,7 +305,7 @@ func New(reviewer SubjectAccessReviewer, opts Options) (*Authorizer, error) {
 		maxAttrBytes: opts.MaxCacheableAttributeBytes,
 		timeout:      opts.Timeout,
 		stale:        opts.StaleIfError,
-		metrics:      opts.Metrics,
+		metrics:      observe.Of(opts.Metrics),
 	}
 	if opts.TracerProvider != nil {
 		a.tracer = opts.TracerProvider.Tracer(TracerName)
@@ -329,19 +330,12 @@ func New(reviewer SubjectAccessReviewer, opts Options) (*Authorizer, error) {
 		maxEntries = DefaultMaxEntries
 	}
 	a.retrier = review.New(reviewName, review.Options{Backoff: opts.Backoff, Clock: a.clock, MaxInFlight: opts.MaxInFlight,
-		AttemptTimeout: opts.AttemptTimeout, Observer: observer(opts.Metrics)})
+		AttemptTimeout: opts.AttemptTimeout, Observer: review.ObserverOf(a.metrics)})
 	a.cache = cache.New[decision](cache.Options{MaxEntries: maxEntries, Clock: a.clock})
 	a.group.Timeout = a.timeout
 	a.group.Counters = a.cache.Counters()
-	opts.Metrics.AddCache("sar", a.cache.Counters())
+	a.metrics.AddCache("sar", a.cache.Counters())
 	return a, nil
-}
-
-func observer(m *metrics.Metrics) review.Observer {
-	if m == nil {
-		return review.Observer{}
-	}
-	return review.Observer{Attempt: m.ReviewAttempt, Retry: m.ReviewRetry, InFlight: m.ReviewInFlight, Refused: m.CredentialRefusal}
 }
 
 // NewForConfig returns an Authorizer that posts SubjectAccessReviews to the

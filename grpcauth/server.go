@@ -24,6 +24,7 @@ import (
 
 	"github.com/reviewauth/reviewauth"
 	"github.com/reviewauth/reviewauth/authz"
+	"github.com/reviewauth/reviewauth/internal/observe"
 	"github.com/reviewauth/reviewauth/metrics"
 )
 
@@ -169,7 +170,7 @@ func UnaryServerInterceptor(opts Options) grpc.UnaryServerInterceptor {
 		}
 		r, ok := c.rules[info.FullMethod]
 		if !ok {
-			c.metrics.Decision("grpc", metrics.OutcomeDenied)
+			c.metrics.Decision("grpc", observe.OutcomeDenied)
 			return nil, errUnknownMethod
 		}
 		ctx, err := c.check(ctx, info.FullMethod, r, req)
@@ -194,7 +195,7 @@ type checker struct {
 	exact    map[string]struct{}
 	prefixes []string
 	keepMD   bool
-	metrics  *metrics.Metrics
+	metrics  *observe.Recorder
 	tracer   trace.Tracer
 }
 
@@ -219,7 +220,7 @@ func newChecker(o Options) *checker {
 		rules:   make(map[string]*rule, len(o.Rules)),
 		exact:   map[string]struct{}{},
 		keepMD:  o.KeepAuthorizationMetadata,
-		metrics: o.Metrics,
+		metrics: observe.Of(o.Metrics),
 	}
 	if o.TracerProvider != nil {
 		c.tracer = o.TracerProvider.Tracer(TracerName)
@@ -291,7 +292,7 @@ func (c *checker) record(span trace.Span, err error) error {
 	c.metrics.Decision("grpc", outcome)
 	if span != nil {
 		span.SetAttributes(attribute.String("reviewauth.decision", outcome))
-		if outcome == metrics.OutcomeUnavailable {
+		if outcome == observe.OutcomeUnavailable {
 			span.SetStatus(otelcodes.Error, "review unavailable")
 		}
 		span.End()
@@ -319,15 +320,15 @@ func (c *checker) withUser(ctx context.Context, u user.Info) context.Context {
 func outcomeOf(err error) string {
 	switch status.Code(err) {
 	case codes.OK:
-		return metrics.OutcomeAllowed
+		return observe.OutcomeAllowed
 	case codes.PermissionDenied:
-		return metrics.OutcomeDenied
+		return observe.OutcomeDenied
 	case codes.Unauthenticated:
-		return metrics.OutcomeUnauthenticated
+		return observe.OutcomeUnauthenticated
 	case codes.InvalidArgument:
-		return metrics.OutcomeBadRequest
+		return observe.OutcomeBadRequest
 	default:
-		return metrics.OutcomeUnavailable
+		return observe.OutcomeUnavailable
 	}
 }
 

@@ -20,7 +20,7 @@ import (
 	"k8s.io/apiserver/pkg/authentication/user"
 	"k8s.io/apiserver/pkg/endpoints/request"
 
-	"github.com/reviewauth/reviewauth/metrics"
+	"github.com/reviewauth/reviewauth/internal/observe"
 )
 
 // MaxHeldMessages is how many messages a stream handler may send before its
@@ -86,7 +86,7 @@ func StreamServerInterceptor(opts Options) grpc.StreamServerInterceptor {
 		}
 		r, ok := c.rules[info.FullMethod]
 		if !ok {
-			c.metrics.Decision("grpc", metrics.OutcomeDenied)
+			c.metrics.Decision("grpc", observe.OutcomeDenied)
 			return errUnknownMethod
 		}
 		if !r.needsMessage {

@@ -23,6 +23,7 @@ import (
 
 	"github.com/reviewauth/reviewauth"
 	"github.com/reviewauth/reviewauth/authz"
+	"github.com/reviewauth/reviewauth/internal/observe"
 	"github.com/reviewauth/reviewauth/internal/pathmatch"
 	"github.com/reviewauth/reviewauth/metrics"
 )
@@ -170,7 +171,7 @@ func New(opts Options) (func(http.Handler) http.Handler, error) {
 			methods = append(methods, method)
 		}
 	}
-	m := &middleware{opts: opts, alwaysAllow: allow, alwaysAllowMethods: methods}
+	m := &middleware{opts: opts, alwaysAllow: allow, alwaysAllowMethods: methods, metrics: observe.Of(opts.Metrics)}
 	if m.opts.RetryAfter <= 0 {
 		m.opts.RetryAfter = DefaultRetryAfter
 	}
@@ -180,15 +181,15 @@ func New(opts Options) (func(http.Handler) http.Handler, error) {
 	return func(next http.Handler) http.Handler {
 		return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 			if m.tracer == nil {
-				m.opts.Metrics.Decision("http", m.serve(next, w, r))
+				m.metrics.Decision("http", m.serve(next, w, r))
 				return
 			}
 			ctx, span := m.tracer.Start(r.Context(), "reviewauth.httpauth", trace.WithAttributes(attribute.String("http.request.method", r.Method)))
 			defer span.End()
 			outcome := m.serve(next, w, r.WithContext(ctx))
-			m.opts.Metrics.Decision("http", outcome)
+			m.metrics.Decision("http", outcome)
 			span.SetAttributes(attribute.String("reviewauth.decision", outcome))
-			if outcome == metrics.OutcomeUnavailable {
+			if outcome == observe.OutcomeUnavailable {
 				span.SetStatus(codes.Error, "review unavailable")
 			}
 		})
@@ -203,6 +204,7 @@ type middleware struct {
 	alwaysAllow        *pathmatch.Matcher
 	alwaysAllowMethods []string
 	tracer             trace.Tracer
+	metrics            *observe.Recorder
 }
 
 // errNoCredential is the outcome when no authenticator found a credential.
@@ -221,7 +223,7 @@ func (m *middleware) serve(next http.Handler, w http.ResponseWriter, r *http.Req
 		delete(r.Header, "Authorization")
 		logDecision(logger, 2, r, "", "bad path", err)
 		writeStatus(w, apierrors.NewBadRequest(err.Error()))
-		return metrics.OutcomeBadRequest
+		return observe.OutcomeBadRequest
 	}
 	if clean != r.URL.Path || r.URL.RawPath != "" {
 		r = withPath(r, clean)
@@ -237,12 +239,12 @@ func (m *middleware) serve(next http.Handler, w http.ResponseWriter, r *http.Req
 		r = r.WithContext(request.WithUser(r.Context(), &user.DefaultInfo{Name: user.Anonymous, Groups: []string{user.AllUnauthenticated}}))
 		logDecision(logger, 4, r, user.Anonymous, "always allowed", nil)
 		next.ServeHTTP(w, r)
-		return metrics.OutcomeAlwaysAllowed
+		return observe.OutcomeAlwaysAllowed
 	case err == nil:
 	case errors.Is(err, reviewauth.ErrUnavailable):
 		logger.Error(redactCredential(err, credential), "httpauth: authentication unavailable", "method", r.Method, "path", r.URL.Path)
 		m.unavailable(w, err)
-		return metrics.OutcomeUnavailable
+		return observe.OutcomeUnavailable
 	default:
 		// No credential, or one that was checked and refused: an
 		// ErrUnauthenticated, or a plain error, which is how
@@ -254,7 +256,7 @@ func (m *middleware) serve(next http.Handler, w http.ResponseWriter, r *http.Req
 		}
 		w.Header().Set("WWW-Authenticate", challenge)
 		writeStatus(w, apierrors.NewUnauthorized("Unauthorized"))
-		return metrics.OutcomeUnauthenticated
+		return observe.OutcomeUnauthenticated
 	}
 	u := resp.User
 	r = r.WithContext(request.WithUser(r.Context(), u))
@@ -265,7 +267,7 @@ func (m *middleware) serve(next http.Handler, w http.ResponseWriter, r *http.Req
 		m.propagate(r, u)
 		logDecision(logger, 4, r, u.GetName(), "always allowed", nil)
 		next.ServeHTTP(w, r)
-		return metrics.OutcomeAlwaysAllowed
+		return observe.OutcomeAlwaysAllowed
 	}
 
 	attrs, err := m.opts.Attributes.Attributes(r, u)
@@ -278,10 +280,10 @@ func (m *middleware) serve(next http.Handler, w http.ResponseWriter, r *http.Req
 				Reason:  metav1.StatusReasonMethodNotAllowed,
 				Message: fmt.Sprintf("method %q is not allowed here", r.Method),
 			}})
-			return metrics.OutcomeBadRequest
+			return observe.OutcomeBadRequest
 		}
 		writeStatus(w, apierrors.NewBadRequest(err.Error()))
-		return metrics.OutcomeBadRequest
+		return observe.OutcomeBadRequest
 	}
 	if len(attrs) == 0 {
 		// Nothing to authorize is a mapper mistake; authz.Check would deny
@@ -289,7 +291,7 @@ func (m *middleware) serve(next http.Handler, w http.ResponseWriter, r *http.Req
 		a := authorizer.AttributesRecord{User: u, Path: r.URL.Path, Verb: strings.ToLower(r.Method)}
 		logDecision(logger, 2, r, u.GetName(), "forbidden", errNoAttributes)
 		writeStatus(w, responsewriters.ForbiddenStatusError(a, "no attributes to authorize"))
-		return metrics.OutcomeDenied
+		return observe.OutcomeDenied
 	}
 	for _, a := range attrs {
 		a, err := checkSet(r.Context(), m.opts.Authorizer, a)
@@ -300,17 +302,17 @@ func (m *middleware) serve(next http.Handler, w http.ResponseWriter, r *http.Req
 		if errors.As(err, &denied) && errors.Is(err, reviewauth.ErrDenied) {
 			logDecision(logger, 2, r, u.GetName(), "forbidden", err)
 			writeStatus(w, responsewriters.ForbiddenStatusError(a, denied.Reason))
-			return metrics.OutcomeDenied
+			return observe.OutcomeDenied
 		}
 		logger.Error(err, "httpauth: authorization unavailable", "user", u.GetName(), "method", r.Method, "path", r.URL.Path)
 		m.unavailable(w, err)
-		return metrics.OutcomeUnavailable
+		return observe.OutcomeUnavailable
 	}
 
 	m.propagate(r, u)
 	logDecision(logger, 4, r, u.GetName(), "allowed", nil)
 	next.ServeHTTP(w, r)
-	return metrics.OutcomeAllowed
+	return observe.OutcomeAllowed
 }
 
 // authenticate runs the client certificate authenticator, then the token

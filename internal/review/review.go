@@ -24,6 +24,7 @@ import (
 
 	"github.com/reviewauth/reviewauth"
 	"github.com/reviewauth/reviewauth/cache"
+	"github.com/reviewauth/reviewauth/internal/observe"
 )
 
 // DefaultBackoff is used when a Retrier's Backoff is zero: the first retry
@@ -98,6 +99,14 @@ type Observer struct {
 	// or 403: the service's own credentials are invalid or not allowed to
 	// create the review.
 	Refused func(kind string)
+}
+
+// ObserverOf returns the Observer that records into rec (nothing for nil).
+func ObserverOf(rec *observe.Recorder) Observer {
+	if rec == nil {
+		return Observer{}
+	}
+	return Observer{Attempt: rec.ReviewAttempt, Retry: rec.ReviewRetry, InFlight: rec.ReviewInFlight, Refused: rec.CredentialRefusal}
 }
 
 // New returns a Retrier for reviews of kind ("TokenReview" or
