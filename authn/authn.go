@@ -23,6 +23,7 @@ import (
 
 	"github.com/reviewauth/reviewauth"
 	"github.com/reviewauth/reviewauth/cache"
+	"github.com/reviewauth/reviewauth/internal/bearer"
 	"github.com/reviewauth/reviewauth/internal/jwt"
 	"github.com/reviewauth/reviewauth/internal/observe"
 	"github.com/reviewauth/reviewauth/internal/review"
@@ -198,7 +199,6 @@ type Authenticator struct {
 	rejected  *cache.Cache[*reviewauth.RejectedError]
 	group     cache.Group[result]
 	retrier   *review.Retrier
-	bearer    authenticator.Request
 	tracer    trace.Tracer
 	audAttr   attribute.KeyValue
 	metrics   *observe.Recorder
@@ -325,7 +325,6 @@ func New(reviewer TokenReviewer, opts Options) (*Authenticator, error) {
 	a.group.Counters = a.ok.Counters()
 	rec.AddCache("token", a.ok.Counters())
 	rec.AddCache("token_rejected", a.rejected.Counters())
-	a.bearer = Bearer(a)
 	return a, nil
 }
 
@@ -384,9 +383,24 @@ const TracerName = "github.com/reviewauth/reviewauth/authn"
 func (a *Authenticator) Audiences() []string { return slices.Clone(a.audiences) }
 
 // AuthenticateRequest authenticates the bearer token in r's Authorization
-// header, as [Bearer] describes.
+// header (RFC 6750; the scheme is case-insensitive) with
+// [Authenticator.AuthenticateToken]. A request with no Authorization header,
+// or one of another scheme, yields (nil, false, nil), so that other
+// authenticators in a union may try; a request with more than one
+// Authorization header (k8s.io/apiserver's bearertoken reads the first), or
+// an empty bearer token, is rejected. On success the Authorization header
+// is removed, so that handlers never see the token. httpauth reads the
+// header the same way.
 func (a *Authenticator) AuthenticateRequest(r *http.Request) (*authenticator.Response, bool, error) {
-	return a.bearer.AuthenticateRequest(r)
+	token, ok, err := bearer.FromRequest(r)
+	if !ok || err != nil {
+		return nil, false, err
+	}
+	resp, ok, err := a.AuthenticateToken(r.Context(), token)
+	if ok && err == nil {
+		r.Header.Del("Authorization")
+	}
+	return resp, ok, err
 }
 
 // AuthenticateToken reports who token belongs to.

@@ -7,14 +7,14 @@ import (
 	"google.golang.org/protobuf/proto"
 	"google.golang.org/protobuf/reflect/protoreflect"
 
-	"github.com/reviewauth/reviewauth/authn"
+	"github.com/reviewauth/reviewauth/internal/bearer"
 )
 
 const authorizationKey = "authorization"
 
 // FromMetadata returns a [TokenExtractor] that reads the token from the
-// "authorization: Bearer <token>" metadata entry, parsed by
-// [authn.ParseBearer] exactly like the HTTP Authorization header. A missing
+// "authorization: Bearer <token>" metadata entry, parsed exactly as httpauth
+// parses the HTTP Authorization header (RFC 6750). A missing
 // entry, more than one entry, another scheme, or an empty token yields no
 // token; a malformed token is left to the authenticator to reject. The extractor is safe for
 // concurrent use.
@@ -27,7 +27,7 @@ func fromMetadata(ctx context.Context, _ any) (string, bool) {
 	if len(vals) != 1 {
 		return "", false
 	}
-	tok, ok := authn.ParseBearer(vals[0])
+	tok, ok := bearer.Parse(vals[0])
 	return tok, ok && tok != ""
 }
 

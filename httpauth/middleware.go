@@ -23,6 +23,7 @@ import (
 
 	"github.com/reviewauth/reviewauth"
 	"github.com/reviewauth/reviewauth/authz"
+	"github.com/reviewauth/reviewauth/internal/bearer"
 	"github.com/reviewauth/reviewauth/internal/observe"
 	"github.com/reviewauth/reviewauth/internal/pathmatch"
 	"github.com/reviewauth/reviewauth/metrics"
@@ -36,21 +37,27 @@ const DefaultRetryAfter = time.Second
 // Authenticator and ClientCertificates are required; every other field has a
 // safe zero value, stated on the field.
 type Options struct {
-	// Authenticator authenticates requests that did not authenticate with
-	// a client certificate: typically an *authn.Authenticator, which reads
-	// the bearer token from the Authorization header. It must return
-	// (nil, false, nil) when the request carries no credential it
-	// understands. Its errors are mapped as follows: an error matching
-	// [reviewauth.ErrUnavailable] means the credential could not be checked
-	// and is answered with 503; any other error means the credential was
-	// checked and refused, and is answered with 401. That includes plain
-	// errors, which is how k8s.io/apiserver's own authenticators (bearertoken,
-	// union, x509, the token cache) report a bad credential. A custom
-	// authenticator that cannot reach its backend must therefore wrap
-	// reviewauth.ErrUnavailable (for example with a *reviewauth.ReviewError)
-	// for clients to be told to retry. Nil means bearer tokens are not
-	// accepted.
-	Authenticator authenticator.Request
+	// Authenticator authenticates the bearer token of requests that did not
+	// authenticate with a client certificate: typically an
+	// *authn.Authenticator, or any authenticator.Token (k8s.io/apiserver's
+	// token cache, union, OIDC, ...). It is the same field, of the same type,
+	// as grpcauth.Options.Authenticator. The middleware reads the token from
+	// the Authorization header itself (RFC 6750: "Bearer <token>", the scheme
+	// case-insensitive; see the package documentation for how this differs
+	// from the kubelet's reading): a request without one, or with another
+	// scheme, has no credential; two Authorization headers or an empty
+	// token are a rejection. The token's results are mapped as follows: an
+	// error matching [reviewauth.ErrUnavailable] means the token could not
+	// be checked and is answered with 503; any other error, or (nil, false,
+	// nil) for a token that was presented, means it was checked and refused,
+	// and is answered with 401. That includes plain errors, which is how
+	// k8s.io/apiserver's own authenticators (union, the token cache, OIDC)
+	// report a bad token, and what its bearertoken authenticator makes of
+	// (nil, false, nil). A custom authenticator that cannot reach its
+	// backend must therefore wrap reviewauth.ErrUnavailable (for example
+	// with a *reviewauth.ReviewError) for clients to be told to retry. Nil
+	// means bearer tokens are not accepted.
+	Authenticator authenticator.Token
 
 	// ClientCertificates authenticates TLS client certificates, usually the
 	// result of [NewClientCertAuthenticator]. It runs first, as in the API
@@ -330,16 +337,30 @@ func (m *middleware) authenticate(r *http.Request) (*authenticator.Response, err
 		}
 	}
 	if m.opts.Authenticator != nil {
-		resp, ok, err := m.opts.Authenticator.AuthenticateRequest(r)
+		token, ok, err := bearer.FromRequest(r)
 		switch {
 		case err != nil:
 			return nil, err
-		case ok:
-			return checkResponse(resp)
+		case !ok:
+			return nil, errNoCredential
 		}
+		resp, ok, err := m.opts.Authenticator.AuthenticateToken(r.Context(), token)
+		switch {
+		case err != nil:
+			return nil, err
+		case !ok:
+			// A presented token nobody accepts, as apiserver's
+			// bearertoken authenticator reads (nil, false, nil).
+			return nil, errTokenNotAccepted
+		}
+		return checkResponse(resp)
 	}
 	return nil, errNoCredential
 }
+
+// errTokenNotAccepted is a presented token the authenticator did not accept
+// and had no error for.
+var errTokenNotAccepted = &reviewauth.RejectedError{Reason: "invalid bearer token"}
 
 // errNoUser is a success without a user: the authenticator is broken, and
 // the credential was not checked.
