@@ -82,7 +82,7 @@ func BenchmarkUnaryInterceptorDirect(b *testing.B) {
 		b.Run(bc.name, func(b *testing.B) {
 			opts := realOptions(b, s, bc.from)
 			opts.KeepAuthorizationMetadata = bc.keep
-			ic := grpcauth.UnaryServerInterceptor(opts)
+			ic := mustNew(b, opts).UnaryServerInterceptor()
 			ctx := metadata.NewIncomingContext(b.Context(), md)
 			req := newRequest("", "default", "a")
 			if bc.from != nil {
@@ -273,7 +273,7 @@ func BenchmarkStreamInterceptorDirect(b *testing.B) {
 				opts := realOptions(b, s, nil)
 				opts.Rules[bc.method] = bc.rule()
 				opts.Skip = nil // health is checked here
-				ic := grpcauth.StreamServerInterceptor(opts)
+				ic := mustNew(b, opts).StreamServerInterceptor()
 				run = func(ss grpc.ServerStream) error { return ic(nil, ss, info, h) }
 			}
 			ss := &benchStream{ctx: ctx, req: req}

@@ -24,23 +24,23 @@ import (
 )
 
 // MaxHeldMessages is how many messages a stream handler may send before its
-// first RecvMsg returns, when [StreamServerInterceptor] has to hold them
-// (see there). Past it, SendMsg fails with codes.Internal.
+// first RecvMsg returns, when [Interceptor.StreamServerInterceptor] has to
+// hold them (see there). Past it, SendMsg fails with codes.Internal.
 const MaxHeldMessages = 16
 
-// StreamServerInterceptor returns an interceptor that authenticates and
-// authorizes streaming calls according to opts. Nothing the handler sets or
-// sends reaches a caller that the check refuses, and a refused caller gets
-// the check's status and nothing else: no header or trailer metadata, no
-// message. After the check, the stream's Context carries the identity (see
-// [UserFrom]). Unknown methods are denied before the handler runs. Status
-// codes are those of [UnaryServerInterceptor]. The interceptor is safe for
-// concurrent use.
+// StreamServerInterceptor returns the stream interceptor: it authenticates
+// and authorizes every streaming call that is not skipped. Nothing the
+// handler sets or sends reaches a caller that the check refuses, and a
+// refused caller gets the check's status and nothing else: no header or
+// trailer metadata, no message. After the check, the stream's Context carries the identity
+// (request.UserFrom). Unknown methods are denied before the handler runs.
+// Status codes are those of the unary interceptor (see [Interceptor]).
 //
 // When the handler starts, and what it may do before its first RecvMsg
 // returns, depends on what the check needs:
 //
-//   - The token is in the metadata ([Rule.Token] nil or [FromMetadata]) and
+//   - The token is in the metadata ([Rule.Token] nil, [FromMetadata], or
+//     any [TokenExtractor] whose FromMessage is false) and
 //     the attributes do not read the message
 //     ([Rule.AttributesIgnoreMessage]): the call is authenticated and
 //     authorized before the handler starts. The handler may do anything.
@@ -78,10 +78,15 @@ const MaxHeldMessages = 16
 //
 // A server that forces a non-proto codec with grpc.ForceServerCodec must
 // register no descriptors for its methods, or decode proto messages.
-func StreamServerInterceptor(opts Options) grpc.StreamServerInterceptor {
-	c := newChecker(opts)
+func (i *Interceptor) StreamServerInterceptor() grpc.StreamServerInterceptor {
+	if i == nil || i.c == nil {
+		return func(any, grpc.ServerStream, *grpc.StreamServerInfo, grpc.StreamHandler) error {
+			return errNotConfigured
+		}
+	}
+	c := i.c
 	return func(srv any, ss grpc.ServerStream, info *grpc.StreamServerInfo, handler grpc.StreamHandler) error {
-		if c.skipped(info.FullMethod) {
+		if c.skip.Match(info.FullMethod) {
 			return handler(srv, ss)
 		}
 		r, ok := c.rules[info.FullMethod]

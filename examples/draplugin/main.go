@@ -109,7 +109,8 @@ func run(ctx context.Context, args []string, ready func(net.Addr)) error {
 		Skip:       grpcauth.HealthAndReflection,
 		Metrics:    built.Metrics,
 	}
-	if err := opts.Validate(); err != nil {
+	ic, err := grpcauth.New(opts)
+	if err != nil {
 		return err
 	}
 
@@ -139,8 +140,8 @@ func run(ctx context.Context, args []string, ready func(net.Addr)) error {
 	defer lis.Close()
 
 	srv := grpc.NewServer(grpc.Creds(creds),
-		grpc.ChainUnaryInterceptor(grpcauth.UnaryServerInterceptor(opts)),
-		grpc.ChainStreamInterceptor(grpcauth.StreamServerInterceptor(opts)))
+		grpc.ChainUnaryInterceptor(ic.UnaryServerInterceptor()),
+		grpc.ChainStreamInterceptor(ic.StreamServerInterceptor()))
 	srv.RegisterService(serviceDesc(prepareOn(c.review.Authz.NodeName)), nil)
 	healthpb.RegisterHealthServer(srv, health.NewServer())
 
