@@ -346,19 +346,6 @@ func NewForConfig(cfg *rest.Config, opts Options) (*Authenticator, error) {
 		Kind: authenticationv1.SchemeGroupVersion.WithKind("TokenReview")}, opts)
 }
 
-// ReviewConfig returns a copy of cfg suited to review clients: QPS and Burst
-// default to [DefaultQPS] and [DefaultBurst].
-func ReviewConfig(cfg *rest.Config) *rest.Config {
-	cfg = rest.CopyConfig(cfg)
-	if cfg.QPS == 0 {
-		cfg.QPS = DefaultQPS
-	}
-	if cfg.Burst == 0 {
-		cfg.Burst = DefaultBurst
-	}
-	return cfg
-}
-
 // SelfCheck asks the API server cfg describes whether cfg's credentials may
 // create TokenReviews, as [NewForConfig] needs, with a
 // SelfSubjectAccessReview (which any authenticated user may create), and

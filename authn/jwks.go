@@ -9,17 +9,16 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
-	"io"
 	"time"
 
 	jose "gopkg.in/go-jose/go-jose.v2"
-	authenticationv1client "k8s.io/client-go/kubernetes/typed/authentication/v1"
 	"k8s.io/client-go/rest"
 	"k8s.io/utils/clock"
 
 	"github.com/reviewauth/reviewauth"
 	"github.com/reviewauth/reviewauth/cache"
 	"github.com/reviewauth/reviewauth/internal/jwt"
+	"github.com/reviewauth/reviewauth/internal/review"
 )
 
 // PreVerifier checks a token locally before it is reviewed. Verify returns
@@ -126,8 +125,8 @@ const (
 // flight, within its own deadline. One fetch runs at a time, on a goroutine
 // of its own, detached from the cancellation of the caller that started it
 // and bounded by 5 s; it is cancelled when every caller waiting for it has
-// given up (see [cache.Group]). A key set over 64 KiB or 32 keys is not
-// used. Refusal reasons never quote the token.
+// given up. A key set over 64 KiB or 32 keys is not used. Refusal reasons
+// never quote the token.
 //
 // The caller of the API server needs get on the non-resource URL
 // /openid/v1/jwks (the system:service-account-issuer-discovery ClusterRole).
@@ -144,31 +143,29 @@ type JWKSVerifier struct {
 var _ PreVerifier = (*JWKSVerifier)(nil)
 
 // NewJWKSVerifier returns a JWKSVerifier that fetches keys from the API
-// server described by cfg.
+// server described by cfg (GET /openid/v1/jwks), with the client
+// [NewForConfig] uses: client-go's HTTP client for cfg, client-go's rate
+// limiter (QPS and Burst default to [DefaultQPS] and [DefaultBurst]), no
+// retries of its own, no body ever logged, and the answer read up to 64 KiB
+// (a larger key set is not used). cfg is not modified.
 func NewJWKSVerifier(cfg *rest.Config, opts JWKSOptions) (*JWKSVerifier, error) {
-	if cfg == nil {
-		return nil, errors.New("authn: nil rest.Config")
-	}
-	c, err := authenticationv1client.NewForConfig(ReviewConfig(cfg))
+	c, err := review.NewClient(cfg)
 	if err != nil {
 		return nil, fmt.Errorf("authn: building the JWKS client: %w", err)
 	}
-	rc := c.RESTClient()
 	return NewJWKSVerifierFunc(func(ctx context.Context) ([]byte, error) {
-		body, err := rc.Get().AbsPath("/openid/v1/jwks").MaxRetries(0).Stream(ctx)
-		if err != nil {
-			return nil, err
-		}
-		defer body.Close()
-		// One byte more than the limit, so that parseJWKS sees it exceeded.
-		return io.ReadAll(io.LimitReader(body, maxJWKSSize+1))
-	}, opts), nil
+		return c.Get(ctx, "/openid/v1/jwks", maxJWKSSize)
+	}, opts)
 }
 
 // NewJWKSVerifierFunc returns a JWKSVerifier that gets the JSON key set from
 // fetch. fetch is called on the verifier's fetch goroutine, at most once at
-// a time.
-func NewJWKSVerifierFunc(fetch func(ctx context.Context) ([]byte, error), opts JWKSOptions) *JWKSVerifier {
+// a time, and must be safe to call from any goroutine. A nil fetch is an
+// error.
+func NewJWKSVerifierFunc(fetch func(ctx context.Context) ([]byte, error), opts JWKSOptions) (*JWKSVerifier, error) {
+	if fetch == nil {
+		return nil, errors.New("authn: NewJWKSVerifierFunc with a nil fetch")
+	}
 	if opts.RefreshInterval <= 0 {
 		opts.RefreshInterval = 10 * time.Minute
 	}
@@ -180,7 +177,7 @@ func NewJWKSVerifierFunc(fetch func(ctx context.Context) ([]byte, error), opts J
 		clk = clock.RealClock{}
 	}
 	return &JWKSVerifier{fetch: fetch, opts: opts, clock: clk,
-		keys: cache.Holder[*keySet]{Timeout: jwksFetchTimeout, MinInterval: opts.MinRefreshInterval, Clock: clk}}
+		keys: cache.Holder[*keySet]{Timeout: jwksFetchTimeout, MinInterval: opts.MinRefreshInterval, Clock: clk}}, nil
 }
 
 // Errors for "cannot tell". They do not match reviewauth.ErrUnauthenticated,
@@ -295,7 +292,7 @@ var compactJWS = func() (t [256]bool) {
 
 // keysFor returns the key set to check a token naming kid with, fetching it
 // when there is none, when it is due for a refresh, or when kid is not in it,
-// within the fetch bound (see [cache.Holder]). It returns an error only when
+// within the fetch bound (see cache.Holder). It returns an error only when
 // there is no key set.
 func (v *JWKSVerifier) keysFor(ctx context.Context, kid string) (*keySet, error) {
 	set, ok, _ := v.keys.Get(ctx, false, v.load)

@@ -113,7 +113,11 @@ func ExampleNewFileTokenSource() {
 	_ = os.WriteFile(path, []byte("projected-token\n"), 0o600)
 
 	// For gRPC: grpc.WithPerRPCCredentials(grpcauth.PerRPCCredentials(src)).
-	src := grpcauth.NewFileTokenSource(path, grpcauth.FileOptions{})
+	src, err := grpcauth.NewFileTokenSource(path, grpcauth.FileOptions{})
+	if err != nil {
+		fmt.Println(err)
+		return
+	}
 	tok, err := src.Token(context.Background())
 	fmt.Println(tok, err)
 	// Output:

@@ -5,17 +5,20 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"net/url"
 	"os"
 	"sync"
 	"time"
 
 	authenticationv1 "k8s.io/api/authentication/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/client-go/rest"
 	"k8s.io/klog/v2"
 	"k8s.io/utils/clock"
 
 	"github.com/reviewauth/reviewauth/cache"
 	"github.com/reviewauth/reviewauth/internal/jwt"
+	"github.com/reviewauth/reviewauth/internal/review"
 )
 
 // TokenSource supplies the bearer token a client presents. Token returns a
@@ -77,15 +80,19 @@ type FileTokenSource struct {
 var _ TokenSource = (*FileTokenSource)(nil)
 
 // NewFileTokenSource returns a [FileTokenSource] for the token file at path.
-// The file is read on the first call to Token, not here.
-func NewFileTokenSource(path string, opts FileOptions) *FileTokenSource {
+// The file is read on the first call to Token, not here. An empty path is
+// an error.
+func NewFileTokenSource(path string, opts FileOptions) (*FileTokenSource, error) {
+	if path == "" {
+		return nil, errors.New("grpcauth: NewFileTokenSource: empty path")
+	}
 	if opts.RecheckInterval <= 0 {
 		opts.RecheckInterval = 30 * time.Second
 	}
 	if opts.Clock == nil {
 		opts.Clock = clock.RealClock{}
 	}
-	return &FileTokenSource{path: path, interval: opts.RecheckInterval, clock: opts.Clock}
+	return &FileTokenSource{path: path, interval: opts.RecheckInterval, clock: opts.Clock}, nil
 }
 
 // Token returns the token in the file, reading the file again if it was
@@ -138,17 +145,27 @@ func (s *FileTokenSource) reload(now time.Time) error {
 	return nil
 }
 
-// TokenCreator is the one method of client-go's ServiceAccountInterface
-// that [TokenRequestSource] needs; clientset.CoreV1().ServiceAccounts(ns)
-// satisfies it.
+// TokenCreator is the one call [TokenRequestSource] makes, in the shape of
+// client-go's ServiceAccountInterface.CreateToken: a TokenCreator is bound
+// to one namespace. [NewTokenRequestSourceForConfig] builds one that never
+// logs a body and bounds answers. A client-go typed client
+// (clientset.CoreV1().ServiceAccounts(ns)) satisfies it too, but logs the
+// response body, which is the minted token, through the global klog at
+// -v=8 and above when contextual logging is off, and reads answers of any
+// size; use it only where neither can happen.
 type TokenCreator interface {
 	CreateToken(ctx context.Context, serviceAccountName string, tokenRequest *authenticationv1.TokenRequest, opts metav1.CreateOptions) (*authenticationv1.TokenRequest, error)
 }
 
-// TokenRequestOptions configures [NewTokenRequestSource].
+// TokenRequestOptions configures [NewTokenRequestSourceForConfig] and
+// [NewTokenRequestSource].
 type TokenRequestOptions struct {
-	// ServiceAccount is the name of the service account to get tokens for,
-	// in the namespace of the [TokenCreator]. Required.
+	// Namespace is the namespace of the service account.
+	// NewTokenRequestSourceForConfig requires it; NewTokenRequestSource
+	// ignores it, since its [TokenCreator] is bound to a namespace.
+	Namespace string
+	// ServiceAccount is the name of the service account to get tokens for.
+	// Required.
 	ServiceAccount string
 	// Audiences are the audiences of the tokens: the audience the server
 	// checks. Nil means the API server's own audience, which a server that
@@ -166,9 +183,7 @@ type TokenRequestOptions struct {
 	// seconds.
 	RetryInterval time.Duration
 	// Timeout bounds each TokenRequest, which runs detached from the
-	// callers' contexts (see [TokenRequestSource]). Zero means
-	// cache.DefaultLoadTimeout, 10 seconds: client-go's own request to the
-	// API server, retries included, fits in it.
+	// callers' contexts (see [TokenRequestSource]). Zero means 10 seconds.
 	Timeout time.Duration
 	// Clock is the time source. Nil means the real clock.
 	Clock clock.PassiveClock
@@ -183,15 +198,15 @@ type TokenRequestOptions struct {
 // expired, Token returns the refresh error instead. It never returns an
 // expired token.
 //
-// Concurrent callers share one TokenRequest, through a cache.Group as the
-// authenticator's reviews do: the request runs detached from every caller's
+// Concurrent callers share one TokenRequest, as the authenticator's reviews
+// are shared: the request runs detached from every caller's
 // cancellation, under its own [TokenRequestOptions.Timeout]; each caller
 // stops waiting when its own context is done (and then gets the cached token
 // if it is still valid, or its context's error), and the request is
 // cancelled only when every caller waiting for it has left. One caller's
-// cancellation never fails the others. The request runs on the one
-// goroutine cache.Group starts for it; TokenRequestSource starts no other.
-// It is safe for concurrent use.
+// cancellation never fails the others. The request runs on a goroutine of
+// its own, which ends with it; TokenRequestSource starts no other. It is
+// safe for concurrent use.
 type TokenRequestSource struct {
 	client TokenCreator
 	opts   TokenRequestOptions
@@ -203,8 +218,40 @@ type TokenRequestSource struct {
 
 var _ TokenSource = (*TokenRequestSource)(nil)
 
+// NewTokenRequestSourceForConfig returns a [TokenRequestSource] that asks
+// the API server cfg describes for tokens of opts.ServiceAccount in
+// opts.Namespace (POST /api/v1/namespaces/NS/serviceaccounts/NAME/token),
+// over the HTTP client client-go builds for cfg, with the review client of
+// authn and authz: no request or response body (the token) is ever logged,
+// at any klog verbosity, contextual logging on or off; answers are bounded
+// (256 KiB more than the request) and must be TokenRequests. QPS and Burst
+// default to 200 and 400 when cfg leaves them zero. cfg is not modified. It
+// makes no request until the first call to Token.
+func NewTokenRequestSourceForConfig(cfg *rest.Config, opts TokenRequestOptions) (*TokenRequestSource, error) {
+	if opts.Namespace == "" {
+		return nil, errors.New("grpcauth: NewTokenRequestSourceForConfig: Namespace is required")
+	}
+	c, err := review.NewClient(cfg)
+	if err != nil {
+		return nil, fmt.Errorf("grpcauth: building the TokenRequest client: %w", err)
+	}
+	return NewTokenRequestSource(tokenRequests{c: c, namespace: opts.Namespace}, opts)
+}
+
+// tokenRequests creates TokenRequests in one namespace with a review.Client.
+type tokenRequests struct {
+	c         *review.Client
+	namespace string
+}
+
+func (t tokenRequests) CreateToken(ctx context.Context, name string, tr *authenticationv1.TokenRequest, _ metav1.CreateOptions) (*authenticationv1.TokenRequest, error) {
+	path := "/api/v1/namespaces/" + url.PathEscape(t.namespace) + "/serviceaccounts/" + url.PathEscape(name) + "/token"
+	return review.Create(ctx, t.c, path, authenticationv1.SchemeGroupVersion.WithKind("TokenRequest"), tr)
+}
+
 // NewTokenRequestSource returns a [TokenRequestSource] that asks client for
-// tokens. It makes no request until the first call to Token.
+// tokens (see [TokenCreator]; prefer [NewTokenRequestSourceForConfig]). It
+// makes no request until the first call to Token.
 func NewTokenRequestSource(client TokenCreator, opts TokenRequestOptions) (*TokenRequestSource, error) {
 	if client == nil {
 		return nil, errors.New("grpcauth: NewTokenRequestSource: nil TokenCreator")
