@@ -11,6 +11,8 @@ import (
 	"testing"
 	"time"
 
+	authenticationv1client "k8s.io/client-go/kubernetes/typed/authentication/v1"
+
 	"github.com/google/go-cmp/cmp"
 	"go.uber.org/goleak"
 	authenticationv1 "k8s.io/api/authentication/v1"
@@ -600,3 +602,7 @@ func TestConcurrentColdLookupsCoalesce(t *testing.T) {
 		t.Fatalf("TokenReviews for %d concurrent identical cold lookups = %d; want 1", n, c)
 	}
 }
+
+// client-go's typed client satisfies TokenReviewer (asserted here, not in
+// the package, whose binaries need not link client-go's typed clients).
+var _ authn.TokenReviewer = (authenticationv1client.TokenReviewInterface)(nil)

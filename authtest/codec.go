@@ -14,7 +14,8 @@ import (
 	"k8s.io/apimachinery/pkg/runtime"
 	"k8s.io/apimachinery/pkg/runtime/schema"
 	"k8s.io/apimachinery/pkg/runtime/serializer/protobuf"
-	"k8s.io/client-go/kubernetes/scheme"
+
+	"github.com/reviewauth/reviewauth/internal/scheme"
 )
 
 // Media types the server speaks. client-go's generated clients send and
@@ -27,6 +28,7 @@ const (
 // maxBodyBytes is the request body limit of a real kube-apiserver (3 MiB).
 const maxBodyBytes = 3 << 20
 
+// protobufSerializer speaks protobuf for the kinds the server serves.
 var protobufSerializer = protobuf.NewSerializer(scheme.Scheme, scheme.Scheme)
 
 // decodeBody decodes a JSON or protobuf request body of kind gvk into obj,

@@ -5,7 +5,6 @@ import (
 	"fmt"
 	"slices"
 
-	"k8s.io/apiserver/pkg/authentication/serviceaccount"
 	"k8s.io/apiserver/pkg/authorization/authorizer"
 
 	"github.com/reviewauth/reviewauth/internal/pathmatch"
@@ -151,6 +150,15 @@ func StaticRules(rules ...Rule) (authorizer.Authorizer, error) {
 	}), nil
 }
 
+// The extra keys of node-bound service-account tokens: k8s.io/apiserver's
+// serviceaccount.NodeNameKey and NodeUIDKey, written here because that
+// package brings k8s.io/api/core/v1 and the validation packages (7 in all)
+// for two strings. TestNodeExtraKeysAreAPIServers compares them.
+const (
+	nodeNameKey = "authentication.kubernetes.io/node-name"
+	nodeUIDKey  = "authentication.kubernetes.io/node-uid"
+)
+
 // NodeLocalOptions configures [NodeLocal].
 type NodeLocalOptions struct {
 	// NodeName is the name of the node this agent runs on. Empty makes
@@ -165,10 +173,11 @@ type NodeLocalOptions struct {
 
 // NodeLocal returns an authorizer for node agents that allows a caller
 // bound to this node and denies every other caller: it allows only when the
-// user's extra [serviceaccount.NodeNameKey]
-// ("authentication.kubernetes.io/node-name") holds exactly one value, equal
-// to opts.NodeName, and, when opts.NodeUID is set, [serviceaccount.NodeUIDKey]
-// holds exactly one value, equal to opts.NodeUID. Such extras come from
+// user's extra "authentication.kubernetes.io/node-name" (k8s.io/apiserver's
+// serviceaccount.NodeNameKey) holds exactly one value, equal to
+// opts.NodeName, and, when opts.NodeUID is set,
+// "authentication.kubernetes.io/node-uid" (serviceaccount.NodeUIDKey) holds
+// exactly one value, equal to opts.NodeUID. Such extras come from
 // node-bound service-account tokens (pods with spec.nodeName, or tokens
 // bound to a Node).
 //
@@ -189,7 +198,7 @@ func NodeLocal(opts NodeLocalOptions) authorizer.Authorizer {
 			return authorizer.DecisionDeny, "no user", nil
 		}
 		extra := u.GetExtra()
-		names := extra[serviceaccount.NodeNameKey]
+		names := extra[nodeNameKey]
 		switch {
 		case len(names) == 0:
 			return authorizer.DecisionDeny, "caller is not bound to a node", nil
@@ -199,7 +208,7 @@ func NodeLocal(opts NodeLocalOptions) authorizer.Authorizer {
 			return authorizer.DecisionDeny, fmt.Sprintf("caller is bound to node %q, not to this node", names[0]), nil
 		}
 		if opts.NodeUID != "" {
-			uids := extra[serviceaccount.NodeUIDKey]
+			uids := extra[nodeUIDKey]
 			switch {
 			case len(uids) == 0:
 				return authorizer.DecisionDeny, "caller's node binding has no node UID", nil

@@ -5,6 +5,8 @@ import (
 	"errors"
 	"testing"
 
+	"k8s.io/apiserver/pkg/authentication/serviceaccount"
+
 	"k8s.io/apiserver/pkg/authentication/user"
 	"k8s.io/apiserver/pkg/authorization/authorizer"
 
@@ -331,5 +333,20 @@ func TestLocalRulesBeforeSAR(t *testing.T) {
 				t.Errorf("SARs = %d; want %d", got, tt.wantSARs)
 			}
 		})
+	}
+}
+
+// TestNodeExtraKeysAreAPIServers: the extra keys NodeLocal and NodeScope
+// read, and the credential-id key, are k8s.io/apiserver's.
+func TestNodeExtraKeysAreAPIServers(t *testing.T) {
+	t.Parallel()
+	for _, tt := range []struct{ ours, theirs string }{
+		{authz.NodeNameKey, serviceaccount.NodeNameKey},
+		{authz.NodeUIDKey, serviceaccount.NodeUIDKey},
+		{authz.CredentialIDExtra, user.CredentialIDKey},
+	} {
+		if tt.ours != tt.theirs {
+			t.Errorf("extra key %q; want apiserver's %q", tt.ours, tt.theirs)
+		}
 	}
 }

@@ -14,7 +14,6 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/util/wait"
 	"k8s.io/apiserver/pkg/authorization/authorizer"
-	authorizationv1client "k8s.io/client-go/kubernetes/typed/authorization/v1"
 	"k8s.io/client-go/rest"
 	"k8s.io/klog/v2"
 	"k8s.io/utils/clock"
@@ -273,7 +272,6 @@ type Authorizer struct {
 var (
 	_ authorizer.Authorizer              = (*Authorizer)(nil)
 	_ authorizer.UnconditionalAuthorizer = (*Authorizer)(nil)
-	_ SubjectAccessReviewer              = (authorizationv1client.SubjectAccessReviewInterface)(nil)
 )
 
 // New returns an Authorizer that creates SubjectAccessReviews through

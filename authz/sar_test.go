@@ -10,6 +10,8 @@ import (
 	"testing"
 	"time"
 
+	authorizationv1client "k8s.io/client-go/kubernetes/typed/authorization/v1"
+
 	"github.com/google/go-cmp/cmp"
 	"github.com/prometheus/client_golang/prometheus"
 	authorizationv1 "k8s.io/api/authorization/v1"
@@ -569,3 +571,8 @@ func TestCacheBounded(t *testing.T) {
 	check("a", 3)
 	check("b", 4)
 }
+
+// client-go's typed client satisfies SubjectAccessReviewer (asserted here,
+// not in the package, whose binaries need not link client-go's typed
+// clients).
+var _ authz.SubjectAccessReviewer = (authorizationv1client.SubjectAccessReviewInterface)(nil)

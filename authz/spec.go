@@ -7,6 +7,8 @@ import (
 	"strings"
 	"sync"
 
+	"k8s.io/apiserver/pkg/authentication/user"
+
 	authorizationv1 "k8s.io/api/authorization/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/labels"
@@ -20,8 +22,9 @@ import (
 // credential a request was authenticated with: "JTI=<token ID>" for a
 // bound service-account token, "X509SHA256=<fingerprint>" for a client
 // certificate. It differs for every token a client mints, so it is left out
-// of the cache key by default (see [Options.CacheKeyIgnoredExtras]).
-const CredentialIDExtra = "authentication.kubernetes.io/credential-id"
+// of the cache key by default (see [Options.CacheKeyIgnoredExtras]). It is
+// k8s.io/apiserver's user.CredentialIDKey.
+const CredentialIDExtra = user.CredentialIDKey
 
 // Tags of the canonical encoding of a review (see [keys]).
 const (

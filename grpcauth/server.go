@@ -25,7 +25,7 @@ import (
 	"go.opentelemetry.io/otel/trace"
 
 	"github.com/reviewauth/reviewauth"
-	"github.com/reviewauth/reviewauth/authz"
+	"github.com/reviewauth/reviewauth/internal/check"
 	"github.com/reviewauth/reviewauth/internal/observe"
 	"github.com/reviewauth/reviewauth/internal/pathmatch"
 	"github.com/reviewauth/reviewauth/metrics"
@@ -424,7 +424,7 @@ func (c *checker) authorize(ctx context.Context, r *rule, req any, u user.Info, 
 	if err != nil {
 		return toStatus(ctx, err, token)
 	}
-	if err := authz.Check(ctx, c.authz, attrs...); err != nil {
+	if err := check.Check(ctx, c.authz, attrs...); err != nil {
 		return toStatus(ctx, err, token)
 	}
 	return nil

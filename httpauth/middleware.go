@@ -16,14 +16,12 @@ import (
 	"k8s.io/apiserver/pkg/authentication/authenticator"
 	"k8s.io/apiserver/pkg/authentication/user"
 	"k8s.io/apiserver/pkg/authorization/authorizer"
-	"k8s.io/apiserver/pkg/endpoints/handlers/responsewriters"
 	"k8s.io/apiserver/pkg/endpoints/request"
-	"k8s.io/client-go/transport"
 	"k8s.io/klog/v2"
 
 	"github.com/reviewauth/reviewauth"
-	"github.com/reviewauth/reviewauth/authz"
 	"github.com/reviewauth/reviewauth/internal/bearer"
+	"github.com/reviewauth/reviewauth/internal/check"
 	"github.com/reviewauth/reviewauth/internal/observe"
 	"github.com/reviewauth/reviewauth/internal/pathmatch"
 	"github.com/reviewauth/reviewauth/metrics"
@@ -297,7 +295,7 @@ func (m *middleware) serve(next http.Handler, w http.ResponseWriter, r *http.Req
 		// it too. Fail closed.
 		a := authorizer.AttributesRecord{User: u, Path: r.URL.Path, Verb: strings.ToLower(r.Method)}
 		logDecision(logger, 2, r, u.GetName(), "forbidden", errNoAttributes)
-		writeStatus(w, responsewriters.ForbiddenStatusError(a, "no attributes to authorize"))
+		writeStatus(w, forbidden(a, "no attributes to authorize"))
 		return observe.OutcomeDenied
 	}
 	for _, a := range attrs {
@@ -308,7 +306,7 @@ func (m *middleware) serve(next http.Handler, w http.ResponseWriter, r *http.Req
 		var denied *reviewauth.DeniedError
 		if errors.As(err, &denied) && errors.Is(err, reviewauth.ErrDenied) {
 			logDecision(logger, 2, r, u.GetName(), "forbidden", err)
-			writeStatus(w, responsewriters.ForbiddenStatusError(a, denied.Reason))
+			writeStatus(w, forbidden(a, denied.Reason))
 			return observe.OutcomeDenied
 		}
 		logger.Error(err, "httpauth: authorization unavailable", "user", u.GetName(), "method", r.Method, "path", r.URL.Path)
@@ -391,7 +389,61 @@ func (m *middleware) propagate(r *http.Request, u user.Info) {
 	if r.Header == nil {
 		r.Header = make(http.Header)
 	}
-	transport.SetAuthProxyHeaders(r, u.GetName(), u.GetUID(), u.GetGroups(), u.GetExtra())
+	setIdentityHeaders(r.Header, u)
+}
+
+// setIdentityHeaders sets the front-proxy identity headers of u, as
+// client-go's transport.SetAuthProxyHeaders does (and the API server's
+// requestheader authenticator reads): X-Remote-User, X-Remote-Uid,
+// X-Remote-Group, and X-Remote-Extra-<key> with the key's bytes that are
+// not an HTTP token character %-encoded. It is written here because that
+// package brings ten more (oauth2, workqueue, ...) into every binary;
+// TestPropagatedHeadersMatchClientGo compares the two.
+func setIdentityHeaders(h http.Header, u user.Info) {
+	h.Del("X-Remote-User")
+	h.Del("X-Remote-Uid")
+	h.Del("X-Remote-Group")
+	for key := range h {
+		if strings.HasPrefix(strings.ToLower(key), "x-remote-extra-") {
+			h.Del(key)
+		}
+	}
+	h.Set("X-Remote-User", u.GetName())
+	if uid := u.GetUID(); uid != "" {
+		h.Set("X-Remote-Uid", uid)
+	}
+	for _, g := range u.GetGroups() {
+		h.Add("X-Remote-Group", g)
+	}
+	for key, values := range u.GetExtra() {
+		for _, v := range values {
+			h.Add("X-Remote-Extra-"+headerKeyEscape(key), v)
+		}
+	}
+}
+
+// headerKeyEscape %-encodes the bytes of key that are not HTTP token
+// characters (RFC 9110, 5.6.2), and '%' itself, so that the API server's
+// url.PathUnescape reads the key back, as client-go does (RFC 3986, 2.1).
+func headerKeyEscape(key string) string {
+	var b strings.Builder
+	for i := 0; i < len(key); i++ {
+		if c := key[i]; tokenChar(c) && c != '%' {
+			b.WriteByte(c)
+		} else {
+			fmt.Fprintf(&b, "%%%02X", c)
+		}
+	}
+	return b.String()
+}
+
+// tokenChar reports whether c may appear in an HTTP token (RFC 9110, 5.6.2).
+func tokenChar(c byte) bool {
+	switch {
+	case 'a' <= c && c <= 'z', 'A' <= c && c <= 'Z', '0' <= c && c <= '9':
+		return true
+	}
+	return c < 0x80 && strings.IndexByte("!#$%&'*+-.^_`|~", c) >= 0
 }
 
 // redactCredential returns err with every word of the client's
@@ -531,11 +583,11 @@ func logDecision(logger klog.Logger, v int, r *http.Request, username, decision 
 func checkSet(ctx context.Context, az authorizer.UnconditionalAuthorizer, a authorizer.Attributes) (authorizer.Attributes, error) {
 	alts, ok := a.(*anyOf)
 	if !ok {
-		return a, authz.Check(ctx, az, a)
+		return a, check.Check(ctx, az, a)
 	}
 	var err error
 	for _, alt := range alts.alts {
-		err = authz.Check(ctx, az, alt)
+		err = check.Check(ctx, az, alt)
 		if err == nil || !errors.Is(err, reviewauth.ErrDenied) {
 			return alt, err
 		}
@@ -550,11 +602,7 @@ func validMethod(method string) bool {
 		return false
 	}
 	for i := 0; i < len(method); i++ {
-		c := method[i]
-		switch {
-		case 'a' <= c && c <= 'z', 'A' <= c && c <= 'Z', '0' <= c && c <= '9':
-		case strings.IndexByte("!#$%&'*+-.^_`|~", c) >= 0:
-		default:
+		if !tokenChar(method[i]) {
 			return false
 		}
 	}

@@ -17,9 +17,10 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/runtime"
 	"k8s.io/apimachinery/pkg/runtime/schema"
-	"k8s.io/client-go/kubernetes/scheme"
 	"k8s.io/client-go/rest"
 	"k8s.io/client-go/util/flowcontrol"
+
+	"github.com/reviewauth/reviewauth/internal/scheme"
 )
 
 // MaxAnswerBytes bounds the body of an answer to a review, beyond the size
@@ -125,7 +126,7 @@ func Create[T runtime.Object](ctx context.Context, c *Client, path string, gvk s
 	if err != nil {
 		return zero, err
 	}
-	obj, got, err := scheme.Codecs.UniversalDeserializer().Decode(data, nil, nil)
+	obj, got, err := scheme.Decoder.Decode(data, nil, nil)
 	if runtime.IsMissingKind(err) || runtime.IsMissingVersion(err) {
 		// Their messages quote the whole answer, which echoes the token.
 		return zero, errors.New("decoding the answer: it has no kind or apiVersion")
@@ -218,7 +219,7 @@ func (e *tooLargeError) Unwrap() error { return ErrAnswerTooLarge }
 // the answer's metav1.Status if it carries one, else a generic error of the
 // code. The body itself never becomes part of the message.
 func statusError(code int, method string, body []byte, retryAfter int) error {
-	if obj, _, err := scheme.Codecs.UniversalDeserializer().Decode(body, nil, nil); err == nil {
+	if obj, _, err := scheme.Decoder.Decode(body, nil, nil); err == nil {
 		if st, ok := obj.(*metav1.Status); ok && st.Status != metav1.StatusSuccess {
 			if st.Code == 0 {
 				st.Code = int32(code)
