@@ -35,6 +35,14 @@ var (
 	// the API server could not be asked, answered with a server error, was
 	// throttling, or did not answer before the deadline. Callers may retry.
 	ErrUnavailable = errors.New("reviewauth: review unavailable")
+	// ErrRefused matches a review that the API server refused to perform
+	// for this service (HTTP 401: its credentials are invalid or expired;
+	// 403: they lack the system:auth-delegator ClusterRole), and a
+	// self-check (authn.SelfCheck, authz.SelfCheck) that found so. At run
+	// time such a review is still "could not check" for the caller: a
+	// *[ReviewError] matching [ErrUnavailable] too, with Code 401 or 403. A
+	// self-check's refusal matches ErrRefused only.
+	ErrRefused = errors.New("reviewauth: the API server refused this service's own credentials")
 )
 
 // ReviewError describes a TokenReview or SubjectAccessReview that could not be

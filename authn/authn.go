@@ -1,6 +1,7 @@
 package authn
 
 import (
+	"cmp"
 	"context"
 	"errors"
 	"fmt"
@@ -67,33 +68,9 @@ const (
 	// in authz.
 	DefaultAttemptTimeout = review.DefaultAttemptTimeout
 
-	// MaxAnswerBytes bounds an answer of the client [NewForConfig] builds,
-	// beyond the size of the TokenReview sent (the answer echoes its spec,
-	// token included). An answer is a few KiB; a larger one is "could not
-	// check" (a *reviewauth.ReviewError), is not retried and is not
-	// cached. The same in authz.
-	MaxAnswerBytes = review.MaxAnswerBytes
-
 	// DefaultMaxInFlight bounds concurrent TokenReviews.
 	DefaultMaxInFlight = review.DefaultMaxInFlight
-
-	// DefaultQPS and DefaultBurst configure the client built by
-	// [NewForConfig] when the rest.Config leaves them zero. client-go's own
-	// default, 5 QPS, throttles reviews into multi-second waits (Istio
-	// #27945, Authorino #568). These match k8s.io/apiserver's delegated
-	// authentication options; caching, coalescing and the in-flight bound
-	// keep real traffic far below them.
-	DefaultQPS   = review.DefaultQPS
-	DefaultBurst = review.DefaultBurst
 )
-
-// ErrRefused matches a review that the API server refused to perform for
-// this service (HTTP 401: its credentials are invalid or expired; 403: they
-// lack the system:auth-delegator ClusterRole), and a [SelfCheck] that
-// found so. At run time such a review is still "could not check" for the
-// caller: a *reviewauth.ReviewError matching reviewauth.ErrUnavailable,
-// with Code 401 or 403. It is the same error as authz.ErrRefused.
-var ErrRefused = review.ErrRefused
 
 // TokenReviewer is the one call Authenticator makes. client-go's
 // TokenReviewInterface satisfies it. Note that client-go's typed clients
@@ -263,7 +240,7 @@ var apiServerAudiences = []string{"https://kubernetes.default.svc", "https://kub
 // klog.EnableContextualLogging(false)); with contextual logging on,
 // Authenticator caps the logger it hands the reviewer at V(5). It also
 // reads answers of any size. Prefer [NewForConfig], whose client never logs
-// a body at any klog setting and bounds answers ([MaxAnswerBytes]).
+// a body at any klog setting and bounds answers ([reviewauth.MaxAnswerBytes]).
 func New(reviewer TokenReviewer, opts Options) (*Authenticator, error) {
 	if reviewer == nil {
 		return nil, errors.New("authn: nil TokenReviewer")
@@ -285,21 +262,11 @@ func New(reviewer TokenReviewer, opts Options) (*Authenticator, error) {
 			return nil, fmt.Errorf("authn: audience %q is the API server's own audience: tokens for it can be replayed against the API server; use an audience of this service", a)
 		}
 	}
-	if opts.SuccessTTL == 0 {
-		opts.SuccessTTL = DefaultSuccessTTL
-	}
-	if opts.FailureTTL == 0 {
-		opts.FailureTTL = DefaultFailureTTL
-	}
-	if opts.MaxEntries <= 0 {
-		opts.MaxEntries = DefaultMaxEntries
-	}
-	if opts.MaxTokenSize <= 0 {
-		opts.MaxTokenSize = DefaultMaxTokenSize
-	}
-	if opts.Timeout <= 0 {
-		opts.Timeout = DefaultTimeout
-	}
+	opts.SuccessTTL = cmp.Or(opts.SuccessTTL, DefaultSuccessTTL)
+	opts.FailureTTL = cmp.Or(opts.FailureTTL, DefaultFailureTTL)
+	opts.MaxEntries = review.Positive(opts.MaxEntries, DefaultMaxEntries)
+	opts.MaxTokenSize = review.Positive(opts.MaxTokenSize, DefaultMaxTokenSize)
+	opts.Timeout = review.Positive(opts.Timeout, DefaultTimeout)
 	clk := opts.Clock
 	if clk == nil {
 		clk = clock.RealClock{}
@@ -332,18 +299,17 @@ func New(reviewer TokenReviewer, opts Options) (*Authenticator, error) {
 // server described by cfg, over the HTTP client client-go builds for it
 // (TLS, bearer token or token file, exec or certificate authentication),
 // with client-go's token-bucket rate limiter. QPS and Burst default to
-// [DefaultQPS] and [DefaultBurst] when cfg leaves them zero. Options.Backoff
+// [reviewauth.DefaultQPS] and [reviewauth.DefaultBurst] when cfg leaves them zero. Options.Backoff
 // alone governs retries (client-go's own are not used), Retry-After is read
-// from each answer, answers are bounded ([MaxAnswerBytes]), and no request
+// from each answer, answers are bounded ([reviewauth.MaxAnswerBytes]), and no request
 // or response body is ever logged, at any klog verbosity or vmodule,
 // contextual logging on or off. cfg is not modified.
 func NewForConfig(cfg *rest.Config, opts Options) (*Authenticator, error) {
-	c, err := review.NewClient(cfg)
+	p, err := review.NewPoster[*authenticationv1.TokenReview](cfg, "/apis/authentication.k8s.io/v1/tokenreviews", authenticationv1.SchemeGroupVersion.WithKind("TokenReview"))
 	if err != nil {
 		return nil, fmt.Errorf("authn: building the TokenReview client: %w", err)
 	}
-	return New(review.Poster[*authenticationv1.TokenReview]{Client: c, Path: "/apis/authentication.k8s.io/v1/tokenreviews",
-		Kind: authenticationv1.SchemeGroupVersion.WithKind("TokenReview")}, opts)
+	return New(p, opts)
 }
 
 // SelfCheck asks the API server cfg describes whether cfg's credentials may

@@ -26,7 +26,7 @@
 //     budget to its retries.
 //   - [NewForConfig]'s client never logs a request or response body, at
 //     any klog verbosity or vmodule, contextual logging on or off, and
-//     bounds answers ([MaxAnswerBytes]). A malformed, contradictory or
+//     bounds answers ([reviewauth.MaxAnswerBytes]). A malformed, contradictory or
 //     oversized answer is "could not check", and never cached.
 //   - The API server refusing the service's own credentials (401, or 403
 //     without system:auth-delegator) is logged at the default level, at

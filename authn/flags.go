@@ -2,7 +2,6 @@ package authn
 
 import (
 	"errors"
-	"fmt"
 
 	"github.com/spf13/pflag"
 	"k8s.io/client-go/rest"
@@ -32,7 +31,7 @@ type Flags struct {
 }
 
 // clientFlags are the client flags authn shares with authz.
-var clientFlags = review.ClientFlags{Prefix: "authentication", Kind: "TokenReview", Resource: "tokenreviews.authentication.k8s.io"}
+var clientFlags = review.ClientFlags{Pkg: "authn", Prefix: "authentication", Kind: "TokenReview", Resource: "tokenreviews.authentication.k8s.io"}
 
 // AddFlags registers fs flags for f:
 //
@@ -45,14 +44,10 @@ var clientFlags = review.ClientFlags{Prefix: "authentication", Kind: "TokenRevie
 //	--authentication-allow-api-server-audience     DANGEROUS: accept API server tokens
 func (f *Flags) AddFlags(fs *pflag.FlagSet) {
 	clientFlags.AddFlags(fs, &f.Client, &f.MaxInFlight)
-	fs.StringSliceVar(&f.Audiences, "authentication-audiences", f.Audiences,
-		"Audiences this service accepts tokens for (repeatable or comma-separated). Required: callers must request tokens for one of them.")
-	fs.Var(ttlflag.New(&f.SuccessTTL, DefaultSuccessTTL), "authentication-token-webhook-cache-ttl",
-		"How long an authenticated identity is cached; never past the token's exp. Also the time a revoked token keeps working. 0 disables the cache: every request is reviewed.")
-	fs.Var(ttlflag.New(&f.FailureTTL, DefaultFailureTTL), "authentication-token-webhook-cache-failure-ttl",
-		"How long a rejected token is remembered. 0 disables the cache: every request with a rejected token is reviewed again.")
-	fs.BoolVar(&f.AllowAPIServerAudience, "authentication-allow-api-server-audience", f.AllowAPIServerAudience,
-		"DANGEROUS: with no --authentication-audiences, accept tokens for the API server's own audience, which this service could replay against the API server.")
+	fs.StringSliceVar(&f.Audiences, "authentication-audiences", f.Audiences, "Audiences this service accepts tokens for (repeatable or comma-separated). Required: callers must request tokens for one of them.")
+	fs.Var(ttlflag.New(&f.SuccessTTL, DefaultSuccessTTL), "authentication-token-webhook-cache-ttl", "How long an authenticated identity is cached; never past the token's exp. Also the time a revoked token keeps working. 0 disables the cache: every request is reviewed.")
+	fs.Var(ttlflag.New(&f.FailureTTL, DefaultFailureTTL), "authentication-token-webhook-cache-failure-ttl", "How long a rejected token is remembered. 0 disables the cache: every request with a rejected token is reviewed again.")
+	fs.BoolVar(&f.AllowAPIServerAudience, "authentication-allow-api-server-audience", f.AllowAPIServerAudience, "DANGEROUS: with no --authentication-audiences, accept tokens for the API server's own audience, which this service could replay against the API server.")
 }
 
 // Validate reports every problem with f, naming the flag.
@@ -81,12 +76,9 @@ func (f *Flags) RESTConfig() (*rest.Config, error) { return clientFlags.RESTConf
 // New validates f and builds the Authenticator it describes, with
 // [NewForConfig].
 func (f *Flags) New() (*Authenticator, error) {
-	if err := f.Validate(); err != nil {
-		return nil, err
-	}
-	cfg, err := f.RESTConfig()
+	cfg, err := clientFlags.Load(f.Client, f.Validate)
 	if err != nil {
-		return nil, fmt.Errorf("authn: %w", err)
+		return nil, err
 	}
 	return NewForConfig(cfg, f.Options)
 }

@@ -145,7 +145,7 @@ var _ PreVerifier = (*JWKSVerifier)(nil)
 // NewJWKSVerifier returns a JWKSVerifier that fetches keys from the API
 // server described by cfg (GET /openid/v1/jwks), with the client
 // [NewForConfig] uses: client-go's HTTP client for cfg, client-go's rate
-// limiter (QPS and Burst default to [DefaultQPS] and [DefaultBurst]), no
+// limiter (QPS and Burst default to [reviewauth.DefaultQPS] and [reviewauth.DefaultBurst]), no
 // retries of its own, no body ever logged, and the answer read up to 64 KiB
 // (a larger key set is not used). cfg is not modified.
 func NewJWKSVerifier(cfg *rest.Config, opts JWKSOptions) (*JWKSVerifier, error) {

@@ -27,7 +27,7 @@
 //   - bounded retries with backoff and Retry-After (HTTP/2 stream resets
 //     included), within a total budget, each request under its own timeout
 //     ([Options.AttemptTimeout]), with a bound on reviews in flight;
-//   - answers read up to a bound ([MaxAnswerBytes]) and never logged;
+//   - answers read up to a bound ([reviewauth.MaxAnswerBytes]) and never logged;
 //     the API server refusing the service's own credentials is logged at
 //     the default level and counted, and [SelfCheck] finds it at start-up;
 //   - failing closed: an error never comes with Allow, and "could not

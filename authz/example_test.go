@@ -191,11 +191,11 @@ func ExampleSelfCheck() {
 
 	srv.SetAdminPolicy(authtest.Rules()) // not bound to system:auth-delegator
 	err := authz.SelfCheck(ctx, srv.Config())
-	fmt.Println(errors.Is(err, authz.ErrRefused), errors.Is(err, reviewauth.ErrUnavailable))
+	fmt.Println(errors.Is(err, reviewauth.ErrRefused), errors.Is(err, reviewauth.ErrUnavailable))
 
 	srv.Close()
 	err = authz.SelfCheck(ctx, srv.Config())
-	fmt.Println(errors.Is(err, authz.ErrRefused), errors.Is(err, reviewauth.ErrUnavailable))
+	fmt.Println(errors.Is(err, reviewauth.ErrRefused), errors.Is(err, reviewauth.ErrUnavailable))
 	// Output:
 	// <nil>
 	// true false

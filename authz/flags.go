@@ -2,7 +2,6 @@ package authz
 
 import (
 	"errors"
-	"fmt"
 	"strings"
 
 	"github.com/spf13/pflag"
@@ -33,10 +32,10 @@ import (
 // transport's job. httpauth.Flags registers it, for httpauth.Options'
 // AlwaysAllowPaths; a gRPC server, which has no paths, does not take it.
 type Flags struct {
-	Options
 	// Client is how to reach the API server: --authorization-kubeconfig,
 	// --authorization-qps and --authorization-burst.
 	Client reviewauth.ClientOptions
+	Options
 
 	// AlwaysAllowGroups are groups whose members are allowed everything
 	// without a review. Default none: apiserver allows system:masters by
@@ -63,21 +62,16 @@ type Flags struct {
 //	--authorization-require-same-node                allow only callers bound to --node-name
 func (f *Flags) AddFlags(fs *pflag.FlagSet) {
 	clientFlags.AddFlags(fs, &f.Client, &f.MaxInFlight)
-	fs.Var(ttlflag.New(&f.AllowedTTL, DefaultAllowedTTL), "authorization-webhook-cache-authorized-ttl",
-		"How long an Allow is cached. Also how long a revoked RoleBinding keeps working. 0 disables the cache: every request is reviewed.")
-	fs.Var(ttlflag.New(&f.DeniedTTL, DefaultDeniedTTL), "authorization-webhook-cache-unauthorized-ttl",
-		"How long a Deny is cached. Also how long a new RoleBinding takes to work. 0 disables the cache: every denied request is reviewed again.")
-	fs.StringSliceVar(&f.AlwaysAllowGroups, "authorization-always-allow-groups", f.AlwaysAllowGroups,
-		"Groups allowed everything without a SubjectAccessReview, e.g. system:masters. Default none.")
+	fs.Var(ttlflag.New(&f.AllowedTTL, DefaultAllowedTTL), "authorization-webhook-cache-authorized-ttl", "How long an Allow is cached. Also how long a revoked RoleBinding keeps working. 0 disables the cache: every request is reviewed.")
+	fs.Var(ttlflag.New(&f.DeniedTTL, DefaultDeniedTTL), "authorization-webhook-cache-unauthorized-ttl", "How long a Deny is cached. Also how long a new RoleBinding takes to work. 0 disables the cache: every denied request is reviewed again.")
+	fs.StringSliceVar(&f.AlwaysAllowGroups, "authorization-always-allow-groups", f.AlwaysAllowGroups, "Groups allowed everything without a SubjectAccessReview, e.g. system:masters. Default none.")
 	ignored := f.CacheKeyIgnoredExtras
 	if ignored == nil {
 		ignored = []string{CredentialIDExtra}
 	}
-	fs.StringSliceVar(&f.CacheKeyIgnoredExtras, "authorization-cache-ignored-extras", ignored,
-		"User extra keys left out of the SubjectAccessReview cache key (the review still carries them), so that a client minting a token per call shares one cached decision. Set it empty if an authorizer in the cluster decides on one of them.")
+	fs.StringSliceVar(&f.CacheKeyIgnoredExtras, "authorization-cache-ignored-extras", ignored, "User extra keys left out of the SubjectAccessReview cache key (the review still carries them), so that a client minting a token per call shares one cached decision. Set it empty if an authorizer in the cluster decides on one of them.")
 	fs.StringVar(&f.NodeName, "node-name", f.NodeName, "The node this agent runs on.")
-	fs.BoolVar(&f.RequireSameNode, "authorization-require-same-node", f.RequireSameNode,
-		"Allow only callers whose node-bound service-account token names --node-name, in addition to the SubjectAccessReview.")
+	fs.BoolVar(&f.RequireSameNode, "authorization-require-same-node", f.RequireSameNode, "Allow only callers whose node-bound service-account token names --node-name, in addition to the SubjectAccessReview.")
 }
 
 // Validate reports every problem with f, naming the flag.
@@ -96,7 +90,7 @@ func (f *Flags) Validate() error {
 }
 
 // clientFlags are the client flags authz shares with authn.
-var clientFlags = review.ClientFlags{Prefix: "authorization", Kind: "SubjectAccessReview", Resource: "subjectaccessreviews.authorization.k8s.io"}
+var clientFlags = review.ClientFlags{Pkg: "authz", Prefix: "authorization", Kind: "SubjectAccessReview", Resource: "subjectaccessreviews.authorization.k8s.io"}
 
 // RESTConfig loads the client configuration f.Client describes: the
 // kubeconfig file, or the in-cluster configuration, with f's QPS and burst.
@@ -117,12 +111,9 @@ func (f *Flags) New() (authorizer.Authorizer, error) {
 // alone, with [NewForConfig], for callers that compose a chain of their
 // own (or that want both: pass it to [Flags.Chain]).
 func (f *Flags) NewAuthorizer() (*Authorizer, error) {
-	if err := f.Validate(); err != nil {
-		return nil, err
-	}
-	cfg, err := f.RESTConfig()
+	cfg, err := clientFlags.Load(f.Client, f.Validate)
 	if err != nil {
-		return nil, fmt.Errorf("authz: %w", err)
+		return nil, err
 	}
 	return NewForConfig(cfg, f.Options)
 }

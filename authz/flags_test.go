@@ -32,7 +32,7 @@ func TestFlags(t *testing.T) {
 			if len(f.AlwaysAllowGroups) != 0 || f.RequireSameNode {
 				t.Errorf("local decisions on by default: %+v", f)
 			}
-			if f.Client.QPS != authz.DefaultQPS || f.Client.Burst != authz.DefaultBurst {
+			if f.Client.QPS != reviewauth.DefaultQPS || f.Client.Burst != reviewauth.DefaultBurst {
 				t.Errorf("client = %+v; want defaults", f.Client)
 			}
 			if want := []string{authz.CredentialIDExtra}; !slices.Equal(f.CacheKeyIgnoredExtras, want) {

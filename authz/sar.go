@@ -1,6 +1,7 @@
 package authz
 
 import (
+	"cmp"
 	"context"
 	"errors"
 	"fmt"
@@ -68,13 +69,6 @@ const (
 	// first request hangs still gets two more full attempts).
 	DefaultAttemptTimeout = review.DefaultAttemptTimeout
 
-	// MaxAnswerBytes bounds an answer of the client [NewForConfig] builds,
-	// beyond the size of the SubjectAccessReview sent (the answer echoes
-	// its spec). An answer is a few KiB; a larger one is "could not check"
-	// (DecisionDeny with a *reviewauth.ReviewError), is not retried and is
-	// not cached. The same in authn.
-	MaxAnswerBytes = review.MaxAnswerBytes
-
 	// DefaultMaxInFlight bounds the SubjectAccessReviews in flight at once.
 	// A healthy API server answers a SAR in a few milliseconds, so 16
 	// slots carry thousands of SARs a second, far more than a cache-fronted
@@ -83,23 +77,7 @@ const (
 	// node runs one, and the API server is shared by all of them). It is
 	// the same bound authn uses for TokenReviews.
 	DefaultMaxInFlight = review.DefaultMaxInFlight
-
-	// DefaultQPS and DefaultBurst configure the client built by
-	// [NewForConfig] when the rest.Config leaves them zero, as in authn and
-	// k8s.io/apiserver's delegated authorization; client-go's own 5 QPS
-	// throttles reviews into multi-second waits (Istio #27945).
-	DefaultQPS   = review.DefaultQPS
-	DefaultBurst = review.DefaultBurst
 )
-
-// ErrRefused matches a review that the API server refused to perform for
-// this service (HTTP 401: its credentials are invalid or expired; 403: they
-// lack the system:auth-delegator ClusterRole), and a [SelfCheck] that
-// found so. At run time such a review is still "could not check" for the
-// caller: DecisionDeny with a *reviewauth.ReviewError matching
-// reviewauth.ErrUnavailable, with Code 401 or 403. It is the same error as
-// authn.ErrRefused.
-var ErrRefused = review.ErrRefused
 
 // Options configures an [Authorizer]. The zero value gives the defaults
 // documented on each field.
@@ -274,6 +252,26 @@ var (
 	_ authorizer.UnconditionalAuthorizer = (*Authorizer)(nil)
 )
 
+// NewForConfig returns an Authorizer that posts SubjectAccessReviews to the
+// API server described by cfg, configured by opts, over the HTTP client
+// client-go builds for it (TLS, bearer token or token file, exec or
+// certificate authentication), with client-go's token-bucket rate limiter.
+// [Options.Backoff] and [Options.Timeout] are the only retry policy
+// (client-go's own retries are not used), Retry-After is read from each
+// answer, answers are bounded ([reviewauth.MaxAnswerBytes]) and must be
+// SubjectAccessReviews, and no body is ever logged, at any klog setting.
+// QPS and Burst default to [reviewauth.DefaultQPS] and [reviewauth.DefaultBurst] when cfg leaves
+// them zero. cfg itself is not modified.
+func NewForConfig(cfg *rest.Config, opts Options) (*Authorizer, error) {
+	// The client refuses an answer of another kind, which would otherwise
+	// read as an empty status: NoOpinion.
+	p, err := review.NewPoster[*authorizationv1.SubjectAccessReview](cfg, "/apis/authorization.k8s.io/v1/subjectaccessreviews", authorizationv1.SchemeGroupVersion.WithKind("SubjectAccessReview"))
+	if err != nil {
+		return nil, fmt.Errorf("authz: building the SubjectAccessReview client: %w", err)
+	}
+	return New(p, opts)
+}
+
 // New returns an Authorizer that creates SubjectAccessReviews through
 // reviewer, configured by opts.
 //
@@ -287,7 +285,7 @@ var (
 // preferred. A typed client also reads answers of any size, and logs
 // request and response bodies (the identities reviewed) through the global
 // klog at -v=8 and above when contextual logging is off; NewForConfig's
-// client bounds answers ([MaxAnswerBytes]) and never logs a body.
+// client bounds answers ([reviewauth.MaxAnswerBytes]) and never logs a body.
 //
 // New returns an error if reviewer is nil.
 func New(reviewer SubjectAccessReviewer, opts Options) (*Authorizer, error) {
@@ -311,66 +309,17 @@ func New(reviewer SubjectAccessReviewer, opts Options) (*Authorizer, error) {
 	if a.clock == nil {
 		a.clock = clock.RealClock{}
 	}
-	if a.allowedTTL == 0 {
-		a.allowedTTL = DefaultAllowedTTL
-	}
-	if a.deniedTTL == 0 {
-		a.deniedTTL = DefaultDeniedTTL
-	}
-	if a.maxAttrBytes <= 0 {
-		a.maxAttrBytes = DefaultMaxCacheableAttributeBytes
-	}
-	if a.timeout <= 0 {
-		a.timeout = DefaultTimeout
-	}
-	maxEntries := opts.MaxEntries
-	if maxEntries <= 0 {
-		maxEntries = DefaultMaxEntries
-	}
+	a.allowedTTL = cmp.Or(a.allowedTTL, DefaultAllowedTTL)
+	a.deniedTTL = cmp.Or(a.deniedTTL, DefaultDeniedTTL)
+	a.maxAttrBytes = review.Positive(a.maxAttrBytes, DefaultMaxCacheableAttributeBytes)
+	a.timeout = review.Positive(a.timeout, DefaultTimeout)
+	maxEntries := review.Positive(opts.MaxEntries, DefaultMaxEntries)
 	a.retrier = review.New(reviewName, review.Options{Backoff: opts.Backoff, Clock: a.clock, MaxInFlight: opts.MaxInFlight,
 		AttemptTimeout: opts.AttemptTimeout, Observer: review.ObserverOf(a.metrics)})
 	a.cache = cache.New[decision](cache.Options{MaxEntries: maxEntries, Clock: a.clock})
-	a.group.Timeout = a.timeout
-	a.group.Counters = a.cache.Counters()
 	a.metrics.AddCache("sar", a.cache.Counters())
+	a.group.Timeout, a.group.Counters = a.timeout, a.cache.Counters()
 	return a, nil
-}
-
-// NewForConfig returns an Authorizer that posts SubjectAccessReviews to the
-// API server described by cfg, configured by opts, over the HTTP client
-// client-go builds for it (TLS, bearer token or token file, exec or
-// certificate authentication), with client-go's token-bucket rate limiter.
-// [Options.Backoff] and [Options.Timeout] are the only retry policy
-// (client-go's own retries are not used), Retry-After is read from each
-// answer, answers are bounded ([MaxAnswerBytes]) and must be
-// SubjectAccessReviews, and no body is ever logged, at any klog setting.
-// QPS and Burst default to [DefaultQPS] and [DefaultBurst] when cfg leaves
-// them zero. cfg itself is not modified.
-func NewForConfig(cfg *rest.Config, opts Options) (*Authorizer, error) {
-	c, err := review.NewClient(cfg)
-	if err != nil {
-		return nil, fmt.Errorf("authz: building the SubjectAccessReview client: %w", err)
-	}
-	// The client refuses an answer of another kind, which would otherwise
-	// read as an empty status: NoOpinion.
-	return New(review.Poster[*authorizationv1.SubjectAccessReview]{Client: c, Path: "/apis/authorization.k8s.io/v1/subjectaccessreviews",
-		Kind: authorizationv1.SchemeGroupVersion.WithKind("SubjectAccessReview")}, opts)
-}
-
-// SelfCheck asks the API server cfg describes whether cfg's credentials may
-// create SubjectAccessReviews, as [NewForConfig] needs, with a
-// SelfSubjectAccessReview (which any authenticated user may create), and
-// names the identity they belong to when the API server tells (a
-// SelfSubjectReview). Run it at start-up, and fail fast on its error.
-//
-// It returns nil when they may. An error matching [ErrRefused] means they
-// may not, or were refused outright (401): its message names the identity
-// and the ClusterRole it needs (system:auth-delegator). An error matching
-// reviewauth.ErrUnavailable means the API server could not be asked; a
-// service may then start anyway, since reviews report "could not check"
-// until the API server answers.
-func SelfCheck(ctx context.Context, cfg *rest.Config) error {
-	return review.SelfCheck(ctx, cfg, "authz", "authorization.k8s.io", "subjectaccessreviews")
 }
 
 // Authorize implements [authorizer.UnconditionalAuthorizer]. It answers
@@ -562,4 +511,20 @@ func (a *Authorizer) ConditionsAwareAuthorize(ctx context.Context, attrs authori
 // [authorizer.ErrorConditionEvaluationNotSupported].
 func (a *Authorizer) EvaluateConditions(context.Context, authorizer.ConditionsAwareDecision, authorizer.ConditionsData) (authorizer.Decision, string, error) {
 	return authorizer.DecisionDeny, "", authorizer.ErrorConditionEvaluationNotSupported
+}
+
+// SelfCheck asks the API server cfg describes whether cfg's credentials may
+// create SubjectAccessReviews, as [NewForConfig] needs, with a
+// SelfSubjectAccessReview (which any authenticated user may create), and
+// names the identity they belong to when the API server tells (a
+// SelfSubjectReview). Run it at start-up, and fail fast on its error.
+//
+// It returns nil when they may. An error matching [ErrRefused] means they
+// may not, or were refused outright (401): its message names the identity
+// and the ClusterRole it needs (system:auth-delegator). An error matching
+// reviewauth.ErrUnavailable means the API server could not be asked; a
+// service may then start anyway, since reviews report "could not check"
+// until the API server answers.
+func SelfCheck(ctx context.Context, cfg *rest.Config) error {
+	return review.SelfCheck(ctx, cfg, "authz", "authorization.k8s.io", "subjectaccessreviews")
 }

@@ -102,12 +102,12 @@ func sarSpec(a authorizer.Attributes) authorizationv1.SubjectAccessReviewSpec {
 	return spec
 }
 
+// fieldOp is labelOp for field selectors, which have only In and NotIn
+// (the same strings as the label operators).
 func fieldOp(op selection.Operator) (metav1.FieldSelectorOperator, bool) {
-	switch op {
-	case selection.Equals, selection.DoubleEquals, selection.In:
-		return metav1.FieldSelectorOpIn, true
-	case selection.NotEquals, selection.NotIn:
-		return metav1.FieldSelectorOpNotIn, true
+	switch lo, ok := labelOp(op); {
+	case ok && (lo == metav1.LabelSelectorOpIn || lo == metav1.LabelSelectorOpNotIn):
+		return metav1.FieldSelectorOperator(lo), true
 	}
 	return "", false
 }

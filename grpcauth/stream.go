@@ -413,97 +413,72 @@ func (s *heldStream) pass(ctx context.Context) {
 	s.state.Store(passed)
 }
 
-// hold runs f under the lock while the check is pending and reports true;
-// otherwise it reports false and the state.
-func (s *heldStream) hold(f func() error) (held bool, st int32, err error) {
+// hold runs f under the lock while the check is pending. done reports that
+// the call ends here: f ran (and err is its error), the check failed (and
+// err is its status), or, for a call that sends, sending what was held
+// failed (and err is that error). Otherwise, once the check has passed,
+// the call goes through.
+func (s *heldStream) hold(sends bool, f func() error) (done bool, err error) {
+	if s.state.Load() == passed && !sends {
+		return false, nil
+	}
 	s.mu.Lock()
 	defer s.mu.Unlock()
-	if st = s.state.Load(); st != pending {
-		return false, st, nil
+	switch s.state.Load() {
+	case pending:
+		return true, f()
+	case failed:
+		return true, s.err
 	}
-	return true, st, f()
+	return s.flushErr != nil, s.flushErr
 }
 
 func (s *heldStream) SetHeader(md metadata.MD) error {
-	if s.state.Load() != passed {
-		held, st, err := s.hold(func() error {
-			if s.headerSent {
-				return errHeaderSent
-			}
-			s.header = metadata.Join(s.header, md)
-			return nil
-		})
-		if held {
-			return err
+	if done, err := s.hold(false, func() error {
+		if s.headerSent {
+			return errHeaderSent
 		}
-		if st == failed {
-			return s.err
-		}
+		s.header = metadata.Join(s.header, md)
+		return nil
+	}); done {
+		return err
 	}
 	return s.ServerStream.SetHeader(md)
 }
 
 func (s *heldStream) SendHeader(md metadata.MD) error {
-	if s.state.Load() != passed {
-		held, st, err := s.hold(func() error {
-			if s.headerSent {
-				return errHeaderSent
-			}
-			s.header, s.headerSent = metadata.Join(s.header, md), true
-			return nil
-		})
-		if held {
-			return err
+	if done, err := s.hold(true, func() error {
+		if s.headerSent {
+			return errHeaderSent
 		}
-		if st == failed {
-			return s.err
-		}
-	}
-	if err := s.flushError(); err != nil {
+		s.header, s.headerSent = metadata.Join(s.header, md), true
+		return nil
+	}); done {
 		return err
 	}
 	return s.ServerStream.SendHeader(md)
 }
 
 func (s *heldStream) SetTrailer(md metadata.MD) {
-	if s.state.Load() != passed {
-		held, st, _ := s.hold(func() error {
-			s.trailer = metadata.Join(s.trailer, md)
-			return nil
-		})
-		if held || st == failed {
-			return
-		}
+	if done, _ := s.hold(false, func() error {
+		s.trailer = metadata.Join(s.trailer, md)
+		return nil
+	}); !done {
+		s.ServerStream.SetTrailer(md)
 	}
-	s.ServerStream.SetTrailer(md)
 }
 
 func (s *heldStream) SendMsg(m any) error {
-	if s.state.Load() != passed {
-		held, st, err := s.hold(func() error {
-			if len(s.msgs) == MaxHeldMessages {
-				return errHeldTooMany
-			}
-			s.msgs = append(s.msgs, m)
-			return nil
-		})
-		if held {
-			return err
+	if done, err := s.hold(true, func() error {
+		if len(s.msgs) == MaxHeldMessages {
+			return errHeldTooMany
 		}
-		if st == failed {
-			return s.err
-		}
-	}
-	if err := s.flushError(); err != nil {
+		s.msgs = append(s.msgs, m)
+		return nil
+	}); done {
 		return err
 	}
 	return s.ServerStream.SendMsg(m)
-}
-
-func (s *heldStream) flushError() error {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	return s.flushErr
 }
 
 // end turns the handler's result into the call's: the check's status if it

@@ -66,50 +66,42 @@ type namedCache struct {
 	counters *cache.Counters
 }
 
+// retiredToo ends the help of the cache counters.
+const retiredToo = " Includes the final counts of collected caches."
+
+// counters returns a counter vector.
+func counters(name, help string, labels ...string) *prometheus.CounterVec {
+	return prometheus.NewCounterVec(prometheus.CounterOpts{Name: name, Help: help}, labels)
+}
+
+// cacheDesc describes a metric of the caches, labelled by cache name.
+func cacheDesc(name, help string) *prometheus.Desc {
+	return prometheus.NewDesc(name, help, []string{"cache"}, nil)
+}
+
 // NewRecorder returns a Recorder with all its collectors.
 func NewRecorder() *Recorder {
 	m := &Recorder{
-		reviews: prometheus.NewCounterVec(prometheus.CounterOpts{
-			Name: "reviewauth_reviews_total",
-			Help: "Requests sent to the API server, by review (TokenReview, SubjectAccessReview) and HTTP code (0: no answer).",
-		}, []string{"review", "code"}),
-		latency: prometheus.NewHistogramVec(prometheus.HistogramOpts{
-			Name:    "reviewauth_review_duration_seconds",
-			Help:    "Latency of each request sent to the API server, by review.",
-			Buckets: buckets,
-		}, []string{"review"}),
-		retries: prometheus.NewCounterVec(prometheus.CounterOpts{
-			Name: "reviewauth_review_retries_total",
-			Help: "Retries of failed reviews, by review.",
-		}, []string{"review"}),
-		inFlight: prometheus.NewGaugeVec(prometheus.GaugeOpts{
-			Name: "reviewauth_reviews_in_flight",
-			Help: "Requests to the API server in flight now, by review.",
-		}, []string{"review"}),
-		decisions: prometheus.NewCounterVec(prometheus.CounterOpts{
-			Name: "reviewauth_decisions_total",
-			Help: "Requests decided by a transport adapter, by transport (http, grpc) and outcome (allowed, denied, unauthenticated, unavailable).",
-		}, []string{"transport", "outcome"}),
-		staleServes: prometheus.NewCounterVec(prometheus.CounterOpts{
-			Name: "reviewauth_stale_serves_total",
-			Help: "Allowed results served past their TTL because the API server was unavailable (stale-if-error), by cache.",
-		}, []string{"cache"}),
-		refusals: prometheus.NewCounterVec(prometheus.CounterOpts{
-			Name: "reviewauth_review_credential_refusals_total",
-			Help: "Reviews the API server refused to perform for this service (HTTP 401 or 403: its own credentials are invalid or lack the system:auth-delegator ClusterRole), by review.",
-		}, []string{"review"}),
-		cacheHits: prometheus.NewDesc("reviewauth_cache_hits_total",
-			"Lookups that found a live entry, by cache. Includes the final counts of collected caches.", []string{"cache"}, nil),
-		cacheMisses: prometheus.NewDesc("reviewauth_cache_misses_total",
-			"Lookups that found no live entry, by cache. Includes the final counts of collected caches.", []string{"cache"}, nil),
-		cacheEvictions: prometheus.NewDesc("reviewauth_cache_evictions_total",
-			"Live entries dropped to make room, by cache. Includes the final counts of collected caches.", []string{"cache"}, nil),
-		cacheExpired: prometheus.NewDesc("reviewauth_cache_expired_total",
-			"Expired entries dropped, by cache. Includes the final counts of collected caches.", []string{"cache"}, nil),
-		cacheEntries: prometheus.NewDesc("reviewauth_cache_entries",
-			"Entries held now, by cache, in caches still in use.", []string{"cache"}, nil),
-		coalesced: prometheus.NewDesc("reviewauth_cache_coalesced_total",
-			"Lookups that waited for a review another caller had started instead of sending their own, by cache. Includes the final counts of collected caches.", []string{"cache"}, nil),
+		reviews: counters("reviewauth_reviews_total",
+			"Requests sent to the API server, by review (TokenReview, SubjectAccessReview) and HTTP code (0: no answer).", "review", "code"),
+		latency: prometheus.NewHistogramVec(prometheus.HistogramOpts{Name: "reviewauth_review_duration_seconds",
+			Help: "Latency of each request sent to the API server, by review.", Buckets: buckets}, []string{"review"}),
+		retries: counters("reviewauth_review_retries_total", "Retries of failed reviews, by review.", "review"),
+		inFlight: prometheus.NewGaugeVec(prometheus.GaugeOpts{Name: "reviewauth_reviews_in_flight",
+			Help: "Requests to the API server in flight now, by review."}, []string{"review"}),
+		decisions: counters("reviewauth_decisions_total",
+			"Requests decided by a transport adapter, by transport (http, grpc) and outcome (allowed, denied, unauthenticated, unavailable).", "transport", "outcome"),
+		staleServes: counters("reviewauth_stale_serves_total",
+			"Allowed results served past their TTL because the API server was unavailable (stale-if-error), by cache.", "cache"),
+		refusals: counters("reviewauth_review_credential_refusals_total",
+			"Reviews the API server refused to perform for this service (HTTP 401 or 403: its own credentials are invalid or lack the system:auth-delegator ClusterRole), by review.", "review"),
+		cacheHits:      cacheDesc("reviewauth_cache_hits_total", "Lookups that found a live entry, by cache."+retiredToo),
+		cacheMisses:    cacheDesc("reviewauth_cache_misses_total", "Lookups that found no live entry, by cache."+retiredToo),
+		cacheEvictions: cacheDesc("reviewauth_cache_evictions_total", "Live entries dropped to make room, by cache."+retiredToo),
+		cacheExpired:   cacheDesc("reviewauth_cache_expired_total", "Expired entries dropped, by cache."+retiredToo),
+		cacheEntries:   cacheDesc("reviewauth_cache_entries", "Entries held now, by cache, in caches still in use."),
+		coalesced: cacheDesc("reviewauth_cache_coalesced_total",
+			"Lookups that waited for a review another caller had started instead of sending their own, by cache."+retiredToo),
 	}
 	m.decided = make(map[[2]string]prometheus.Counter)
 	for _, t := range []string{"http", "grpc"} {
@@ -120,18 +112,20 @@ func NewRecorder() *Recorder {
 	return m
 }
 
+// vecs are the collectors a Recorder holds, apart from the cache metrics
+// it computes at scrape time.
+func (m *Recorder) vecs() []prometheus.Collector {
+	return []prometheus.Collector{m.reviews, m.latency, m.retries, m.inFlight, m.decisions, m.staleServes, m.refusals}
+}
+
 // Describe implements prometheus.Collector.
 func (m *Recorder) Describe(ch chan<- *prometheus.Desc) {
 	if m == nil {
 		return
 	}
-	m.reviews.Describe(ch)
-	m.latency.Describe(ch)
-	m.retries.Describe(ch)
-	m.inFlight.Describe(ch)
-	m.decisions.Describe(ch)
-	m.staleServes.Describe(ch)
-	m.refusals.Describe(ch)
+	for _, c := range m.vecs() {
+		c.Describe(ch)
+	}
 	for _, d := range []*prometheus.Desc{m.cacheHits, m.cacheMisses, m.cacheEvictions, m.cacheExpired, m.cacheEntries, m.coalesced} {
 		ch <- d
 	}
@@ -142,13 +136,9 @@ func (m *Recorder) Collect(ch chan<- prometheus.Metric) {
 	if m == nil {
 		return
 	}
-	m.reviews.Collect(ch)
-	m.latency.Collect(ch)
-	m.retries.Collect(ch)
-	m.inFlight.Collect(ch)
-	m.decisions.Collect(ch)
-	m.staleServes.Collect(ch)
-	m.refusals.Collect(ch)
+	for _, c := range m.vecs() {
+		c.Collect(ch)
+	}
 	// Several caches may share a name (two authenticators); sum them, with
 	// the retired totals of the collected ones.
 	m.mu.Lock()

@@ -20,24 +20,15 @@ import (
 	"k8s.io/client-go/rest"
 	"k8s.io/client-go/util/flowcontrol"
 
+	"github.com/reviewauth/reviewauth"
 	"github.com/reviewauth/reviewauth/internal/scheme"
 )
 
-// MaxAnswerBytes bounds the body of an answer to a review, beyond the size
-// of the review sent (see [Client.Create]). A TokenReview or
-// SubjectAccessReview answer is a few KiB: the spec echoed, and a status
-// with a user's name, UID, groups and extra. 256 KiB leaves room for users
-// with thousands of groups, while 16 reviews in flight per kind can hold no
-// more than a few MiB of answers.
-const MaxAnswerBytes = 256 << 10
-
-// DefaultQPS and DefaultBurst are the client limits used when a rest.Config
-// leaves them zero, as in k8s.io/apiserver's delegated options: client-go's
-// own 5 QPS throttles reviews into multi-second waits (Istio #27945,
-// Authorino #568).
+// MaxAnswerBytes, DefaultQPS and DefaultBurst are reviewauth's: see there.
 const (
-	DefaultQPS   = 200
-	DefaultBurst = 400
+	MaxAnswerBytes = reviewauth.MaxAnswerBytes
+	DefaultQPS     = reviewauth.DefaultQPS
+	DefaultBurst   = reviewauth.DefaultBurst
 )
 
 // ErrAnswerTooLarge reports an answer larger than the client reads. It is
@@ -258,6 +249,13 @@ type Poster[T runtime.Object] struct {
 	Client *Client
 	Path   string
 	Kind   schema.GroupVersionKind
+}
+
+// NewPoster returns the Poster of kind at path on the API server cfg
+// describes, with a [NewClient].
+func NewPoster[T runtime.Object](cfg *rest.Config, path string, kind schema.GroupVersionKind) (Poster[T], error) {
+	c, err := NewClient(cfg)
+	return Poster[T]{Client: c, Path: path, Kind: kind}, err
 }
 
 // Create posts in as [Create] does.

@@ -1,6 +1,7 @@
 package review
 
 import (
+	"cmp"
 	"fmt"
 
 	"github.com/spf13/pflag"
@@ -29,10 +30,21 @@ func RESTConfig(o reviewauth.ClientOptions) (*rest.Config, error) {
 	return cfg, nil
 }
 
+// Positive returns v, or def when v is zero or negative: the default of an
+// Options bound.
+func Positive[T cmp.Ordered](v, def T) T {
+	var zero T
+	if v <= zero {
+		return def
+	}
+	return v
+}
+
 // ClientFlags are the flags authn.Flags and authz.Flags share, for one kind
 // of review: --PREFIX-kubeconfig, --PREFIX-qps, --PREFIX-burst and
 // --PREFIX-max-in-flight, with PREFIX "authentication" or "authorization".
 type ClientFlags struct {
+	Pkg      string // "authn" or "authz", the prefix of errors
 	Prefix   string // "authentication" or "authorization"
 	Kind     string // "TokenReview" or "SubjectAccessReview"
 	Resource string // "tokenreviews.authentication.k8s.io", ...
@@ -78,6 +90,19 @@ func (f ClientFlags) RESTConfig(c reviewauth.ClientOptions) (*rest.Config, error
 	cfg, err := RESTConfig(c)
 	if err != nil {
 		return nil, fmt.Errorf("--%s-kubeconfig: %w", f.Prefix, err)
+	}
+	return cfg, nil
+}
+
+// Load runs validate (the Flags' Validate), then loads c: what Flags.New
+// does before it builds.
+func (f ClientFlags) Load(c reviewauth.ClientOptions, validate func() error) (*rest.Config, error) {
+	if err := validate(); err != nil {
+		return nil, err
+	}
+	cfg, err := f.RESTConfig(c)
+	if err != nil {
+		return nil, fmt.Errorf("%s: %w", f.Pkg, err)
 	}
 	return cfg, nil
 }

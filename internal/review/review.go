@@ -247,11 +247,8 @@ func (e *attemptTimeoutError) Error() string {
 
 func (e *attemptTimeoutError) Unwrap() error { return e.err }
 
-// ErrRefused matches a review the API server refused to perform for this
-// service: HTTP 401 (its credentials are invalid or expired) or 403 (they
-// lack the permission to create the review). For the caller it is still
-// "could not check" (reviewauth.ErrUnavailable).
-var ErrRefused = errors.New("the API server refused this service's own credentials")
+// ErrRefused is reviewauth.ErrRefused.
+var ErrRefused = reviewauth.ErrRefused
 
 // RBACHint names what a service that reviews tokens and access needs.
 const RBACHint = "it needs the system:auth-delegator ClusterRole (create tokenreviews.authentication.k8s.io, create subjectaccessreviews.authorization.k8s.io)"

@@ -21,6 +21,7 @@ import (
 	"k8s.io/apiserver/pkg/authorization/authorizer"
 	"k8s.io/client-go/rest"
 
+	"github.com/reviewauth/reviewauth"
 	"github.com/reviewauth/reviewauth/authn"
 	"github.com/reviewauth/reviewauth/authz"
 	"github.com/reviewauth/reviewauth/metrics"
@@ -134,7 +135,7 @@ func (f *Flags) selfCheck(warn io.Writer) error {
 			return err
 		}
 		switch err := c.check(ctx, cfg); {
-		case errors.Is(err, authn.ErrRefused):
+		case errors.Is(err, reviewauth.ErrRefused):
 			errs = append(errs, err)
 		case err != nil:
 			fmt.Fprintf(warn, "warning: %v; starting anyway: requests will be answered 503 until the API server answers\n", err)

@@ -9,7 +9,6 @@ import (
 	authorizationv1 "k8s.io/api/authorization/v1"
 
 	"github.com/reviewauth/reviewauth"
-	"github.com/reviewauth/reviewauth/authn"
 	"github.com/reviewauth/reviewauth/authtest"
 	"github.com/reviewauth/reviewauth/examples/internal/serving"
 )
@@ -60,7 +59,7 @@ func TestBuildChecksTheServiceCredentials(t *testing.T) {
 			}
 			b, err := f.Build()
 			if len(tt.wantErr) > 0 {
-				if err == nil || !errors.Is(err, authn.ErrRefused) || errors.Is(err, reviewauth.ErrUnavailable) {
+				if err == nil || !errors.Is(err, reviewauth.ErrRefused) || errors.Is(err, reviewauth.ErrUnavailable) {
 					t.Fatalf("Build() = %v; want ErrRefused", err)
 				}
 				for _, want := range tt.wantErr {
