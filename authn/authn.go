@@ -72,8 +72,8 @@ const (
 	DefaultMaxInFlight = review.DefaultMaxInFlight
 )
 
-// TokenReviewer is the one call Authenticator makes. client-go's
-// TokenReviewInterface satisfies it. Note that client-go's typed clients
+// TokenReviewer is the one call Authenticator makes; Create must be safe for
+// concurrent use. client-go's TokenReviewInterface satisfies it. Note that client-go's typed clients
 // retry 429 and Retry-After answers internally (up to 10 times) before
 // Authenticator sees them, read answers of any size, and log request and
 // response bodies (the token) when klog runs at -v=8 or more with
@@ -84,7 +84,8 @@ type TokenReviewer interface {
 }
 
 // Options configures an [Authenticator]. Every zero value means the default
-// named in its comment.
+// named in its comment. [New] reads Options once: changing it afterwards has
+// no effect.
 type Options struct {
 	// Audiences are sent in every TokenReview's spec.audiences, and the
 	// API server's answer must name at least one of them. Required, unless
@@ -110,7 +111,7 @@ type Options struct {
 	// [DefaultFailureTTL]; negative disables caching of rejections.
 	FailureTTL time.Duration
 	// MaxEntries bounds the success cache and, separately, the rejection
-	// cache. Zero means [DefaultMaxEntries].
+	// cache. Zero or negative means [DefaultMaxEntries].
 	MaxEntries int
 
 	// StaleIfError, when positive, lets an identity be served for up to this
@@ -123,14 +124,14 @@ type Options struct {
 	StaleIfError time.Duration
 
 	// MaxTokenSize is the largest token reviewed, in bytes; larger tokens
-	// are refused locally. Zero means [DefaultMaxTokenSize].
+	// are refused locally. Zero or negative means [DefaultMaxTokenSize].
 	MaxTokenSize int
 
-	// MaxInFlight bounds concurrent TokenReviews. Zero means
+	// MaxInFlight bounds concurrent TokenReviews. Zero or negative means
 	// [DefaultMaxInFlight].
 	MaxInFlight int
-	// Timeout is the total budget of one review, retries included. Zero
-	// means [DefaultTimeout].
+	// Timeout is the total budget of one review, retries included. Zero or
+	// negative means [DefaultTimeout].
 	Timeout time.Duration
 	// AttemptTimeout bounds each request of a review, so that one request
 	// that hangs leaves the budget to its retries; a request cut by it is
@@ -165,7 +166,9 @@ type Options struct {
 
 // Authenticator authenticates bearer tokens with TokenReviews. It implements
 // authenticator.Token and authenticator.Request, and is safe for concurrent
-// use. Build one with [New] or [NewForConfig].
+// use. Build one with [New] or [NewForConfig]; the zero Authenticator is not
+// usable. It starts one goroutine per shared review, which ends with the
+// review.
 type Authenticator struct {
 	reviewer  TokenReviewer
 	audiences []string
@@ -318,7 +321,7 @@ func NewForConfig(cfg *rest.Config, opts Options) (*Authenticator, error) {
 // names the identity they belong to when the API server tells (a
 // SelfSubjectReview). Run it at start-up, and fail fast on its error.
 //
-// It returns nil when they may. An error matching [ErrRefused] means they
+// It returns nil when they may. An error matching reviewauth.ErrRefused means they
 // may not, or were refused outright (401): its message names the identity
 // and the ClusterRole it needs (system:auth-delegator). An error matching
 // reviewauth.ErrUnavailable means the API server could not be asked; a

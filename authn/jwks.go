@@ -37,12 +37,13 @@ type PreVerifier interface {
 // JWKSOptions configures a [JWKSVerifier]. The zero value is valid.
 type JWKSOptions struct {
 	// RefreshInterval is how long a fetched key set is used before it is
-	// fetched again. Zero means 10 minutes.
+	// fetched again. Zero or negative means 10 minutes.
 	RefreshInterval time.Duration
 	// MinRefreshInterval bounds fetches: after any fetch starts, successful
 	// or not, no other starts for this long, however many tokens name an
-	// unknown key. Zero means 30 seconds. While it holds a refresh back, a
-	// token naming an unknown key is reviewed, never refused.
+	// unknown key. Zero or negative means 30 seconds. While it holds a
+	// refresh back, a token naming an unknown key is reviewed, never
+	// refused.
 	MinRefreshInterval time.Duration
 	// Clock tells the time. Nil means the real clock.
 	Clock clock.PassiveClock

@@ -80,7 +80,8 @@ const (
 )
 
 // Options configures an [Authorizer]. The zero value gives the defaults
-// documented on each field.
+// documented on each field. [New] reads Options once: changing it
+// afterwards has no effect.
 type Options struct {
 	// AllowedTTL is how long an Allow is cached. Zero means
 	// [DefaultAllowedTTL]; a negative value disables caching of Allows.
@@ -100,12 +101,12 @@ type Options struct {
 	// name, path, and the field and label selectors) add up to this many
 	// bytes or more is never cached, so a caller cannot fill the cache
 	// with large entries. Such requests are still coalesced: concurrent
-	// identical ones share one SAR. Zero means
+	// identical ones share one SAR. Zero or negative means
 	// [DefaultMaxCacheableAttributeBytes].
 	MaxCacheableAttributeBytes int
 
-	// Timeout is the total budget of one review, retries included. Zero
-	// means [DefaultTimeout]. It bounds the review shared by concurrent
+	// Timeout is the total budget of one review, retries included. Zero or
+	// negative means [DefaultTimeout]. It bounds the review shared by concurrent
 	// identical calls; no caller's deadline bounds it for the others.
 	Timeout time.Duration
 
@@ -125,8 +126,8 @@ type Options struct {
 	Backoff wait.Backoff
 
 	// MaxInFlight bounds the SubjectAccessReviews in flight at once;
-	// callers past it wait, subject to their context. Zero means
-	// [DefaultMaxInFlight].
+	// callers past it wait, subject to their context. Zero or negative
+	// means [DefaultMaxInFlight].
 	MaxInFlight int
 
 	// Clock tells the time for cache expiry and retry waits. Nil means the
@@ -178,7 +179,8 @@ type Options struct {
 	TracerProvider trace.TracerProvider
 }
 
-// SubjectAccessReviewer creates SubjectAccessReviews. client-go's
+// SubjectAccessReviewer creates SubjectAccessReviews; Create must be safe for
+// concurrent use. client-go's
 // k8s.io/client-go/kubernetes/typed/authorization/v1.SubjectAccessReviewInterface
 // satisfies it. Create must return the review as the API server does, with
 // its spec echoed and its status filled in: an answer whose spec has neither
@@ -230,7 +232,8 @@ type decision struct {
 // authorizer, Authorizer fails closed.
 //
 // An Authorizer is safe for concurrent use. It starts one goroutine per
-// shared review, which ends with the review.
+// shared review, which ends with the review. Build one with [New] or
+// [NewForConfig]; the zero Authorizer is not usable.
 type Authorizer struct {
 	reviewer     SubjectAccessReviewer
 	keys         keys
@@ -519,7 +522,7 @@ func (a *Authorizer) EvaluateConditions(context.Context, authorizer.ConditionsAw
 // names the identity they belong to when the API server tells (a
 // SelfSubjectReview). Run it at start-up, and fail fast on its error.
 //
-// It returns nil when they may. An error matching [ErrRefused] means they
+// It returns nil when they may. An error matching reviewauth.ErrRefused means they
 // may not, or were refused outright (401): its message names the identity
 // and the ClusterRole it needs (system:auth-delegator). An error matching
 // reviewauth.ErrUnavailable means the API server could not be asked; a

@@ -120,8 +120,9 @@ type Rule struct {
 	// AttributesIgnoreMessage declares that Attributes does not read the
 	// request message: it is then always called with a nil req, on unary
 	// and streaming calls alike. With the token in the metadata too (Token
-	// nil or [FromMetadata]), a streaming call is then authenticated and
-	// authorized before its handler starts, without waiting for a message.
+	// nil, [FromMetadata], or any extractor whose FromMessage is false), a
+	// call is then checked from its metadata alone: a streaming call before
+	// its handler starts, without waiting for a message.
 	// False, the default, suits [Resource] and every builder that reads a
 	// field of the request.
 	AttributesIgnoreMessage bool

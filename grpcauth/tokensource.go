@@ -48,10 +48,11 @@ func refreshPoint(issued, exp time.Time) time.Time {
 type FileOptions struct {
 	// RecheckInterval is how long a token read from the file is served
 	// before the file is checked for rotation again (one stat; the file is
-	// read again only if it changed). Zero means 30 seconds, well below the
-	// 2 minutes or more that remain when the kubelet rotates a token. The
-	// file is also checked on every call once the cached token is past 80%
-	// of its lifetime, and it is read again whenever it changed.
+	// read again only if it changed). Zero or negative means 30 seconds,
+	// well below the 2 minutes or more that remain when the kubelet rotates
+	// a token. The file is also checked on every call once the cached token
+	// is past 80% of its lifetime, and it is read again whenever it
+	// changed.
 	RecheckInterval time.Duration
 	// Clock is the time source. Nil means the real clock.
 	Clock clock.PassiveClock
@@ -64,6 +65,8 @@ type FileOptions struct {
 // once the token is past 80% of the lifetime stated by its JWT claims, and
 // reads it again only when it changed. It never returns a token whose exp
 // claim has passed. It starts no goroutine and is safe for concurrent use.
+// Build one with [NewFileTokenSource]; the zero FileTokenSource is not
+// usable.
 type FileTokenSource struct {
 	path     string
 	interval time.Duration
@@ -171,19 +174,20 @@ type TokenRequestOptions struct {
 	// checks. Nil means the API server's own audience, which a server that
 	// checks its audience rejects.
 	Audiences []string
-	// Lifetime is the requested lifetime. Zero means 10 minutes, the
-	// shortest the API server grants. The API server may grant another
-	// lifetime; refreshes follow the granted one.
+	// Lifetime is the requested lifetime. Zero or negative means 10
+	// minutes, the shortest the API server grants. The API server may grant
+	// another lifetime; refreshes follow the granted one.
 	Lifetime time.Duration
 	// BoundObject binds the tokens to an object (a Pod, Secret or Node), so
 	// that they are invalidated with it. Nil means unbound.
 	BoundObject *authenticationv1.BoundObjectReference
 	// RetryInterval is the minimum time between two refresh attempts after
-	// a failure, while the cached token is still valid. Zero means 10
-	// seconds.
+	// a failure, while the cached token is still valid. Zero or negative
+	// means 10 seconds.
 	RetryInterval time.Duration
 	// Timeout bounds each TokenRequest, which runs detached from the
-	// callers' contexts (see [TokenRequestSource]). Zero means 10 seconds.
+	// callers' contexts (see [TokenRequestSource]). Zero or negative means
+	// 10 seconds.
 	Timeout time.Duration
 	// Clock is the time source. Nil means the real clock.
 	Clock clock.PassiveClock
@@ -206,7 +210,8 @@ type TokenRequestOptions struct {
 // cancelled only when every caller waiting for it has left. One caller's
 // cancellation never fails the others. The request runs on a goroutine of
 // its own, which ends with it; TokenRequestSource starts no other. It is
-// safe for concurrent use.
+// safe for concurrent use. Build one with [NewTokenRequestSourceForConfig]
+// or [NewTokenRequestSource]; the zero TokenRequestSource is not usable.
 type TokenRequestSource struct {
 	client TokenCreator
 	opts   TokenRequestOptions

@@ -18,6 +18,8 @@ import (
 // accepts no client certificates and has no always-allow paths. AddFlags
 // registers the flags, Validate checks them; pass AlwaysAllowPaths to
 // [Options] and use [Flags.ClientCertificates] for its ClientCertificates.
+// A Flags is not safe for concurrent use: flags are parsed once, before
+// anything runs.
 type Flags struct {
 	// ClientCAFile is a PEM bundle of the CAs that sign client
 	// certificates. Empty means client certificates are not accepted.

@@ -70,8 +70,8 @@ type Options struct {
 	ClientCertificates authenticator.Request
 
 	// Authorizer decides every attribute set the mapper returns; all of them
-	// must be allowed (see [authz.Check]). Typically an *authz.Authorizer,
-	// or authz.First of local rules and one. An error, whatever the
+	// must be allowed (as authz.Check asks). Typically an *authz.Authorizer,
+	// or the chain authz.Flags builds. An error, whatever the
 	// decision that comes with it, is answered with 503; NoOpinion is a
 	// denial. Required.
 	Authorizer authorizer.UnconditionalAuthorizer
@@ -125,7 +125,7 @@ type Options struct {
 	PropagateIdentity bool
 
 	// RetryAfter is the Retry-After of a 503 when the error does not carry
-	// one. Zero means [DefaultRetryAfter].
+	// one. Zero or negative means [DefaultRetryAfter].
 	RetryAfter time.Duration
 
 	// Metrics, if not nil, counts every request in
@@ -149,9 +149,11 @@ var ErrMethodNotAllowed = errors.New("httpauth: method not allowed")
 // sees the cleaned path, no Authorization or client-sent X-Remote-* headers,
 // and the identity in its context through request.UserFrom.
 //
-// New reports an error for a missing required option or a malformed
-// always-allow path. The middleware is safe for concurrent use if the
-// authenticators, authorizer and mapper are.
+// New reports an error for a missing required option, a malformed
+// always-allow path or a method that is not an HTTP token; it never panics.
+// New reads opts once: changing it afterwards has no effect. The middleware
+// is safe for concurrent use if the authenticators, authorizer and mapper
+// are.
 func New(opts Options) (func(http.Handler) http.Handler, error) {
 	if opts.Authenticator == nil && opts.ClientCertificates == nil {
 		return nil, errors.New("httpauth: Options.Authenticator or Options.ClientCertificates is required")
