@@ -59,6 +59,8 @@ type Recorder struct {
 	names   []string               // every name ever added, in order
 
 	cacheHits, cacheMisses, cacheEvictions, cacheExpired, cacheEntries, coalesced *prometheus.Desc
+
+	keyPRF *prometheus.Desc // reviewauth_cache_key_prf_info: cache.PRF()
 }
 
 type namedCache struct {
@@ -102,6 +104,8 @@ func NewRecorder() *Recorder {
 		cacheEntries:   cacheDesc("reviewauth_cache_entries", "Entries held now, by cache, in caches still in use."),
 		coalesced: cacheDesc("reviewauth_cache_coalesced_total",
 			"Lookups that waited for a review another caller had started instead of sending their own, by cache."+retiredToo),
+		keyPRF: prometheus.NewDesc("reviewauth_cache_key_prf_info",
+			"The keyed hash cache keys are derived with in this process (cache.PRF): sha256 or blake2b; always 1.", []string{"prf"}, nil),
 	}
 	m.decided = make(map[[2]string]prometheus.Counter)
 	for _, t := range []string{"http", "grpc"} {
@@ -126,7 +130,7 @@ func (m *Recorder) Describe(ch chan<- *prometheus.Desc) {
 	for _, c := range m.vecs() {
 		c.Describe(ch)
 	}
-	for _, d := range []*prometheus.Desc{m.cacheHits, m.cacheMisses, m.cacheEvictions, m.cacheExpired, m.cacheEntries, m.coalesced} {
+	for _, d := range []*prometheus.Desc{m.cacheHits, m.cacheMisses, m.cacheEvictions, m.cacheExpired, m.cacheEntries, m.coalesced, m.keyPRF} {
 		ch <- d
 	}
 }
@@ -139,6 +143,7 @@ func (m *Recorder) Collect(ch chan<- prometheus.Metric) {
 	for _, c := range m.vecs() {
 		c.Collect(ch)
 	}
+	ch <- prometheus.MustNewConstMetric(m.keyPRF, prometheus.GaugeValue, 1, cache.PRF())
 	// Several caches may share a name (two authenticators); sum them, with
 	// the retired totals of the collected ones.
 	m.mu.Lock()
