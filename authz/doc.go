@@ -15,8 +15,8 @@
 //     (user, UID, sorted groups, extra, every attribute, field and label
 //     selectors), located by a seeded hash and compared in full on every
 //     hit, so two different reviews never share an entry; concurrent misses
-//     are coalesced under a keyed SHA-256 (cache.Keyer) of the same encoding.
-//     The one exception is the credential-id extra, which names the token
+//     are coalesced under a keyed hash (a PRF with a per-process secret) of
+//     the same encoding. The one exception is the credential-id extra, which names the token
 //     rather than the caller and differs for every token: it is left out of
 //     the key by default ([Options.CacheKeyIgnoredExtras]), so that a client
 //     minting a token per call costs one review per TTL, not one per call;

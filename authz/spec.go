@@ -15,7 +15,7 @@ import (
 	"k8s.io/apimachinery/pkg/selection"
 	"k8s.io/apiserver/pkg/authorization/authorizer"
 
-	"github.com/reviewauth/reviewauth/cache"
+	"github.com/reviewauth/reviewauth/internal/cache"
 )
 
 // CredentialIDExtra is the user extra in which the API server names the
@@ -189,9 +189,9 @@ var keyBufPool = sync.Pool{New: func() any { b := make([]byte, 0, 1024); return 
 //     a hit counts only if the stored encoding equals the request's (a
 //     full-key compare on every hit). A collision can only cost a miss.
 //   - the review key (keys.review) coalesces concurrent misses in a
-//     [cache.Group], where a collision would hand one review's answer to
-//     another: it is a SHA-256 keyed by a random per-process secret
-//     ([cache.Keyer]), computed on misses only.
+//     cache.Group, where a collision would hand one review's answer to
+//     another: it is a PRF keyed by a random per-process secret
+//     (cache.Keyer), computed on misses only.
 type keys struct {
 	seed1, seed2 maphash.Seed
 	keyer        *cache.Keyer

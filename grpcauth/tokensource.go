@@ -16,7 +16,7 @@ import (
 	"k8s.io/klog/v2"
 	"k8s.io/utils/clock"
 
-	"github.com/reviewauth/reviewauth/cache"
+	"github.com/reviewauth/reviewauth/internal/cache"
 	"github.com/reviewauth/reviewauth/internal/jwt"
 	"github.com/reviewauth/reviewauth/internal/review"
 )

@@ -14,7 +14,7 @@ import (
 	"k8s.io/utils/clock"
 
 	"github.com/reviewauth/reviewauth"
-	"github.com/reviewauth/reviewauth/cache"
+	"github.com/reviewauth/reviewauth/internal/cache"
 )
 
 // DefaultClientCertCacheSize is the number of verified certificate chains

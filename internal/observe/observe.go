@@ -15,7 +15,7 @@ import (
 
 	"github.com/prometheus/client_golang/prometheus"
 
-	"github.com/reviewauth/reviewauth/cache"
+	"github.com/reviewauth/reviewauth/internal/cache"
 )
 
 // Outcomes of a request decided by a transport adapter, the values of the

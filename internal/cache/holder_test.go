@@ -10,7 +10,7 @@ import (
 
 	clocktesting "k8s.io/utils/clock/testing"
 
-	"github.com/reviewauth/reviewauth/cache"
+	"github.com/reviewauth/reviewauth/internal/cache"
 )
 
 var holderStart = time.Date(2026, 1, 1, 0, 0, 0, 0, time.UTC)
