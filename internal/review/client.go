@@ -135,10 +135,19 @@ func Create[T runtime.Object](ctx context.Context, c *Client, path string, gvk s
 // Get fetches path with GET and returns the body of a 2xx answer, read up
 // to limit bytes: a body of exactly limit bytes is returned, one byte more
 // is refused with [ErrAnswerTooLarge]. Other answers are errors, as in
-// [Create].
+// [Create]. It accepts any media type, JSON first: the API server serves
+// some documents only as their own type (the key set at /openid/v1/jwks as
+// application/jwk-set+json, refusing "Accept: application/json" with 406).
 func (c *Client) Get(ctx context.Context, path string, limit int64) ([]byte, error) {
 	return c.do(ctx, http.MethodGet, path, nil, limit)
 }
+
+// Accept headers: a review's answer is JSON; a document fetched with Get
+// may be of another type.
+const (
+	acceptReview   = "application/json"
+	acceptDocument = "application/json, */*"
+)
 
 // do sends one request and returns the body of a 2xx answer.
 func (c *Client) do(ctx context.Context, method, path string, body []byte, limit int64) ([]byte, error) {
@@ -160,8 +169,9 @@ func (c *Client) do(ctx context.Context, method, path string, body []byte, limit
 	if err != nil {
 		return nil, err
 	}
-	req.Header.Set("Accept", "application/json")
+	req.Header.Set("Accept", acceptDocument)
 	if body != nil {
+		req.Header.Set("Accept", acceptReview)
 		req.Header.Set("Content-Type", "application/json")
 	}
 	req.Header.Set("User-Agent", c.userAgent)
