@@ -4,8 +4,11 @@
 // (SubjectAccessReview), with caching, coalescing, bounded retries and
 // audience checks, as gRPC interceptors and net/http middleware.
 //
-// This package holds only the error contract shared by the others. The work
-// is done by its sub-packages, and data flows one way through them:
+// This package holds only what the others share: the error contract
+// ([ErrUnauthenticated], [ErrDenied], [ErrUnavailable], [ErrRefused] and
+// the error types that match them), and how authn and authz reach the API
+// server ([ClientOptions], [DefaultQPS], [MaxAnswerBytes]). The work is done
+// by its sub-packages, and data flows one way through them:
 //
 //	transport adapter (grpcauth, httpauth)
 //	    -> authn: who is calling?      authenticator.Token / authenticator.Request -> user.Info
@@ -19,14 +22,13 @@
 //     rejections, under a keyed SHA-256 of the token.
 //   - authz asks with SubjectAccessReviews and caches decisions under a
 //     collision-free key, and decides locally where it can: always-allow
-//     groups and paths, static rules, and node locality for node agents.
-//   - cache is the bounded, expiring, coalescing cache both use.
+//     groups, static rules, and node locality for node agents.
 //   - grpcauth has unary and stream server interceptors with per-method
 //     rules built from request messages, and client credentials fed by a
 //     projected token file or the TokenRequest API.
 //   - httpauth has middleware with the kubelet's path-to-attributes table,
-//     RequestInfo, non-resource and static mappers, and cached client
-//     certificate verification.
+//     RequestInfo, non-resource and static mappers, always-allow paths, and
+//     cached client certificate verification.
 //   - metrics has Prometheus collectors for the caller's own registry.
 //   - serving is the glue of a protected server: one set of flags that
 //     builds the authenticator, the authorizer and the middleware,

@@ -16,11 +16,16 @@ import (
 //
 // An error that matches none of them is treated as [ErrUnavailable] by the
 // adapters: the library fails closed, and "could not decide" is never
-// reported as a rejection or a denial. The exception is an authentication
-// error in httpauth, which is a rejection (401) unless it matches
-// ErrUnavailable: k8s.io/apiserver's own authenticators (x509, bearertoken,
-// union) report a bad credential with a plain error, so an authenticator
-// that cannot reach its backend must wrap ErrUnavailable to be answered 503.
+// reported as a rejection or a denial. The exception is an authenticator's
+// error, in httpauth and grpcauth alike, which is a rejection (401,
+// codes.Unauthenticated) unless it matches ErrUnavailable:
+// k8s.io/apiserver's own authenticators (x509, bearertoken, union, the token
+// cache) report a bad credential with a plain error, so an authenticator
+// that cannot reach its backend must wrap ErrUnavailable to be answered 503
+// (codes.Unavailable).
+//
+// The errors and the error types below are values: safe to share between
+// goroutines, never modified after they are returned.
 var (
 	// ErrUnauthenticated reports that a credential was presented and
 	// rejected: by the API server (TokenReview said no, or said yes for the
@@ -35,6 +40,15 @@ var (
 	// the API server could not be asked, answered with a server error, was
 	// throttling, or did not answer before the deadline. Callers may retry.
 	ErrUnavailable = errors.New("reviewauth: review unavailable")
+
+	// ErrRefused matches a review that the API server refused to perform
+	// for this service (HTTP 401: its credentials are invalid or expired;
+	// 403: they lack the system:auth-delegator ClusterRole), and a
+	// self-check (authn.SelfCheck, authz.SelfCheck) that found so. At run
+	// time such a review is still "could not check" for the caller: a
+	// *[ReviewError] matching [ErrUnavailable] too, with Code 401 or 403. A
+	// self-check's refusal matches ErrRefused only.
+	ErrRefused = errors.New("reviewauth: the API server refused this service's own credentials")
 )
 
 // ReviewError describes a TokenReview or SubjectAccessReview that could not be
@@ -111,8 +125,8 @@ func (e *DeniedError) Error() string {
 func (e *DeniedError) Is(target error) bool { return target == ErrDenied }
 
 // RetryAfter returns the delay the API server asked for, found anywhere in
-// err's chain, and whether there was one. Adapters use it for the
-// Retry-After header of a 503.
+// err's chain, and whether there was one; a nil err has none. Adapters use
+// it for the Retry-After header of a 503.
 func RetryAfter(err error) (time.Duration, bool) {
 	var re *ReviewError
 	if errors.As(err, &re) && re.RetryAfter > 0 {

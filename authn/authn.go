@@ -1,6 +1,7 @@
 package authn
 
 import (
+	"cmp"
 	"context"
 	"errors"
 	"fmt"
@@ -22,7 +23,10 @@ import (
 	"k8s.io/utils/clock"
 
 	"github.com/reviewauth/reviewauth"
-	"github.com/reviewauth/reviewauth/cache"
+	"github.com/reviewauth/reviewauth/internal/bearer"
+	"github.com/reviewauth/reviewauth/internal/cache"
+	"github.com/reviewauth/reviewauth/internal/jwt"
+	"github.com/reviewauth/reviewauth/internal/observe"
 	"github.com/reviewauth/reviewauth/internal/review"
 	"github.com/reviewauth/reviewauth/metrics"
 )
@@ -64,36 +68,12 @@ const (
 	// in authz.
 	DefaultAttemptTimeout = review.DefaultAttemptTimeout
 
-	// MaxAnswerBytes bounds an answer of the client [NewForConfig] builds,
-	// beyond the size of the TokenReview sent (the answer echoes its spec,
-	// token included). An answer is a few KiB; a larger one is "could not
-	// check" (a *reviewauth.ReviewError), is not retried and is not
-	// cached. The same in authz.
-	MaxAnswerBytes = review.MaxAnswerBytes
-
 	// DefaultMaxInFlight bounds concurrent TokenReviews.
 	DefaultMaxInFlight = review.DefaultMaxInFlight
-
-	// DefaultQPS and DefaultBurst configure the client built by
-	// [NewForConfig] when the rest.Config leaves them zero. client-go's own
-	// default, 5 QPS, throttles reviews into multi-second waits (Istio
-	// #27945, Authorino #568). These match k8s.io/apiserver's delegated
-	// authentication options; caching, coalescing and the in-flight bound
-	// keep real traffic far below them.
-	DefaultQPS   = review.DefaultQPS
-	DefaultBurst = review.DefaultBurst
 )
 
-// ErrRefused matches a review that the API server refused to perform for
-// this service (HTTP 401: its credentials are invalid or expired; 403: they
-// lack the system:auth-delegator ClusterRole), and a [SelfCheck] that
-// found so. At run time such a review is still "could not check" for the
-// caller: a *reviewauth.ReviewError matching reviewauth.ErrUnavailable,
-// with Code 401 or 403. It is the same error as authz.ErrRefused.
-var ErrRefused = review.ErrRefused
-
-// TokenReviewer is the one call Authenticator makes. client-go's
-// TokenReviewInterface satisfies it. Note that client-go's typed clients
+// TokenReviewer is the one call Authenticator makes; Create must be safe for
+// concurrent use. client-go's TokenReviewInterface satisfies it. Note that client-go's typed clients
 // retry 429 and Retry-After answers internally (up to 10 times) before
 // Authenticator sees them, read answers of any size, and log request and
 // response bodies (the token) when klog runs at -v=8 or more with
@@ -104,7 +84,8 @@ type TokenReviewer interface {
 }
 
 // Options configures an [Authenticator]. Every zero value means the default
-// named in its comment.
+// named in its comment. [New] reads Options once: changing it afterwards has
+// no effect.
 type Options struct {
 	// Audiences are sent in every TokenReview's spec.audiences, and the
 	// API server's answer must name at least one of them. Required, unless
@@ -130,7 +111,7 @@ type Options struct {
 	// [DefaultFailureTTL]; negative disables caching of rejections.
 	FailureTTL time.Duration
 	// MaxEntries bounds the success cache and, separately, the rejection
-	// cache. Zero means [DefaultMaxEntries].
+	// cache. Zero or negative means [DefaultMaxEntries].
 	MaxEntries int
 
 	// StaleIfError, when positive, lets an identity be served for up to this
@@ -143,14 +124,14 @@ type Options struct {
 	StaleIfError time.Duration
 
 	// MaxTokenSize is the largest token reviewed, in bytes; larger tokens
-	// are refused locally. Zero means [DefaultMaxTokenSize].
+	// are refused locally. Zero or negative means [DefaultMaxTokenSize].
 	MaxTokenSize int
 
-	// MaxInFlight bounds concurrent TokenReviews. Zero means
+	// MaxInFlight bounds concurrent TokenReviews. Zero or negative means
 	// [DefaultMaxInFlight].
 	MaxInFlight int
-	// Timeout is the total budget of one review, retries included. Zero
-	// means [DefaultTimeout].
+	// Timeout is the total budget of one review, retries included. Zero or
+	// negative means [DefaultTimeout].
 	Timeout time.Duration
 	// AttemptTimeout bounds each request of a review, so that one request
 	// that hangs leaves the budget to its retries; a request cut by it is
@@ -185,7 +166,9 @@ type Options struct {
 
 // Authenticator authenticates bearer tokens with TokenReviews. It implements
 // authenticator.Token and authenticator.Request, and is safe for concurrent
-// use. Build one with [New] or [NewForConfig].
+// use. Build one with [New] or [NewForConfig]; the zero Authenticator is not
+// usable. It starts one goroutine per shared review, which ends with the
+// review.
 type Authenticator struct {
 	reviewer  TokenReviewer
 	audiences []string
@@ -196,9 +179,9 @@ type Authenticator struct {
 	rejected  *cache.Cache[*reviewauth.RejectedError]
 	group     cache.Group[result]
 	retrier   *review.Retrier
-	bearer    authenticator.Request
 	tracer    trace.Tracer
 	audAttr   attribute.KeyValue
+	metrics   *observe.Recorder
 }
 
 var (
@@ -260,7 +243,7 @@ var apiServerAudiences = []string{"https://kubernetes.default.svc", "https://kub
 // klog.EnableContextualLogging(false)); with contextual logging on,
 // Authenticator caps the logger it hands the reviewer at V(5). It also
 // reads answers of any size. Prefer [NewForConfig], whose client never logs
-// a body at any klog setting and bounds answers ([MaxAnswerBytes]).
+// a body at any klog setting and bounds answers ([reviewauth.MaxAnswerBytes]).
 func New(reviewer TokenReviewer, opts Options) (*Authenticator, error) {
 	if reviewer == nil {
 		return nil, errors.New("authn: nil TokenReviewer")
@@ -282,27 +265,19 @@ func New(reviewer TokenReviewer, opts Options) (*Authenticator, error) {
 			return nil, fmt.Errorf("authn: audience %q is the API server's own audience: tokens for it can be replayed against the API server; use an audience of this service", a)
 		}
 	}
-	if opts.SuccessTTL == 0 {
-		opts.SuccessTTL = DefaultSuccessTTL
-	}
-	if opts.FailureTTL == 0 {
-		opts.FailureTTL = DefaultFailureTTL
-	}
-	if opts.MaxEntries <= 0 {
-		opts.MaxEntries = DefaultMaxEntries
-	}
-	if opts.MaxTokenSize <= 0 {
-		opts.MaxTokenSize = DefaultMaxTokenSize
-	}
-	if opts.Timeout <= 0 {
-		opts.Timeout = DefaultTimeout
-	}
+	opts.SuccessTTL = cmp.Or(opts.SuccessTTL, DefaultSuccessTTL)
+	opts.FailureTTL = cmp.Or(opts.FailureTTL, DefaultFailureTTL)
+	opts.MaxEntries = review.Positive(opts.MaxEntries, DefaultMaxEntries)
+	opts.MaxTokenSize = review.Positive(opts.MaxTokenSize, DefaultMaxTokenSize)
+	opts.Timeout = review.Positive(opts.Timeout, DefaultTimeout)
 	clk := opts.Clock
 	if clk == nil {
 		clk = clock.RealClock{}
 	}
+	rec := observe.Of(opts.Metrics)
 	a := &Authenticator{
 		reviewer:  reviewer,
+		metrics:   rec,
 		audiences: auds,
 		opts:      opts,
 		clock:     clk,
@@ -311,16 +286,15 @@ func New(reviewer TokenReviewer, opts Options) (*Authenticator, error) {
 		rejected:  cache.New[*reviewauth.RejectedError](cache.Options{MaxEntries: opts.MaxEntries, Clock: clk}),
 		group:     cache.Group[result]{Timeout: opts.Timeout},
 		retrier: review.New("TokenReview", review.Options{Backoff: opts.Backoff, Clock: clk, MaxInFlight: opts.MaxInFlight,
-			AttemptTimeout: opts.AttemptTimeout, Observer: observer(opts.Metrics)}),
+			AttemptTimeout: opts.AttemptTimeout, Observer: review.ObserverOf(rec)}),
 		audAttr: attribute.StringSlice("reviewauth.audiences", auds),
 	}
 	if opts.TracerProvider != nil {
 		a.tracer = opts.TracerProvider.Tracer(TracerName)
 	}
 	a.group.Counters = a.ok.Counters()
-	opts.Metrics.AddCache("token", a.ok.Counters())
-	opts.Metrics.AddCache("token_rejected", a.rejected.Counters())
-	a.bearer = Bearer(a)
+	rec.AddCache("token", a.ok.Counters())
+	rec.AddCache("token_rejected", a.rejected.Counters())
 	return a, nil
 }
 
@@ -328,33 +302,17 @@ func New(reviewer TokenReviewer, opts Options) (*Authenticator, error) {
 // server described by cfg, over the HTTP client client-go builds for it
 // (TLS, bearer token or token file, exec or certificate authentication),
 // with client-go's token-bucket rate limiter. QPS and Burst default to
-// [DefaultQPS] and [DefaultBurst] when cfg leaves them zero. Options.Backoff
+// [reviewauth.DefaultQPS] and [reviewauth.DefaultBurst] when cfg leaves them zero. Options.Backoff
 // alone governs retries (client-go's own are not used), Retry-After is read
-// from each answer, answers are bounded ([MaxAnswerBytes]), and no request
+// from each answer, answers are bounded ([reviewauth.MaxAnswerBytes]), and no request
 // or response body is ever logged, at any klog verbosity or vmodule,
 // contextual logging on or off. cfg is not modified.
 func NewForConfig(cfg *rest.Config, opts Options) (*Authenticator, error) {
-	if cfg == nil {
-		return nil, errors.New("authn: nil rest.Config")
-	}
-	c, err := review.NewClient(cfg)
+	p, err := review.NewPoster[*authenticationv1.TokenReview](cfg, "/apis/authentication.k8s.io/v1/tokenreviews", authenticationv1.SchemeGroupVersion.WithKind("TokenReview"))
 	if err != nil {
 		return nil, fmt.Errorf("authn: building the TokenReview client: %w", err)
 	}
-	return New(clientReviewer{c}, opts)
-}
-
-// ReviewConfig returns a copy of cfg suited to review clients: QPS and Burst
-// default to [DefaultQPS] and [DefaultBurst].
-func ReviewConfig(cfg *rest.Config) *rest.Config {
-	cfg = rest.CopyConfig(cfg)
-	if cfg.QPS == 0 {
-		cfg.QPS = DefaultQPS
-	}
-	if cfg.Burst == 0 {
-		cfg.Burst = DefaultBurst
-	}
-	return cfg
+	return New(p, opts)
 }
 
 // SelfCheck asks the API server cfg describes whether cfg's credentials may
@@ -363,50 +321,42 @@ func ReviewConfig(cfg *rest.Config) *rest.Config {
 // names the identity they belong to when the API server tells (a
 // SelfSubjectReview). Run it at start-up, and fail fast on its error.
 //
-// It returns nil when they may. An error matching [ErrRefused] means they
+// It returns nil when they may. An error matching reviewauth.ErrRefused means they
 // may not, or were refused outright (401): its message names the identity
 // and the ClusterRole it needs (system:auth-delegator). An error matching
 // reviewauth.ErrUnavailable means the API server could not be asked; a
 // service may then start anyway, since reviews report "could not check"
 // until the API server answers.
 func SelfCheck(ctx context.Context, cfg *rest.Config) error {
-	if cfg == nil {
-		return errors.New("authn: nil rest.Config")
-	}
-	if err := review.SelfCheck(ctx, cfg, "authentication.k8s.io", "tokenreviews"); err != nil {
-		return fmt.Errorf("authn: self-check: %w", err)
-	}
-	return nil
+	return review.SelfCheck(ctx, cfg, "authn", "authentication.k8s.io", "tokenreviews")
 }
 
 // TracerName is the instrumentation name of the spans authn creates.
 const TracerName = "github.com/reviewauth/reviewauth/authn"
-
-// observer feeds the retry loop's events to m.
-func observer(m *metrics.Metrics) review.Observer {
-	if m == nil {
-		return review.Observer{}
-	}
-	return review.Observer{Attempt: m.ReviewAttempt, Retry: m.ReviewRetry, InFlight: m.ReviewInFlight, Refused: m.CredentialRefusal}
-}
-
-// clientReviewer posts TokenReviews with a review.Client.
-type clientReviewer struct{ c *review.Client }
-
-var tokenReviewKind = authenticationv1.SchemeGroupVersion.WithKind("TokenReview")
-
-func (r clientReviewer) Create(ctx context.Context, tr *authenticationv1.TokenReview, _ metav1.CreateOptions) (*authenticationv1.TokenReview, error) {
-	return review.Create(ctx, r.c, "/apis/authentication.k8s.io/v1/tokenreviews", tokenReviewKind, tr)
-}
 
 // Audiences returns the audiences the Authenticator reviews tokens for, in
 // sorted order.
 func (a *Authenticator) Audiences() []string { return slices.Clone(a.audiences) }
 
 // AuthenticateRequest authenticates the bearer token in r's Authorization
-// header, as [Bearer] describes.
+// header (RFC 6750; the scheme is case-insensitive) with
+// [Authenticator.AuthenticateToken]. A request with no Authorization header,
+// or one of another scheme, yields (nil, false, nil), so that other
+// authenticators in a union may try; a request with more than one
+// Authorization header (k8s.io/apiserver's bearertoken reads the first), or
+// an empty bearer token, is rejected. On success the Authorization header
+// is removed, so that handlers never see the token. httpauth reads the
+// header the same way.
 func (a *Authenticator) AuthenticateRequest(r *http.Request) (*authenticator.Response, bool, error) {
-	return a.bearer.AuthenticateRequest(r)
+	token, ok, err := bearer.FromRequest(r)
+	if !ok || err != nil {
+		return nil, false, err
+	}
+	resp, ok, err := a.AuthenticateToken(r.Context(), token)
+	if ok && err == nil {
+		r.Header.Del("Authorization")
+	}
+	return resp, ok, err
 }
 
 // AuthenticateToken reports who token belongs to.
@@ -488,7 +438,7 @@ func (a *Authenticator) authenticate(ctx context.Context, token string) (_ *auth
 	if err != nil && stale != nil && errors.Is(err, reviewauth.ErrUnavailable) {
 		// Stale-if-error: the API server cannot be asked, and this token
 		// was authenticated less than StaleIfError ago past its TTL.
-		a.opts.Metrics.StaleServe("token")
+		a.metrics.StaleServe("token")
 		klog.FromContext(ctx).V(2).Info("Serving a stale identity: the API server is unavailable", "user", stale.resp.User.GetName(), "err", err)
 		return stale.resp, true, nil, true
 	}
@@ -580,7 +530,7 @@ func (a *Authenticator) review(ctx context.Context, key cache.Key, token string)
 	if a.opts.StaleIfError > 0 {
 		keep += a.opts.StaleIfError
 	}
-	if exp, ok := jwtExpiry(token); ok {
+	if exp, ok := jwt.Expiry(token); ok {
 		left := exp.Sub(now)
 		ttl, keep = min(ttl, left), min(keep, left)
 	}

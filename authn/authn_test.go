@@ -11,6 +11,8 @@ import (
 	"testing"
 	"time"
 
+	authenticationv1client "k8s.io/client-go/kubernetes/typed/authentication/v1"
+
 	"github.com/google/go-cmp/cmp"
 	"go.uber.org/goleak"
 	authenticationv1 "k8s.io/api/authentication/v1"
@@ -601,94 +603,6 @@ func TestConcurrentColdLookupsCoalesce(t *testing.T) {
 	}
 }
 
-func TestParseBearer(t *testing.T) {
-	t.Parallel()
-	tests := []struct {
-		header    string
-		wantToken string
-		wantOK    bool
-	}{
-		{"Bearer abc", "abc", true},
-		{"bearer abc", "abc", true},
-		{"BEARER abc", "abc", true},
-		{"Bearer   abc", "abc", true},
-		{"Bearer ", "", true},
-		{"Bearer a b", "a b", true}, // refused later as malformed, never truncated to "a"
-		{"Bearer", "", false},
-		{"Bearerabc", "", false},
-		{"Basic dXNlcjpwYXNz", "", false},
-		{"", "", false},
-		{"Bear abc", "", false},
-	}
-	for _, tt := range tests {
-		token, ok := authn.ParseBearer(tt.header)
-		if token != tt.wantToken || ok != tt.wantOK {
-			t.Errorf("ParseBearer(%q) = (%q, %v); want (%q, %v)", tt.header, token, ok, tt.wantToken, tt.wantOK)
-		}
-	}
-}
-
-func FuzzParseBearer(f *testing.F) {
-	for _, s := range []string{"Bearer abc", "bearer  x.y.z", "Basic a", "", "Bearer", "Bearer \x00", "bEaReR é"} {
-		f.Add(s)
-	}
-	f.Fuzz(func(t *testing.T, header string) {
-		token, ok := authn.ParseBearer(header)
-		if !ok && token != "" {
-			t.Fatalf("ParseBearer(%q) = (%q, false); want no token when not ok", header, token)
-		}
-		if ok {
-			if !strings.HasSuffix(header, token) || len(token) >= len(header) {
-				t.Fatalf("ParseBearer(%q) = %q; token must be a proper suffix of the header", header, token)
-			}
-			if !strings.EqualFold(header[:6], "bearer") {
-				t.Fatalf("ParseBearer(%q) ok for another scheme", header)
-			}
-		}
-	})
-}
-
-func FuzzJWTExpiry(f *testing.F) {
-	f.Add(authtest.MintJWT(map[string]any{"exp": 1700000000}))
-	f.Add(authtest.MintJWT(map[string]any{"exp": 1.5}))
-	f.Add(authtest.MintJWT(map[string]any{"exp": "soon"}))
-	f.Add(authtest.MintJWT(map[string]any{}))
-	f.Add("a.b.c")
-	f.Add("not a jwt")
-	f.Add("a..c")
-	f.Add("..")
-	f.Fuzz(func(t *testing.T, token string) {
-		exp, ok := authn.JWTExpiry(token)
-		if !ok && !exp.IsZero() {
-			t.Fatalf("JWTExpiry(%q) = (%v, false); want zero time when not ok", token, exp)
-		}
-		if ok && (exp.Unix() < 0 || exp.Unix() > 1<<40) {
-			t.Fatalf("JWTExpiry(%q) = %v; out of range", token, exp)
-		}
-	})
-}
-
-func TestJWTExpiry(t *testing.T) {
-	t.Parallel()
-	tests := []struct {
-		name   string
-		token  string
-		want   time.Time
-		wantOK bool
-	}{
-		{"integer exp", authtest.MintJWT(map[string]any{"exp": 1700000000}), time.Unix(1700000000, 0), true},
-		{"fractional exp", authtest.MintJWT(map[string]any{"exp": 1700000000.5}), time.Unix(1700000000, 5e8), true},
-		{"string exp", authtest.MintJWT(map[string]any{"exp": "1700000000"}), time.Time{}, false},
-		{"no exp", authtest.MintJWT(map[string]any{"sub": "x"}), time.Time{}, false},
-		{"negative exp", authtest.MintJWT(map[string]any{"exp": -5}), time.Time{}, false},
-		{"opaque token", "0123456789abcdef", time.Time{}, false},
-		{"four segments", "a.b.c.d", time.Time{}, false},
-		{"bad base64", "a.!!!.c", time.Time{}, false},
-	}
-	for _, tt := range tests {
-		got, ok := authn.JWTExpiry(tt.token)
-		if ok != tt.wantOK || !got.Equal(tt.want) {
-			t.Errorf("%s: JWTExpiry() = (%v, %v); want (%v, %v)", tt.name, got, ok, tt.want, tt.wantOK)
-		}
-	}
-}
+// client-go's typed client satisfies TokenReviewer (asserted here, not in
+// the package, whose binaries need not link client-go's typed clients).
+var _ authn.TokenReviewer = (authenticationv1client.TokenReviewInterface)(nil)

@@ -10,8 +10,9 @@
 //   - Audiences are required. A token minted for the API server's own
 //     audience is refused unless the caller opts in, because a service that
 //     accepts such tokens can replay them against the API server.
-//   - Results are cached under a keyed SHA-256 of the token and audiences
-//     (see package cache), never under the token itself.
+//   - Results are cached under a keyed hash of the token and audiences (a
+//     keyed SHA-256 or BLAKE2b, whichever is faster on the CPU), never
+//     under the token itself.
 //     Successes live for [Options.SuccessTTL] but never past the token's own
 //     exp claim; rejections are cached for [Options.FailureTTL] in a separate,
 //     separately bounded cache, so a flood of bad tokens cannot evict good
@@ -26,7 +27,7 @@
 //     budget to its retries.
 //   - [NewForConfig]'s client never logs a request or response body, at
 //     any klog verbosity or vmodule, contextual logging on or off, and
-//     bounds answers ([MaxAnswerBytes]). A malformed, contradictory or
+//     bounds answers ([reviewauth.MaxAnswerBytes]). A malformed, contradictory or
 //     oversized answer is "could not check", and never cached.
 //   - The API server refusing the service's own credentials (401, or 403
 //     without system:auth-delegator) is logged at the default level, at

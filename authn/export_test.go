@@ -1,8 +1,5 @@
 package authn
 
-// JWTExpiry exposes jwtExpiry to the external tests and fuzz target.
-var JWTExpiry = jwtExpiry
-
 // The JWKS verifier's limits, for tests at their edges.
 const (
 	MaxJWSHeader = maxJWSHeader

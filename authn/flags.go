@@ -2,22 +2,19 @@ package authn
 
 import (
 	"errors"
-	"fmt"
 
 	"github.com/spf13/pflag"
+	"k8s.io/client-go/rest"
 
+	"github.com/reviewauth/reviewauth"
 	"github.com/reviewauth/reviewauth/internal/review"
 	"github.com/reviewauth/reviewauth/internal/ttlflag"
 )
 
-// ClientOptions says how to reach the API server that answers
-// TokenReviews: a kubeconfig path (empty means in-cluster) and the client's
-// QPS and burst (zero means [DefaultQPS] and [DefaultBurst]).
-type ClientOptions = review.ClientOptions
-
 // Flags is Options plus the client to review with, as set from the command
 // line. The zero value has every default; AddFlags registers its flags,
-// Validate checks them, and New builds the Authenticator.
+// Validate checks them, and New builds the Authenticator. A Flags is not
+// safe for concurrent use: flags are parsed once, before anything runs.
 //
 // The cache TTL flags mean what they mean in k8s.io/apiserver:
 // --authentication-token-webhook-cache-ttl=0 disables the identity cache, so
@@ -28,8 +25,13 @@ type ClientOptions = review.ClientOptions
 // is the default, negative disables), so the zero Flags is safe.
 type Flags struct {
 	Options
-	Client ClientOptions
+	// Client is how to reach the API server: --authentication-kubeconfig,
+	// --authentication-qps and --authentication-burst.
+	Client reviewauth.ClientOptions
 }
+
+// clientFlags are the client flags authn shares with authz.
+var clientFlags = review.ClientFlags{Pkg: "authn", Prefix: "authentication", Kind: "TokenReview", Resource: "tokenreviews.authentication.k8s.io"}
 
 // AddFlags registers fs flags for f:
 //
@@ -41,20 +43,11 @@ type Flags struct {
 //	--authentication-qps, --authentication-burst   review client limits (default 200, 400)
 //	--authentication-allow-api-server-audience     DANGEROUS: accept API server tokens
 func (f *Flags) AddFlags(fs *pflag.FlagSet) {
-	fs.StringVar(&f.Client.Kubeconfig, "authentication-kubeconfig", f.Client.Kubeconfig,
-		"kubeconfig file pointing at the 'core' kubernetes server with enough rights to create tokenreviews.authentication.k8s.io. Empty means the in-cluster configuration.")
-	fs.StringSliceVar(&f.Audiences, "authentication-audiences", f.Audiences,
-		"Audiences this service accepts tokens for (repeatable or comma-separated). Required: callers must request tokens for one of them.")
-	fs.Var(ttlflag.New(&f.SuccessTTL, DefaultSuccessTTL), "authentication-token-webhook-cache-ttl",
-		"How long an authenticated identity is cached; never past the token's exp. Also the time a revoked token keeps working. 0 disables the cache: every request is reviewed.")
-	fs.Var(ttlflag.New(&f.FailureTTL, DefaultFailureTTL), "authentication-token-webhook-cache-failure-ttl",
-		"How long a rejected token is remembered. 0 disables the cache: every request with a rejected token is reviewed again.")
-	fs.IntVar(&f.MaxInFlight, "authentication-max-in-flight", or(f.MaxInFlight, DefaultMaxInFlight),
-		"How many TokenReviews may be in flight at once; more callers wait.")
-	fs.Float32Var(&f.Client.QPS, "authentication-qps", or(f.Client.QPS, float32(DefaultQPS)), "QPS limit of the TokenReview client.")
-	fs.IntVar(&f.Client.Burst, "authentication-burst", or(f.Client.Burst, DefaultBurst), "Burst limit of the TokenReview client.")
-	fs.BoolVar(&f.AllowAPIServerAudience, "authentication-allow-api-server-audience", f.AllowAPIServerAudience,
-		"DANGEROUS: with no --authentication-audiences, accept tokens for the API server's own audience, which this service could replay against the API server.")
+	clientFlags.AddFlags(fs, &f.Client, &f.MaxInFlight)
+	fs.StringSliceVar(&f.Audiences, "authentication-audiences", f.Audiences, "Audiences this service accepts tokens for (repeatable or comma-separated). Required: callers must request tokens for one of them.")
+	fs.Var(ttlflag.New(&f.SuccessTTL, DefaultSuccessTTL), "authentication-token-webhook-cache-ttl", "How long an authenticated identity is cached; never past the token's exp. Also the time a revoked token keeps working. 0 disables the cache: every request is reviewed.")
+	fs.Var(ttlflag.New(&f.FailureTTL, DefaultFailureTTL), "authentication-token-webhook-cache-failure-ttl", "How long a rejected token is remembered. 0 disables the cache: every request with a rejected token is reviewed again.")
+	fs.BoolVar(&f.AllowAPIServerAudience, "authentication-allow-api-server-audience", f.AllowAPIServerAudience, "DANGEROUS: with no --authentication-audiences, accept tokens for the API server's own audience, which this service could replay against the API server.")
 }
 
 // Validate reports every problem with f, naming the flag.
@@ -71,34 +64,21 @@ func (f *Flags) Validate() error {
 			errs = append(errs, errors.New("--authentication-audiences: empty audience"))
 		}
 	}
-	if f.MaxInFlight < 0 {
-		errs = append(errs, fmt.Errorf("--authentication-max-in-flight: must be positive, got %d", f.MaxInFlight))
-	}
-	if f.Client.QPS < 0 {
-		errs = append(errs, fmt.Errorf("--authentication-qps: must not be negative, got %v", f.Client.QPS))
-	}
-	if f.Client.Burst < 0 {
-		errs = append(errs, fmt.Errorf("--authentication-burst: must not be negative, got %d", f.Client.Burst))
-	}
+	errs = append(errs, clientFlags.Validate(f.Client, f.MaxInFlight)...)
 	return errors.Join(errs...)
 }
 
-// New validates f and builds the Authenticator it describes.
+// RESTConfig loads the client configuration f.Client describes: the
+// kubeconfig file, or the in-cluster configuration, with f's QPS and burst.
+// Use it for [SelfCheck].
+func (f *Flags) RESTConfig() (*rest.Config, error) { return clientFlags.RESTConfig(f.Client) }
+
+// New validates f and builds the Authenticator it describes, with
+// [NewForConfig].
 func (f *Flags) New() (*Authenticator, error) {
-	if err := f.Validate(); err != nil {
+	cfg, err := clientFlags.Load(f.Client, f.Validate)
+	if err != nil {
 		return nil, err
 	}
-	cfg, err := f.Client.RESTConfig()
-	if err != nil {
-		return nil, fmt.Errorf("authn: --authentication-kubeconfig: %w", err)
-	}
 	return NewForConfig(cfg, f.Options)
-}
-
-func or[T comparable](v, def T) T {
-	var zero T
-	if v == zero {
-		return def
-	}
-	return v
 }

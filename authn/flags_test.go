@@ -9,6 +9,7 @@ import (
 	"github.com/spf13/pflag"
 	"k8s.io/apiserver/pkg/authentication/user"
 
+	"github.com/reviewauth/reviewauth"
 	"github.com/reviewauth/reviewauth/authn"
 	"github.com/reviewauth/reviewauth/authtest"
 )
@@ -30,7 +31,7 @@ func TestFlags(t *testing.T) {
 				if f.SuccessTTL != authn.DefaultSuccessTTL || f.FailureTTL != authn.DefaultFailureTTL {
 					t.Errorf("TTLs = %v/%v; want defaults", f.SuccessTTL, f.FailureTTL)
 				}
-				if f.Client.QPS != authn.DefaultQPS || f.Client.Burst != authn.DefaultBurst || f.MaxInFlight != authn.DefaultMaxInFlight {
+				if f.Client.QPS != reviewauth.DefaultQPS || f.Client.Burst != reviewauth.DefaultBurst || f.MaxInFlight != authn.DefaultMaxInFlight {
 					t.Errorf("client = %+v, in flight %d; want defaults", f.Client, f.MaxInFlight)
 				}
 			}},

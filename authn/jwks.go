@@ -9,18 +9,16 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
-	"io"
-	"strings"
-	"sync"
 	"time"
 
 	jose "gopkg.in/go-jose/go-jose.v2"
-	authenticationv1client "k8s.io/client-go/kubernetes/typed/authentication/v1"
 	"k8s.io/client-go/rest"
 	"k8s.io/utils/clock"
 
 	"github.com/reviewauth/reviewauth"
-	"github.com/reviewauth/reviewauth/cache"
+	"github.com/reviewauth/reviewauth/internal/cache"
+	"github.com/reviewauth/reviewauth/internal/jwt"
+	"github.com/reviewauth/reviewauth/internal/review"
 )
 
 // PreVerifier checks a token locally before it is reviewed. Verify returns
@@ -39,12 +37,13 @@ type PreVerifier interface {
 // JWKSOptions configures a [JWKSVerifier]. The zero value is valid.
 type JWKSOptions struct {
 	// RefreshInterval is how long a fetched key set is used before it is
-	// fetched again. Zero means 10 minutes.
+	// fetched again. Zero or negative means 10 minutes.
 	RefreshInterval time.Duration
 	// MinRefreshInterval bounds fetches: after any fetch starts, successful
 	// or not, no other starts for this long, however many tokens name an
-	// unknown key. Zero means 30 seconds. While it holds a refresh back, a
-	// token naming an unknown key is reviewed, never refused.
+	// unknown key. Zero or negative means 30 seconds. While it holds a
+	// refresh back, a token naming an unknown key is reviewed, never
+	// refused.
 	MinRefreshInterval time.Duration
 	// Clock tells the time. Nil means the real clock.
 	Clock clock.PassiveClock
@@ -127,8 +126,8 @@ const (
 // flight, within its own deadline. One fetch runs at a time, on a goroutine
 // of its own, detached from the cancellation of the caller that started it
 // and bounded by 5 s; it is cancelled when every caller waiting for it has
-// given up (see [cache.Group]). A key set over 64 KiB or 32 keys is not
-// used. Refusal reasons never quote the token.
+// given up. A key set over 64 KiB or 32 keys is not used. Refusal reasons
+// never quote the token.
 //
 // The caller of the API server needs get on the non-resource URL
 // /openid/v1/jwks (the system:service-account-issuer-discovery ClusterRole).
@@ -137,43 +136,37 @@ type JWKSVerifier struct {
 	fetch func(ctx context.Context) ([]byte, error)
 	opts  JWKSOptions
 	clock clock.PassiveClock
-	group cache.Group[struct{}]
-
-	mu        sync.Mutex
-	set       *keySet
-	fetchedAt time.Time // last successful fetch
-	triedAt   time.Time // start of the last fetch
-	fetching  bool
+	// keys holds the key set: refreshed every RefreshInterval, fetched at
+	// most once per MinRefreshInterval, one fetch at a time.
+	keys cache.Holder[*keySet]
 }
 
 var _ PreVerifier = (*JWKSVerifier)(nil)
 
 // NewJWKSVerifier returns a JWKSVerifier that fetches keys from the API
-// server described by cfg.
+// server described by cfg (GET /openid/v1/jwks), with the client
+// [NewForConfig] uses: client-go's HTTP client for cfg, client-go's rate
+// limiter (QPS and Burst default to [reviewauth.DefaultQPS] and [reviewauth.DefaultBurst]), no
+// retries of its own, no body ever logged, and the answer read up to 64 KiB
+// (a larger key set is not used). cfg is not modified.
 func NewJWKSVerifier(cfg *rest.Config, opts JWKSOptions) (*JWKSVerifier, error) {
-	if cfg == nil {
-		return nil, errors.New("authn: nil rest.Config")
-	}
-	c, err := authenticationv1client.NewForConfig(ReviewConfig(cfg))
+	c, err := review.NewClient(cfg)
 	if err != nil {
 		return nil, fmt.Errorf("authn: building the JWKS client: %w", err)
 	}
-	rc := c.RESTClient()
 	return NewJWKSVerifierFunc(func(ctx context.Context) ([]byte, error) {
-		body, err := rc.Get().AbsPath("/openid/v1/jwks").MaxRetries(0).Stream(ctx)
-		if err != nil {
-			return nil, err
-		}
-		defer body.Close()
-		// One byte more than the limit, so that parseJWKS sees it exceeded.
-		return io.ReadAll(io.LimitReader(body, maxJWKSSize+1))
-	}, opts), nil
+		return c.Get(ctx, "/openid/v1/jwks", maxJWKSSize)
+	}, opts)
 }
 
 // NewJWKSVerifierFunc returns a JWKSVerifier that gets the JSON key set from
 // fetch. fetch is called on the verifier's fetch goroutine, at most once at
-// a time.
-func NewJWKSVerifierFunc(fetch func(ctx context.Context) ([]byte, error), opts JWKSOptions) *JWKSVerifier {
+// a time, and must be safe to call from any goroutine. A nil fetch is an
+// error.
+func NewJWKSVerifierFunc(fetch func(ctx context.Context) ([]byte, error), opts JWKSOptions) (*JWKSVerifier, error) {
+	if fetch == nil {
+		return nil, errors.New("authn: NewJWKSVerifierFunc with a nil fetch")
+	}
 	if opts.RefreshInterval <= 0 {
 		opts.RefreshInterval = 10 * time.Minute
 	}
@@ -184,9 +177,8 @@ func NewJWKSVerifierFunc(fetch func(ctx context.Context) ([]byte, error), opts J
 	if clk == nil {
 		clk = clock.RealClock{}
 	}
-	v := &JWKSVerifier{fetch: fetch, opts: opts, clock: clk}
-	v.group.Timeout = jwksFetchTimeout
-	return v
+	return &JWKSVerifier{fetch: fetch, opts: opts, clock: clk,
+		keys: cache.Holder[*keySet]{Timeout: jwksFetchTimeout, MinInterval: opts.MinRefreshInterval, Clock: clk}}, nil
 }
 
 // Errors for "cannot tell". They do not match reviewauth.ErrUnauthenticated,
@@ -267,7 +259,8 @@ func parseJWS(token string) (*jose.JSONWebSignature, error) {
 	// go-jose also reads the JSON serialization and strips whitespace; the
 	// API server signs neither. Check the compact shape first, which also
 	// keeps junk away from the JSON parser.
-	if strings.Count(token, ".") != 2 {
+	header, _, _, ok := jwt.Split(token)
+	if !ok {
 		return nil, errors.New("not a JWT")
 	}
 	for i := 0; i < len(token); i++ {
@@ -275,7 +268,7 @@ func parseJWS(token string) (*jose.JSONWebSignature, error) {
 			return nil, errors.New("not a JWT")
 		}
 	}
-	if n := strings.IndexByte(token, '.'); n == 0 || n > (maxJWSHeader*4+2)/3 {
+	if n := len(header); n == 0 || n > (maxJWSHeader*4+2)/3 {
 		return nil, errors.New("malformed or oversized JWT header")
 	}
 	jws, err := jose.ParseSigned(token)
@@ -299,67 +292,34 @@ var compactJWS = func() (t [256]bool) {
 }()
 
 // keysFor returns the key set to check a token naming kid with, fetching it
-// when there is none, when it is stale, or when kid is not in it, within the
-// fetch bound. It returns an error only when there is no key set.
+// when there is none, when it is due for a refresh, or when kid is not in it,
+// within the fetch bound (see cache.Holder). It returns an error only when
+// there is no key set.
 func (v *JWKSVerifier) keysFor(ctx context.Context, kid string) (*keySet, error) {
-	// Two rounds at most: the first may join a fetch that started before
-	// this token arrived, the second may start a fresh one.
-	for round := 0; ; round++ {
-		v.mu.Lock()
-		set, now := v.set, v.clock.Now()
-		stale := set == nil || now.Sub(v.fetchedAt) >= v.opts.RefreshInterval
-		unknown := set != nil && kid != "" && !set.known(kid)
-		mayFetch := v.triedAt.IsZero() || now.Sub(v.triedAt) >= v.opts.MinRefreshInterval
-		fetching := v.fetching
-		v.mu.Unlock()
-		// Wait for a fetch when there is nothing to check the token with
-		// (no key set, or not its key); a token whose key is known only
-		// starts a due refresh, and does not wait for one in flight.
-		needed := set == nil || unknown
-		if (!stale && !unknown) || (!mayFetch && !fetching) || (!needed && !mayFetch) || round == 2 {
-			if set == nil {
-				return nil, errNoKeySet
-			}
-			return set, nil
-		}
-		if _, _, err := v.group.Do(ctx, cache.Key{}, v.load); err != nil && ctx.Err() != nil {
-			// The caller gave up waiting; use what there is.
-			v.mu.Lock()
-			set = v.set
-			v.mu.Unlock()
-			if set == nil {
-				return nil, errNoKeySet
-			}
-			return set, nil
-		}
+	set, ok, _ := v.keys.Get(ctx, false, v.load)
+	// An unknown kid forces a fetch, twice at most: the first may join a
+	// fetch that started before this token arrived, the second may start
+	// a fresh one. MinRefreshInterval bounds both.
+	for round := 0; round < 2 && ok && kid != "" && !set.known(kid) && ctx.Err() == nil; round++ {
+		set, ok, _ = v.keys.Get(ctx, true, v.load)
 	}
+	if !ok {
+		return nil, errNoKeySet
+	}
+	return set, nil
 }
 
-// load is the shared fetch. It enforces MinRefreshInterval itself, so that
-// a caller that saw no fetch in flight cannot start one too early.
-func (v *JWKSVerifier) load(ctx context.Context) (struct{}, error) {
-	v.mu.Lock()
-	now := v.clock.Now()
-	if !v.triedAt.IsZero() && now.Sub(v.triedAt) < v.opts.MinRefreshInterval {
-		v.mu.Unlock()
-		return struct{}{}, nil
-	}
-	v.triedAt, v.fetching = now, true
-	v.mu.Unlock()
-
+// load is the shared fetch.
+func (v *JWKSVerifier) load(ctx context.Context) (cache.Fetched[*keySet], error) {
 	raw, err := v.fetch(ctx)
-	var set *keySet
-	if err == nil {
-		set, err = parseJWKS(raw)
+	if err != nil {
+		return cache.Fetched[*keySet]{}, err
 	}
-
-	v.mu.Lock()
-	v.fetching = false
-	if err == nil {
-		v.set, v.fetchedAt = set, v.clock.Now()
+	set, err := parseJWKS(raw)
+	if err != nil {
+		return cache.Fetched[*keySet]{}, err
 	}
-	v.mu.Unlock()
-	return struct{}{}, err
+	return cache.Fetched[*keySet]{Value: set, RefreshAt: v.clock.Now().Add(v.opts.RefreshInterval)}, nil
 }
 
 // verifyKey is a public key with the one algorithm the API server signs

@@ -47,7 +47,7 @@ func saClaims() map[string]any {
 func BenchmarkJWKSVerify(b *testing.B) {
 	k := testKeys()
 	raw := jwksOf(k.rsa, k.p256)
-	v := authn.NewJWKSVerifierFunc(func(context.Context) ([]byte, error) { return raw, nil },
+	v := mustJWKS(b, func(context.Context) ([]byte, error) { return raw, nil },
 		authn.JWKSOptions{Clock: clocktesting.NewFakeClock(time.Now())})
 	hand := newHandVerifier(b, raw)
 	ctx := context.Background()

@@ -16,7 +16,7 @@ func TestJWKSFirstFetchWaiters(t *testing.T) {
 	k := testKeys()
 	entered, release := make(chan struct{}), make(chan struct{})
 	raw := jwksOf(k.p256)
-	v := authn.NewJWKSVerifierFunc(func(ctx context.Context) ([]byte, error) {
+	v := mustJWKS(t, func(ctx context.Context) ([]byte, error) {
 		close(entered)
 		<-release
 		return raw, nil
@@ -57,7 +57,7 @@ func TestJWKSFirstFetchWaiters(t *testing.T) {
 func TestJWKSWaiterDeadline(t *testing.T) {
 	k := testKeys()
 	entered, release := make(chan struct{}), make(chan struct{})
-	v := authn.NewJWKSVerifierFunc(func(ctx context.Context) ([]byte, error) {
+	v := mustJWKS(t, func(ctx context.Context) ([]byte, error) {
 		close(entered)
 		<-release
 		return jwksOf(k.p256), nil

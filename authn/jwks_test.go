@@ -95,7 +95,7 @@ func TestJWKSDecisions(t *testing.T) {
 	k := testKeys()
 	jwks := newJWKSServer(k.rsa, k.p256, k.p384, k.p521)
 	clk := clocktesting.NewFakeClock(time.Now())
-	v := authn.NewJWKSVerifierFunc(jwks.fetch, authn.JWKSOptions{Clock: clk})
+	v := mustJWKS(t, jwks.fetch, authn.JWKSOptions{Clock: clk})
 	ctx := context.Background()
 	if err := v.Verify(ctx, signGenuine(k.p256, claims)); err != nil {
 		t.Fatalf("Verify(genuine ES256) = %v; want nil", err)
@@ -245,7 +245,7 @@ func TestJWKSRefreshBounds(t *testing.T) {
 	jwks := newJWKSServer(k.p256)
 	clk := clocktesting.NewFakeClock(time.Now())
 	const minRefresh, refresh = 30 * time.Second, 10 * time.Minute
-	v := authn.NewJWKSVerifierFunc(jwks.fetch, authn.JWKSOptions{Clock: clk, MinRefreshInterval: minRefresh, RefreshInterval: refresh})
+	v := mustJWKS(t, jwks.fetch, authn.JWKSOptions{Clock: clk, MinRefreshInterval: minRefresh, RefreshInterval: refresh})
 	ctx := context.Background()
 	old, rotated := signGenuine(k.p256, claims), signGenuine(k.rsa, claims)
 	check := func(step string, token string, want outcome, wantFetches int32) {
@@ -297,7 +297,7 @@ func TestJWKSKeySetUnavailable(t *testing.T) {
 			jwks := &jwksServer{}
 			jwks.set(tt.raw, tt.err)
 			clk := clocktesting.NewFakeClock(time.Now())
-			v := authn.NewJWKSVerifierFunc(jwks.fetch, authn.JWKSOptions{Clock: clk})
+			v := mustJWKS(t, jwks.fetch, authn.JWKSOptions{Clock: clk})
 			for _, tok := range []string{genuine, forged} {
 				if got := outcomeOf(v.Verify(context.Background(), tok)); got != cannotTell {
 					t.Errorf("Verify() %s; want %s", got, cannotTell)
@@ -352,7 +352,7 @@ func TestJWKSSkippedKeys(t *testing.T) {
 			t.Parallel()
 			jwks := &jwksServer{}
 			jwks.set(tt.jwks, nil)
-			v := authn.NewJWKSVerifierFunc(jwks.fetch, authn.JWKSOptions{Clock: clocktesting.NewFakeClock(time.Now())})
+			v := mustJWKS(t, jwks.fetch, authn.JWKSOptions{Clock: clocktesting.NewFakeClock(time.Now())})
 			if got := outcomeOf(v.Verify(context.Background(), tt.token)); got != tt.want {
 				t.Errorf("Verify() %s; want %s", got, tt.want)
 			}
@@ -600,7 +600,7 @@ func FuzzJWKSVerify(f *testing.F) {
 func FuzzJWKSVerifyHeader(f *testing.F) {
 	k := testKeys()
 	jwks := newJWKSServer(k.rsa, k.p256)
-	v := authn.NewJWKSVerifierFunc(jwks.fetch, authn.JWKSOptions{Clock: clocktesting.NewFakeClock(time.Now())})
+	v := mustJWKS(f, jwks.fetch, authn.JWKSOptions{Clock: clocktesting.NewFakeClock(time.Now())})
 	genuineHeader := header("ES256", k.p256.kid)
 	f.Add(genuineHeader)
 	f.Add(header("ES256", ""))
@@ -700,4 +700,14 @@ func TestNewJWKSVerifierOverHTTP(t *testing.T) {
 			}
 		})
 	}
+}
+
+// mustJWKS is authn.NewJWKSVerifierFunc, failing tb on an error.
+func mustJWKS(tb testing.TB, fetch func(context.Context) ([]byte, error), opts authn.JWKSOptions) *authn.JWKSVerifier {
+	tb.Helper()
+	v, err := authn.NewJWKSVerifierFunc(fetch, opts)
+	if err != nil {
+		tb.Fatal(err)
+	}
+	return v
 }

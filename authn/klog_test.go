@@ -133,7 +133,8 @@ func TestNewForConfigNeverLogsTheTokenThroughGlobalKlog(t *testing.T) {
 						t.Fatalf("global klog output contains a token:\n%s", logs)
 					}
 				}
-				if strings.Contains(logs, `"spec"`) || strings.Contains(logs, `"status":{`) {
+				if strings.Contains(logs, `"spec"`) || strings.Contains(logs, `"status":{`) ||
+					strings.Contains(logs, "Request Body") || strings.Contains(logs, "Response Body") {
 					t.Fatalf("global klog output contains a review body:\n%s", logs)
 				}
 			})

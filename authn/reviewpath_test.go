@@ -236,7 +236,7 @@ func TestCredentialRefusal(t *testing.T) {
 	for i := range 3 {
 		_, ok, err := a.AuthenticateToken(ctx, tok)
 		var re *reviewauth.ReviewError
-		if ok || !errors.As(err, &re) || re.Code != http.StatusForbidden || !errors.Is(err, authn.ErrRefused) || errors.Is(err, reviewauth.ErrUnauthenticated) {
+		if ok || !errors.As(err, &re) || re.Code != http.StatusForbidden || !errors.Is(err, reviewauth.ErrRefused) || errors.Is(err, reviewauth.ErrUnauthenticated) {
 			t.Fatalf("AuthenticateToken() #%d = (%v, %v); want a 403 ReviewError matching ErrRefused, not ErrUnauthenticated", i+1, ok, err)
 		}
 	}
@@ -292,7 +292,7 @@ func TestOversizedAnswer(t *testing.T) {
 			if err != nil {
 				t.Fatal(err)
 			}
-			size := len(sent) + authn.MaxAnswerBytes + tt.extra
+			size := len(sent) + reviewauth.MaxAnswerBytes + tt.extra
 			if tt.extra < 0 {
 				size = 20 << 20
 			}

@@ -33,7 +33,7 @@ func TestSelfCheck(t *testing.T) {
 		setup   func(srv *authtest.Server)
 		badCred bool
 		closed  bool
-		want    error // nil, authn.ErrRefused or reviewauth.ErrUnavailable
+		want    error // nil, reviewauth.ErrRefused or reviewauth.ErrUnavailable
 		wantMsg []string
 	}{
 		{name: "allowed", setup: func(*authtest.Server) {}},
@@ -41,15 +41,15 @@ func TestSelfCheck(t *testing.T) {
 			srv.InjectFault(authtest.SelfSubjectReviews, authtest.Fault{Status: 404})
 		}},
 		{name: "no system:auth-delegator", setup: func(srv *authtest.Server) { srv.SetAdminPolicy(refusingPolicy) },
-			want: authn.ErrRefused, wantMsg: []string{`user "` + sa + `" may not create tokenreviews.authentication.k8s.io`, "system:auth-delegator"}},
+			want: reviewauth.ErrRefused, wantMsg: []string{`user "` + sa + `" may not create tokenreviews.authentication.k8s.io`, "system:auth-delegator"}},
 		{name: "SARs only", setup: func(srv *authtest.Server) { srv.SetAdminPolicy(onlySARs) },
-			want: authn.ErrRefused, wantMsg: []string{"may not create tokenreviews.authentication.k8s.io"}},
+			want: reviewauth.ErrRefused, wantMsg: []string{"may not create tokenreviews.authentication.k8s.io"}},
 		{name: "not allowed, identity unknown", setup: func(srv *authtest.Server) {
 			srv.SetAdminPolicy(refusingPolicy)
 			srv.InjectFault(authtest.SelfSubjectReviews, authtest.Fault{Status: 404})
-		}, want: authn.ErrRefused, wantMsg: []string{"the service's credentials may not create tokenreviews"}},
+		}, want: reviewauth.ErrRefused, wantMsg: []string{"the service's credentials may not create tokenreviews"}},
 		{name: "credentials refused (401)", setup: func(*authtest.Server) {}, badCred: true,
-			want: authn.ErrRefused, wantMsg: []string{"HTTP 401", "system:auth-delegator"}},
+			want: reviewauth.ErrRefused, wantMsg: []string{"HTTP 401", "system:auth-delegator"}},
 		{name: "API server failing", setup: func(srv *authtest.Server) {
 			srv.InjectFault(authtest.SelfSubjectAccessReviews, authtest.Fault{Status: 503})
 		}, want: reviewauth.ErrUnavailable, wantMsg: []string{"could not ask the API server"}},
@@ -76,7 +76,7 @@ func TestSelfCheck(t *testing.T) {
 				}
 				return
 			}
-			other := map[error]error{authn.ErrRefused: reviewauth.ErrUnavailable, reviewauth.ErrUnavailable: authn.ErrRefused}[tt.want]
+			other := map[error]error{reviewauth.ErrRefused: reviewauth.ErrUnavailable, reviewauth.ErrUnavailable: reviewauth.ErrRefused}[tt.want]
 			if !errors.Is(err, tt.want) || errors.Is(err, other) {
 				t.Fatalf("SelfCheck() = %v; want %v and not %v", err, tt.want, other)
 			}
@@ -100,7 +100,7 @@ func ExampleSelfCheck() {
 	// The service account is not bound to system:auth-delegator.
 	srv.SetAdminPolicy(authtest.Rules())
 	err := authn.SelfCheck(ctx, srv.Config())
-	fmt.Println(errors.Is(err, authn.ErrRefused))
+	fmt.Println(errors.Is(err, reviewauth.ErrRefused))
 	fmt.Println(err)
 	// Output:
 	// <nil>

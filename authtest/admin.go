@@ -116,8 +116,7 @@ func (s *Server) adminForbidden(w http.ResponseWriter, group, resource, subresou
 func (s *Server) serveSelfSubjectReview(w http.ResponseWriter, r *http.Request) {
 	gvk := authenticationv1.SchemeGroupVersion.WithKind("SelfSubjectReview")
 	var ssr authenticationv1.SelfSubjectReview
-	if st := decodeBody(r, gvk, &ssr); st != nil {
-		writeStatus(w, st)
+	if !readBody(w, r, gvk, &ssr) {
 		return
 	}
 	if _, handled := s.intercept(w, r, SelfSubjectReviews); handled {
@@ -131,8 +130,7 @@ func (s *Server) serveSelfSubjectReview(w http.ResponseWriter, r *http.Request) 
 func (s *Server) serveSelfSubjectAccessReview(w http.ResponseWriter, r *http.Request) {
 	gvk := authorizationv1.SchemeGroupVersion.WithKind("SelfSubjectAccessReview")
 	var ssar authorizationv1.SelfSubjectAccessReview
-	if st := decodeBody(r, gvk, &ssar); st != nil {
-		writeStatus(w, st)
+	if !readBody(w, r, gvk, &ssar) {
 		return
 	}
 	spec := s.adminSpec(ssar.Spec.ResourceAttributes, ssar.Spec.NonResourceAttributes)

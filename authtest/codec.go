@@ -14,7 +14,8 @@ import (
 	"k8s.io/apimachinery/pkg/runtime"
 	"k8s.io/apimachinery/pkg/runtime/schema"
 	"k8s.io/apimachinery/pkg/runtime/serializer/protobuf"
-	"k8s.io/client-go/kubernetes/scheme"
+
+	"github.com/reviewauth/reviewauth/internal/scheme"
 )
 
 // Media types the server speaks. client-go's generated clients send and
@@ -27,7 +28,36 @@ const (
 // maxBodyBytes is the request body limit of a real kube-apiserver (3 MiB).
 const maxBodyBytes = 3 << 20
 
+// protobufSerializer speaks protobuf for the kinds the server serves.
 var protobufSerializer = protobuf.NewSerializer(scheme.Scheme, scheme.Scheme)
+
+// readBody decodes the request body into obj as decodeBody does, and when
+// it cannot, answers the Status and returns false.
+func readBody(w http.ResponseWriter, r *http.Request, gvk schema.GroupVersionKind, obj runtime.Object) bool {
+	if st := decodeBody(r, gvk, obj); st != nil {
+		writeStatus(w, st)
+		return false
+	}
+	return true
+}
+
+// respondAs answers obj, a review or TokenRequest of type tm, as the fault
+// f shapes it: with a body that cannot be decoded, an object of another
+// kind, obj with an empty status, or obj once fill has set its status
+// (padded to f.BodyBytes).
+func respondAs(w http.ResponseWriter, r *http.Request, f Fault, tm metav1.TypeMeta, obj runtime.Object, fill func()) {
+	switch {
+	case f.MalformedBody:
+		respondMalformed(w, r, tm)
+	case f.WrongKind:
+		respond(w, r, http.StatusCreated, wrongKindObject(tm.Kind))
+	case f.EmptyStatus:
+		respond(w, r, http.StatusCreated, obj)
+	default:
+		fill()
+		respondPadded(w, r, http.StatusCreated, obj, f.BodyBytes)
+	}
+}
 
 // decodeBody decodes a JSON or protobuf request body of kind gvk into obj,
 // strictly: a wrong kind or apiVersion, unknown JSON fields, trailing data

@@ -7,6 +7,9 @@
 //   - TokenReview: POST /apis/authentication.k8s.io/v1/tokenreviews
 //   - SubjectAccessReview: POST /apis/authorization.k8s.io/v1/subjectaccessreviews
 //   - TokenRequest: POST /api/v1/namespaces/{namespace}/serviceaccounts/{name}/token
+//   - the service-account key set: GET /openid/v1/jwks, served only as
+//     application/jwk-set+json (a client that accepts only
+//     application/json gets 406, as from a real server)
 //
 // and the two requests a service makes to check its own credentials at
 // start-up: SelfSubjectReview (who am I) and SelfSubjectAccessReview (may

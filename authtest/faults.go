@@ -202,11 +202,7 @@ func (s *Server) MaxInFlight(e Endpoint) int {
 func (s *Server) TokenReviews() []authenticationv1.TokenReview {
 	s.mu.Lock()
 	defer s.mu.Unlock()
-	out := make([]authenticationv1.TokenReview, len(s.tokenReviews))
-	for i := range s.tokenReviews {
-		out[i] = *s.tokenReviews[i].DeepCopy()
-	}
-	return out
+	return deepCopies(s.tokenReviews)
 }
 
 // SubjectAccessReviews returns a copy of the SubjectAccessReviews the server
@@ -214,9 +210,17 @@ func (s *Server) TokenReviews() []authenticationv1.TokenReview {
 func (s *Server) SubjectAccessReviews() []authorizationv1.SubjectAccessReview {
 	s.mu.Lock()
 	defer s.mu.Unlock()
-	out := make([]authorizationv1.SubjectAccessReview, len(s.sars))
-	for i := range s.sars {
-		out[i] = *s.sars[i].DeepCopy()
+	return deepCopies(s.sars)
+}
+
+// deepCopies returns deep copies of in.
+func deepCopies[T any, PT interface {
+	*T
+	DeepCopy() *T
+}](in []T) []T {
+	out := make([]T, len(in))
+	for i := range in {
+		out[i] = *PT(&in[i]).DeepCopy()
 	}
 	return out
 }

@@ -9,6 +9,7 @@ import (
 	"time"
 
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/client-go/rest"
 
 	"github.com/reviewauth/reviewauth/authtest"
 )
@@ -161,5 +162,41 @@ func TestTokenReviewJSONShape(t *testing.T) {
 				t.Errorf("status fields %s: authenticated present %v, error present %v; want %v, %v", body, hasAuth, hasErr, tt.wantAuth, !tt.wantAuth)
 			}
 		})
+	}
+}
+
+// TestJWKSMediaType: like a real API server (go-restful, a route that
+// produces only application/jwk-set+json), the key set is refused with 406
+// to a client that accepts only application/json.
+func TestJWKSMediaType(t *testing.T) {
+	t.Parallel()
+	s := authtest.Start(t)
+	client := s.Config()
+	hc, err := rest.HTTPClientFor(client)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, tt := range []struct {
+		accept string
+		want   int
+	}{
+		{"", 200},
+		{"application/jwk-set+json", 200},
+		{"application/json, */*", 200},
+		{"application/*;q=0.5", 200},
+		{"application/json", 406},
+	} {
+		req, _ := http.NewRequest("GET", s.URL()+"/openid/v1/jwks", nil)
+		if tt.accept != "" {
+			req.Header.Set("Accept", tt.accept)
+		}
+		resp, err := hc.Do(req)
+		if err != nil {
+			t.Fatal(err)
+		}
+		resp.Body.Close()
+		if resp.StatusCode != tt.want {
+			t.Errorf("GET /openid/v1/jwks, Accept %q = %d; want %d", tt.accept, resp.StatusCode, tt.want)
+		}
 	}
 }

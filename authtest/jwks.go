@@ -9,6 +9,7 @@ import (
 	"encoding/base64"
 	"encoding/json"
 	"net/http"
+	"strings"
 )
 
 // JWKS is GET /openid/v1/jwks: the public keys that verify the service
@@ -90,13 +91,40 @@ func (s *Server) signer() signingKey {
 	return s.keys[0]
 }
 
-func (s *Server) serveJWKS(w http.ResponseWriter, _ *http.Request) {
+// mediaJWKS is the only media type the API server serves its key set as
+// (k8s.io/kubernetes pkg/routes/openidmetadata.go).
+const mediaJWKS = "application/jwk-set+json"
+
+func (s *Server) serveJWKS(w http.ResponseWriter, r *http.Request) {
+	if !accepts(r.Header.Get("Accept"), mediaJWKS) {
+		// What go-restful answers for a route that produces only
+		// mediaJWKS.
+		http.Error(w, "406: Not Acceptable", http.StatusNotAcceptable)
+		return
+	}
 	s.mu.Lock()
 	keys := make([]map[string]string, 0, len(s.keys))
 	for _, k := range s.keys {
 		keys = append(keys, k.jwk())
 	}
 	s.mu.Unlock()
-	w.Header().Set("Content-Type", "application/jwk-set+json")
+	w.Header().Set("Content-Type", mediaJWKS)
 	json.NewEncoder(w).Encode(map[string]any{"keys": keys})
+}
+
+// accepts reports whether an Accept header admits media type mt ("type/sub"):
+// no header, or a media range that is mt, "type/*" or "*/*".
+func accepts(header, mt string) bool {
+	if strings.TrimSpace(header) == "" {
+		return true
+	}
+	typ, _, _ := strings.Cut(mt, "/")
+	for part := range strings.SplitSeq(header, ",") {
+		r, _, _ := strings.Cut(part, ";")
+		switch strings.ToLower(strings.TrimSpace(r)) {
+		case mt, typ + "/*", "*/*":
+			return true
+		}
+	}
+	return false
 }

@@ -103,8 +103,7 @@ func (s *Server) SetPolicy(p Policy) {
 func (s *Server) serveSubjectAccessReview(w http.ResponseWriter, r *http.Request) {
 	gvk := authorizationv1.SchemeGroupVersion.WithKind("SubjectAccessReview")
 	var sar authorizationv1.SubjectAccessReview
-	if st := decodeBody(r, gvk, &sar); st != nil {
-		writeStatus(w, st)
+	if !readBody(w, r, gvk, &sar) {
 		return
 	}
 	s.mu.Lock()

@@ -226,8 +226,7 @@ func (s *Server) review(spec authenticationv1.TokenReviewSpec) authenticationv1.
 
 func (s *Server) serveTokenReview(w http.ResponseWriter, r *http.Request) {
 	var tr authenticationv1.TokenReview
-	if st := decodeBody(r, authenticationv1.SchemeGroupVersion.WithKind("TokenReview"), &tr); st != nil {
-		writeStatus(w, st)
+	if !readBody(w, r, authenticationv1.SchemeGroupVersion.WithKind("TokenReview"), &tr) {
 		return
 	}
 	s.mu.Lock()
@@ -242,23 +241,12 @@ func (s *Server) serveTokenReview(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	tr.TypeMeta = metav1.TypeMeta{Kind: "TokenReview", APIVersion: authenticationv1.SchemeGroupVersion.String()}
-	switch {
-	case f.MalformedBody:
-		respondMalformed(w, r, tr.TypeMeta)
-	case f.WrongKind:
-		respond(w, r, http.StatusCreated, wrongKindObject(tr.TypeMeta.Kind))
-	case f.EmptyStatus:
-		respond(w, r, http.StatusCreated, &tr)
-	default:
-		tr.Status = s.review(tr.Spec)
-		respondPadded(w, r, http.StatusCreated, &tr, f.BodyBytes)
-	}
+	respondAs(w, r, f, tr.TypeMeta, &tr, func() { tr.Status = s.review(tr.Spec) })
 }
 
 func (s *Server) serveTokenRequest(w http.ResponseWriter, r *http.Request, namespace, name string) {
 	var treq authenticationv1.TokenRequest
-	if st := decodeBody(r, authenticationv1.SchemeGroupVersion.WithKind("TokenRequest"), &treq); st != nil {
-		writeStatus(w, st)
+	if !readBody(w, r, authenticationv1.SchemeGroupVersion.WithKind("TokenRequest"), &treq) {
 		return
 	}
 	f, handled := s.intercept(w, r, TokenRequests)
@@ -322,15 +310,7 @@ func (s *Server) serveTokenRequest(w http.ResponseWriter, r *http.Request, names
 
 	treq.TypeMeta = metav1.TypeMeta{Kind: "TokenRequest", APIVersion: authenticationv1.SchemeGroupVersion.String()}
 	treq.ObjectMeta = metav1.ObjectMeta{Name: name, Namespace: namespace, CreationTimestamp: metav1.NewTime(now)}
-	switch {
-	case f.MalformedBody:
-		respondMalformed(w, r, treq.TypeMeta)
-	case f.WrongKind:
-		respond(w, r, http.StatusCreated, wrongKindObject(treq.TypeMeta.Kind))
-	case f.EmptyStatus:
-		respond(w, r, http.StatusCreated, &treq)
-	default:
+	respondAs(w, r, f, treq.TypeMeta, &treq, func() {
 		treq.Status = authenticationv1.TokenRequestStatus{Token: token, ExpirationTimestamp: metav1.NewTime(exp)}
-		respond(w, r, http.StatusCreated, &treq)
-	}
+	})
 }

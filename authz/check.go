@@ -2,11 +2,10 @@ package authz
 
 import (
 	"context"
-	"errors"
 
 	"k8s.io/apiserver/pkg/authorization/authorizer"
 
-	"github.com/reviewauth/reviewauth"
+	"github.com/reviewauth/reviewauth/internal/check"
 )
 
 // Check asks az about every attribute set in attrs, in order, and returns nil
@@ -34,23 +33,5 @@ import (
 // if every set is. az itself is typically [First] of local rules and an
 // [Authorizer], or [All] of [NodeLocal] and an [Authorizer].
 func Check(ctx context.Context, az authorizer.UnconditionalAuthorizer, attrs ...authorizer.Attributes) error {
-	if az == nil {
-		return &reviewauth.ReviewError{Review: "authorization", Err: errors.New("authz: nil authorizer")}
-	}
-	if len(attrs) == 0 {
-		return &reviewauth.DeniedError{Reason: "no attributes to authorize"}
-	}
-	for _, a := range attrs {
-		decision, reason, err := az.Authorize(ctx, a)
-		if err != nil {
-			if errors.Is(err, reviewauth.ErrUnavailable) {
-				return err
-			}
-			return &reviewauth.ReviewError{Review: "authorization", Err: err}
-		}
-		if decision != authorizer.DecisionAllow {
-			return &reviewauth.DeniedError{Reason: reason}
-		}
-	}
-	return nil
+	return check.Check(ctx, az, attrs...)
 }

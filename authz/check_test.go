@@ -80,10 +80,7 @@ func TestConstructorsRefuseNil(t *testing.T) {
 	if _, err := authz.NewForConfig(nil, authz.Options{}); err == nil {
 		t.Error("NewForConfig(nil) = nil error; want an error")
 	}
-	defer func() {
-		if recover() == nil {
-			t.Error("New(nil) did not panic")
-		}
-	}()
-	authz.New(nil, authz.Options{})
+	if az, err := authz.New(nil, authz.Options{}); err == nil || az != nil {
+		t.Errorf("New(nil) = %v, %v; want an error", az, err)
+	}
 }

@@ -15,8 +15,8 @@
 //     (user, UID, sorted groups, extra, every attribute, field and label
 //     selectors), located by a seeded hash and compared in full on every
 //     hit, so two different reviews never share an entry; concurrent misses
-//     are coalesced under a keyed SHA-256 (cache.Keyer) of the same encoding.
-//     The one exception is the credential-id extra, which names the token
+//     are coalesced under a keyed hash (a PRF with a per-process secret) of
+//     the same encoding. The one exception is the credential-id extra, which names the token
 //     rather than the caller and differs for every token: it is left out of
 //     the key by default ([Options.CacheKeyIgnoredExtras]), so that a client
 //     minting a token per call costs one review per TTL, not one per call;
@@ -27,7 +27,7 @@
 //   - bounded retries with backoff and Retry-After (HTTP/2 stream resets
 //     included), within a total budget, each request under its own timeout
 //     ([Options.AttemptTimeout]), with a bound on reviews in flight;
-//   - answers read up to a bound ([MaxAnswerBytes]) and never logged;
+//   - answers read up to a bound ([reviewauth.MaxAnswerBytes]) and never logged;
 //     the API server refusing the service's own credentials is logged at
 //     the default level and counted, and [SelfCheck] finds it at start-up;
 //   - failing closed: an error never comes with Allow, and "could not
@@ -38,8 +38,8 @@
 //
 // # Deciding locally
 //
-// Some decisions need no API server: [AlwaysAllowGroups] and
-// [AlwaysAllowPaths] (opt-in), [StaticRules], [NodeLocal], which admits
+// Some decisions need no API server: [AlwaysAllowGroups] (opt-in),
+// [StaticRules], [NodeLocal], which admits
 // only callers whose node-bound service-account token names this node, and
 // [NodeScope], which lets such callers list, watch and deletecollection
 // node-scoped resources (ResourceSlices by default) only with a field
@@ -51,12 +51,17 @@
 // and NoOpinion moves on, but an error stops it and denies. [All] requires
 // every authorizer to allow; NoOpinion counts as not allowed. Typical chains:
 //
-//	// a metrics endpoint: health paths and admins locally, the rest by SAR
-//	authz.First(authz.AlwaysAllowGroups("system:masters"), paths, sar)
+//	// a metrics endpoint: admins and static rules locally, the rest by SAR
+//	authz.First(authz.AlwaysAllowGroups("system:masters"), static, sar)
 //	// a DRA plugin: callers on this node, and allowed by RBAC
 //	authz.All(authz.NodeLocal(authz.NodeLocalOptions{NodeName: node}), sar)
 //	// a node-local API proxy: also, collections only of this node's objects
 //	authz.All(authz.NodeLocal(authz.NodeLocalOptions{NodeName: node}), scope, sar)
+//
+// Paths served without authorization and without a credential (health
+// probes) are not an authorizer's business: they are httpauth.Options'
+// AlwaysAllowPaths (--authorization-always-allow-paths), decided before
+// authentication and mapping.
 //
 // # What the transports use
 //

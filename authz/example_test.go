@@ -118,7 +118,8 @@ func ExampleAll() {
 // First is a union: local rules answer first, and the API server is asked
 // only when none of them has an opinion.
 func ExampleFirst() {
-	health, err := authz.AlwaysAllowPaths("/healthz", "/readyz")
+	health, err := authz.StaticRules(authz.Rule{Groups: []string{"system:authenticated"}, Verbs: []string{"get"},
+		NonResourceURLs: []string{"/healthz", "/readyz"}})
 	if err != nil {
 		fmt.Println(err)
 		return
@@ -127,13 +128,13 @@ func ExampleFirst() {
 		return authorizer.DecisionDeny, "asked the API server", nil
 	})
 	az := authz.First(authz.AlwaysAllowGroups("system:masters"), health, apiServer)
-	u := &user.DefaultInfo{Name: "prom"}
+	u := &user.DefaultInfo{Name: "prom", Groups: []string{"system:authenticated"}}
 	for _, p := range []string{"/healthz", "/metrics"} {
 		d, reason, _ := az.Authorize(context.Background(), authorizer.AttributesRecord{User: u, Verb: "get", Path: p})
 		fmt.Println(strings.TrimSpace(fmt.Sprintln(p, d, reason)))
 	}
 	// Output:
-	// /healthz Allow
+	// /healthz Allow allowed by static rule 0
 	// /metrics Deny asked the API server
 }
 
@@ -190,11 +191,11 @@ func ExampleSelfCheck() {
 
 	srv.SetAdminPolicy(authtest.Rules()) // not bound to system:auth-delegator
 	err := authz.SelfCheck(ctx, srv.Config())
-	fmt.Println(errors.Is(err, authz.ErrRefused), errors.Is(err, reviewauth.ErrUnavailable))
+	fmt.Println(errors.Is(err, reviewauth.ErrRefused), errors.Is(err, reviewauth.ErrUnavailable))
 
 	srv.Close()
 	err = authz.SelfCheck(ctx, srv.Config())
-	fmt.Println(errors.Is(err, authz.ErrRefused), errors.Is(err, reviewauth.ErrUnavailable))
+	fmt.Println(errors.Is(err, reviewauth.ErrRefused), errors.Is(err, reviewauth.ErrUnavailable))
 	// Output:
 	// <nil>
 	// true false

@@ -14,3 +14,10 @@ var SARSpec = sarSpec
 // CollideLookupKeys makes every review share one lookup key in a, so that
 // tests can check that a hit compares the full encoding.
 func CollideLookupKeys(a *Authorizer) { a.keys.collide = true }
+
+// NodeNameKey and NodeUIDKey are the node extras NodeLocal and NodeScope
+// read.
+const (
+	NodeNameKey = nodeNameKey
+	NodeUIDKey  = nodeUIDKey
+)

@@ -2,26 +2,23 @@ package authz
 
 import (
 	"errors"
-	"fmt"
 	"strings"
 
 	"github.com/spf13/pflag"
 	"k8s.io/apiserver/pkg/authorization/authorizer"
+	"k8s.io/client-go/rest"
 
+	"github.com/reviewauth/reviewauth"
 	"github.com/reviewauth/reviewauth/internal/review"
 	"github.com/reviewauth/reviewauth/internal/ttlflag"
 )
-
-// ClientOptions says how to reach the API server that answers
-// SubjectAccessReviews: a kubeconfig path (empty means in-cluster) and the
-// client's QPS and burst (zero means [DefaultQPS] and [DefaultBurst]).
-type ClientOptions = review.ClientOptions
 
 // Flags is Options plus the local decisions and the client, as set from
 // the command line with the flag names of k8s.io/apiserver's delegated
 // authorization options. The zero value has every default, and every local
 // decision off. AddFlags registers the flags, Validate checks them, and New
-// builds the authorizer.
+// builds the authorizer. A Flags is not safe for concurrent use: flags are
+// parsed once, before anything runs.
 //
 // The cache TTL flags mean what they mean in k8s.io/apiserver:
 // --authorization-webhook-cache-authorized-ttl=0 and
@@ -35,8 +32,10 @@ type ClientOptions = review.ClientOptions
 // transport's job. httpauth.Flags registers it, for httpauth.Options'
 // AlwaysAllowPaths; a gRPC server, which has no paths, does not take it.
 type Flags struct {
+	// Client is how to reach the API server: --authorization-kubeconfig,
+	// --authorization-qps and --authorization-burst.
+	Client reviewauth.ClientOptions
 	Options
-	Client ClientOptions
 
 	// AlwaysAllowGroups are groups whose members are allowed everything
 	// without a review. Default none: apiserver allows system:masters by
@@ -62,27 +61,17 @@ type Flags struct {
 //	--node-name                                      this agent's node
 //	--authorization-require-same-node                allow only callers bound to --node-name
 func (f *Flags) AddFlags(fs *pflag.FlagSet) {
-	fs.StringVar(&f.Client.Kubeconfig, "authorization-kubeconfig", f.Client.Kubeconfig,
-		"kubeconfig file pointing at the 'core' kubernetes server with enough rights to create subjectaccessreviews.authorization.k8s.io. Empty means the in-cluster configuration.")
-	fs.Var(ttlflag.New(&f.AllowedTTL, DefaultAllowedTTL), "authorization-webhook-cache-authorized-ttl",
-		"How long an Allow is cached. Also how long a revoked RoleBinding keeps working. 0 disables the cache: every request is reviewed.")
-	fs.Var(ttlflag.New(&f.DeniedTTL, DefaultDeniedTTL), "authorization-webhook-cache-unauthorized-ttl",
-		"How long a Deny is cached. Also how long a new RoleBinding takes to work. 0 disables the cache: every denied request is reviewed again.")
-	fs.StringSliceVar(&f.AlwaysAllowGroups, "authorization-always-allow-groups", f.AlwaysAllowGroups,
-		"Groups allowed everything without a SubjectAccessReview, e.g. system:masters. Default none.")
-	fs.IntVar(&f.MaxInFlight, "authorization-max-in-flight", or(f.MaxInFlight, DefaultMaxInFlight),
-		"How many SubjectAccessReviews may be in flight at once; more callers wait.")
-	fs.Float32Var(&f.Client.QPS, "authorization-qps", or(f.Client.QPS, float32(DefaultQPS)), "QPS limit of the SubjectAccessReview client.")
-	fs.IntVar(&f.Client.Burst, "authorization-burst", or(f.Client.Burst, DefaultBurst), "Burst limit of the SubjectAccessReview client.")
+	clientFlags.AddFlags(fs, &f.Client, &f.MaxInFlight)
+	fs.Var(ttlflag.New(&f.AllowedTTL, DefaultAllowedTTL), "authorization-webhook-cache-authorized-ttl", "How long an Allow is cached. Also how long a revoked RoleBinding keeps working. 0 disables the cache: every request is reviewed.")
+	fs.Var(ttlflag.New(&f.DeniedTTL, DefaultDeniedTTL), "authorization-webhook-cache-unauthorized-ttl", "How long a Deny is cached. Also how long a new RoleBinding takes to work. 0 disables the cache: every denied request is reviewed again.")
+	fs.StringSliceVar(&f.AlwaysAllowGroups, "authorization-always-allow-groups", f.AlwaysAllowGroups, "Groups allowed everything without a SubjectAccessReview, e.g. system:masters. Default none.")
 	ignored := f.CacheKeyIgnoredExtras
 	if ignored == nil {
 		ignored = []string{CredentialIDExtra}
 	}
-	fs.StringSliceVar(&f.CacheKeyIgnoredExtras, "authorization-cache-ignored-extras", ignored,
-		"User extra keys left out of the SubjectAccessReview cache key (the review still carries them), so that a client minting a token per call shares one cached decision. Set it empty if an authorizer in the cluster decides on one of them.")
+	fs.StringSliceVar(&f.CacheKeyIgnoredExtras, "authorization-cache-ignored-extras", ignored, "User extra keys left out of the SubjectAccessReview cache key (the review still carries them), so that a client minting a token per call shares one cached decision. Set it empty if an authorizer in the cluster decides on one of them.")
 	fs.StringVar(&f.NodeName, "node-name", f.NodeName, "The node this agent runs on.")
-	fs.BoolVar(&f.RequireSameNode, "authorization-require-same-node", f.RequireSameNode,
-		"Allow only callers whose node-bound service-account token names --node-name, in addition to the SubjectAccessReview.")
+	fs.BoolVar(&f.RequireSameNode, "authorization-require-same-node", f.RequireSameNode, "Allow only callers whose node-bound service-account token names --node-name, in addition to the SubjectAccessReview.")
 }
 
 // Validate reports every problem with f, naming the flag.
@@ -93,61 +82,66 @@ func (f *Flags) Validate() error {
 			errs = append(errs, errors.New("--authorization-always-allow-groups: empty group"))
 		}
 	}
-	if f.MaxInFlight < 0 {
-		errs = append(errs, fmt.Errorf("--authorization-max-in-flight: must be positive, got %d", f.MaxInFlight))
-	}
-	if f.Client.QPS < 0 {
-		errs = append(errs, fmt.Errorf("--authorization-qps: must not be negative, got %v", f.Client.QPS))
-	}
-	if f.Client.Burst < 0 {
-		errs = append(errs, fmt.Errorf("--authorization-burst: must not be negative, got %d", f.Client.Burst))
-	}
+	errs = append(errs, clientFlags.Validate(f.Client, f.MaxInFlight)...)
 	if f.RequireSameNode && f.NodeName == "" {
 		errs = append(errs, errors.New("--node-name: required by --authorization-require-same-node"))
 	}
 	return errors.Join(errs...)
 }
 
-// New validates f and builds the authorizer it describes:
-//
-//	First(AlwaysAllowGroups, All(NodeLocal, SAR))
-//
-// where the local parts are present only when configured. It also returns
-// the SubjectAccessReview authorizer itself, for callers that compose their
-// own chain.
-func (f *Flags) New() (authorizer.Authorizer, *Authorizer, error) {
-	if err := f.Validate(); err != nil {
-		return nil, nil, err
-	}
-	cfg, err := f.Client.RESTConfig()
+// clientFlags are the client flags authz shares with authn.
+var clientFlags = review.ClientFlags{Pkg: "authz", Prefix: "authorization", Kind: "SubjectAccessReview", Resource: "subjectaccessreviews.authorization.k8s.io"}
+
+// RESTConfig loads the client configuration f.Client describes: the
+// kubeconfig file, or the in-cluster configuration, with f's QPS and burst.
+// Use it for [SelfCheck].
+func (f *Flags) RESTConfig() (*rest.Config, error) { return clientFlags.RESTConfig(f.Client) }
+
+// New validates f and builds the authorizer it describes: [Flags.Chain] in
+// front of the SubjectAccessReview [Authorizer] of [Flags.NewAuthorizer].
+func (f *Flags) New() (authorizer.Authorizer, error) {
+	sar, err := f.NewAuthorizer()
 	if err != nil {
-		return nil, nil, fmt.Errorf("authz: --authorization-kubeconfig: %w", err)
+		return nil, err
 	}
-	sar, err := NewForConfig(cfg, f.Options)
-	if err != nil {
-		return nil, nil, err
-	}
-	var chain []authorizer.UnconditionalAuthorizer
-	if len(f.AlwaysAllowGroups) > 0 {
-		chain = append(chain, AlwaysAllowGroups(f.AlwaysAllowGroups...))
-	}
-	var last authorizer.UnconditionalAuthorizer = sar
-	if f.RequireSameNode {
-		last = All(NodeLocal(NodeLocalOptions{NodeName: f.NodeName}), sar)
-	}
-	if len(chain) == 0 {
-		if f.RequireSameNode {
-			return All(NodeLocal(NodeLocalOptions{NodeName: f.NodeName}), sar), sar, nil
-		}
-		return sar, sar, nil
-	}
-	return First(append(chain, last)...), sar, nil
+	return f.Chain(sar)
 }
 
-func or[T comparable](v, def T) T {
-	var zero T
-	if v == zero {
-		return def
+// NewAuthorizer validates f and builds the SubjectAccessReview [Authorizer]
+// alone, with [NewForConfig], for callers that compose a chain of their
+// own (or that want both: pass it to [Flags.Chain]).
+func (f *Flags) NewAuthorizer() (*Authorizer, error) {
+	cfg, err := clientFlags.Load(f.Client, f.Validate)
+	if err != nil {
+		return nil, err
 	}
-	return v
+	return NewForConfig(cfg, f.Options)
+}
+
+// Chain validates f and puts the local decisions f describes in front of
+// az:
+//
+//	First(AlwaysAllowGroups, All(NodeLocal, az))
+//
+// where the local parts are present only when configured; with none it
+// returns az itself (as an [authorizer.Authorizer] when it is one). A nil
+// az is an error.
+func (f *Flags) Chain(az authorizer.UnconditionalAuthorizer) (authorizer.Authorizer, error) {
+	if az == nil {
+		return nil, errors.New("authz: Flags.Chain with a nil authorizer")
+	}
+	if err := f.Validate(); err != nil {
+		return nil, err
+	}
+	last := az
+	if f.RequireSameNode {
+		last = All(NodeLocal(NodeLocalOptions{NodeName: f.NodeName}), az)
+	}
+	if len(f.AlwaysAllowGroups) > 0 {
+		return First(AlwaysAllowGroups(f.AlwaysAllowGroups...), last), nil
+	}
+	if full, ok := last.(authorizer.Authorizer); ok {
+		return full, nil
+	}
+	return All(last), nil
 }

@@ -12,6 +12,7 @@ import (
 	"k8s.io/apiserver/pkg/authentication/user"
 	"k8s.io/apiserver/pkg/authorization/authorizer"
 
+	"github.com/reviewauth/reviewauth"
 	"github.com/reviewauth/reviewauth/authtest"
 	"github.com/reviewauth/reviewauth/authz"
 )
@@ -31,7 +32,7 @@ func TestFlags(t *testing.T) {
 			if len(f.AlwaysAllowGroups) != 0 || f.RequireSameNode {
 				t.Errorf("local decisions on by default: %+v", f)
 			}
-			if f.Client.QPS != authz.DefaultQPS || f.Client.Burst != authz.DefaultBurst {
+			if f.Client.QPS != reviewauth.DefaultQPS || f.Client.Burst != reviewauth.DefaultBurst {
 				t.Errorf("client = %+v; want defaults", f.Client)
 			}
 			if want := []string{authz.CredentialIDExtra}; !slices.Equal(f.CacheKeyIgnoredExtras, want) {
@@ -118,7 +119,7 @@ func TestFlagsNew(t *testing.T) {
 		"--authorization-require-same-node", "--node-name=node-a"}); err != nil {
 		t.Fatal(err)
 	}
-	az, _, err := f.New()
+	az, err := f.New()
 	if err != nil {
 		t.Fatalf("New() = %v", err)
 	}
@@ -184,7 +185,7 @@ func TestFlagsZeroTTLDisablesCache(t *testing.T) {
 			if err := fs.Parse(append([]string{"--authorization-kubeconfig=" + kc}, tt.args...)); err != nil {
 				t.Fatal(err)
 			}
-			az, _, err := f.New()
+			az, err := f.New()
 			if err != nil {
 				t.Fatalf("New() = %v", err)
 			}
@@ -197,5 +198,45 @@ func TestFlagsZeroTTLDisablesCache(t *testing.T) {
 				t.Errorf("%v: %d checks sent %d SubjectAccessReviews; want %d", tt.args, calls, n, tt.wantSAR)
 			}
 		})
+	}
+}
+
+// TestFlagsNewAuthorizerAndChain: the SubjectAccessReview authorizer is
+// reachable alone, and Chain puts the flags' local decisions in front of
+// it; with none, the chain is the authorizer itself.
+func TestFlagsNewAuthorizerAndChain(t *testing.T) {
+	t.Parallel()
+	srv := authtest.Start(t)
+	srv.SetPolicy(allowBackupPods)
+	kc := filepath.Join(t.TempDir(), "kubeconfig")
+	if err := srv.WriteKubeconfig(kc); err != nil {
+		t.Fatal(err)
+	}
+	f := authz.Flags{Client: reviewauth.ClientOptions{Kubeconfig: kc}}
+	sar, err := f.NewAuthorizer()
+	if err != nil {
+		t.Fatalf("NewAuthorizer() = %v", err)
+	}
+	chain, err := f.Chain(sar)
+	if err != nil || chain != authorizer.Authorizer(sar) {
+		t.Fatalf("Chain(sar) with no local decisions = %v, %v; want sar itself", chain, err)
+	}
+	if _, err := f.Chain(nil); err == nil {
+		t.Error("Chain(nil) = nil error; want an error")
+	}
+	f.AlwaysAllowGroups = []string{"system:masters"}
+	if chain, err = f.Chain(sar); err != nil {
+		t.Fatal(err)
+	}
+	admin := &user.DefaultInfo{Name: "admin", Groups: []string{"system:masters"}}
+	if d, _, err := chain.Authorize(t.Context(), getPods(admin)); d != authorizer.DecisionAllow || err != nil {
+		t.Errorf("chain.Authorize(admin) = %v, %v; want Allow", d, err)
+	}
+	if n := srv.Count(authtest.SubjectAccessReviews); n != 0 {
+		t.Errorf("SARs = %d; want 0: the always-allow group decides locally", n)
+	}
+	f.RequireSameNode = true // without --node-name
+	if _, err := f.Chain(sar); err == nil || !strings.Contains(err.Error(), "--node-name") {
+		t.Errorf("Chain() with --authorization-require-same-node and no --node-name = %v; want an error naming --node-name", err)
 	}
 }

@@ -3,12 +3,11 @@ package authz
 import (
 	"context"
 	"fmt"
-	"path"
 	"slices"
-	"strings"
 
-	"k8s.io/apiserver/pkg/authentication/serviceaccount"
 	"k8s.io/apiserver/pkg/authorization/authorizer"
+
+	"github.com/reviewauth/reviewauth/internal/pathmatch"
 )
 
 // The local authorizers below decide without asking the API server. Compose
@@ -39,101 +38,6 @@ func AlwaysAllowGroups(groups ...string) authorizer.Authorizer {
 	})
 }
 
-// pathPattern is an always-allowed path: exact, or a prefix when it ended in
-// "*".
-type pathPattern struct {
-	s      string
-	prefix bool
-}
-
-func parsePathPattern(p string) (pathPattern, error) {
-	if p == "" || p[0] != '/' {
-		return pathPattern{}, fmt.Errorf("authz: path %q does not start with /", p)
-	}
-	prefix := strings.HasSuffix(p, "*")
-	body := strings.TrimSuffix(p, "*")
-	if strings.Contains(body, "*") {
-		return pathPattern{}, fmt.Errorf("authz: path %q has a * that is not at its end", p)
-	}
-	if prefix {
-		// "/logs/*" matches "/logs/x" (cleaned) but not "/logs"; "/metrics*"
-		// matches "/metrics" and "/metricsfoo". A trailing slash before the
-		// "*" is kept: it is what makes "/logs/*" stop at a segment.
-		if c := path.Clean(body); c != body && c+"/" != body {
-			return pathPattern{}, fmt.Errorf("authz: path %q is not clean", p)
-		}
-		return pathPattern{s: body, prefix: true}, nil
-	}
-	if cleaned := path.Clean(body); cleaned != body {
-		return pathPattern{}, fmt.Errorf("authz: path %q is not clean (want %q)", p, cleaned)
-	}
-	return pathPattern{s: body}, nil
-}
-
-func (p pathPattern) match(cleaned string) bool {
-	if p.prefix {
-		return strings.HasPrefix(cleaned, p.s)
-	}
-	return cleaned == p.s
-}
-
-// matchPath reports whether the request path reqPath, cleaned with
-// path.Clean, matches one of patterns. An empty path matches nothing.
-func matchPath(patterns []pathPattern, reqPath string) bool {
-	if reqPath == "" {
-		return false
-	}
-	cleaned := path.Clean(reqPath)
-	if reqPath[0] != '/' {
-		cleaned = path.Clean("/" + reqPath)
-	}
-	for _, p := range patterns {
-		if p.match(cleaned) {
-			return true
-		}
-	}
-	return false
-}
-
-// AlwaysAllowPaths returns an authorizer that allows non-resource requests
-// (any verb) whose path, cleaned with path.Clean, matches one of paths, and
-// has no opinion on everything else, resource requests included. A path is
-// matched exactly, or as a prefix when it ends in "*": "/healthz" matches
-// "/healthz" and "/healthz/" but not "/healthz/etcd"; "/logs/*" matches
-// "/logs/a" but not "/logs"; "/metrics*" matches "/metrics" and
-// "/metrics/cadvisor". Cleaning happens first, so "/healthz/../secret" is
-// "/secret".
-//
-// Like k8s.io/apiserver's path authorizer, it decides only non-resource
-// attributes: behind a mapper that yields resource attributes, such as
-// httpauth.Kubelet, it never matches. For an HTTP server, the place for
-// health probes and other always-allowed paths is httpauth.Options'
-// AlwaysAllowPaths (the --authorization-always-allow-paths flag of
-// httpauth.Flags), which works with every mapper and also serves requests
-// without a credential, limited to GET and HEAD; this authorizer is for
-// chains of your own behind a non-resource mapper, and allows any verb of
-// any authenticated user.
-//
-// Each path must start with "/", be clean, and have "*" only at its end;
-// otherwise AlwaysAllowPaths returns an error. With no paths it never
-// allows. It is opt-in. The returned authorizer is safe for concurrent use.
-func AlwaysAllowPaths(paths ...string) (authorizer.Authorizer, error) {
-	patterns := make([]pathPattern, 0, len(paths))
-	for _, p := range paths {
-		pp, err := parsePathPattern(p)
-		if err != nil {
-			return nil, err
-		}
-		patterns = append(patterns, pp)
-	}
-	return authorizer.AuthorizerFunc(func(_ context.Context, a authorizer.Attributes) (authorizer.Decision, string, error) {
-		if a.IsResourceRequest() || !matchPath(patterns, a.GetPath()) {
-			return authorizer.DecisionNoOpinion, "", nil
-		}
-		return authorizer.DecisionAllow, "", nil
-	}), nil
-}
-
 // Rule is one static authorization rule for [StaticRules]. A request
 // matches when its subject matches and its attributes match.
 //
@@ -149,11 +53,17 @@ func AlwaysAllowPaths(paths ...string) (authorizer.Authorizer, error) {
 //     Subresources must match the subresource; an empty list matches only
 //     requests without one. Namespaces and Names match the namespace and
 //     name; an empty list matches any.
-//   - Non-resource requests: NonResourceURLs must match the cleaned path,
-//     exactly or as a prefix when the entry ends in "*" (as
-//     [AlwaysAllowPaths]); an empty list matches nothing, so a rule is for
-//     resource requests or for non-resource ones, not both, unless it
-//     names both.
+//   - Non-resource requests: NonResourceURLs must match the path exactly,
+//     or as a prefix when the entry ends in "*" ("/logs/*" matches
+//     "/logs/a" and not "/logs"; "*" matches every path), as RBAC's
+//     nonResourceURLs and k8s.io/apiserver's always-allow paths do. Each
+//     entry must be a clean absolute path (before its "*"). The request's
+//     path must be clean too, as httpauth.CleanPath returns it (httpauth
+//     hands authorizers only such paths): "/healthz/" does not match
+//     "/healthz", and a path with "//", dot segments, escapes or a
+//     backslash matches no entry. An empty list matches nothing, so a rule
+//     is for resource requests or for non-resource ones, not both, unless
+//     it names both.
 type Rule struct {
 	Users           []string
 	Groups          []string
@@ -168,7 +78,7 @@ type Rule struct {
 
 type compiledRule struct {
 	Rule
-	urls []pathPattern
+	urls *pathmatch.Matcher
 }
 
 func matchList(list []string, v string, emptyMatchesAll bool) bool {
@@ -192,7 +102,7 @@ func (r *compiledRule) matches(a authorizer.Attributes) bool {
 		return false
 	}
 	if !a.IsResourceRequest() {
-		return matchPath(r.urls, a.GetPath())
+		return r.urls.Match(a.GetPath())
 	}
 	if len(r.Subresources) == 0 {
 		if a.GetSubresource() != "" {
@@ -209,9 +119,8 @@ func (r *compiledRule) matches(a authorizer.Attributes) bool {
 
 // StaticRules returns an authorizer that allows a request matching any of
 // rules and has no opinion otherwise; it never denies. It returns an error
-// if a NonResourceURLs entry is not a valid path pattern (see
-// [AlwaysAllowPaths]). The rules are copied. The returned authorizer is safe
-// for concurrent use.
+// if a NonResourceURLs entry is not a valid path pattern (see [Rule]). The
+// rules are copied. The returned authorizer is safe for concurrent use.
 func StaticRules(rules ...Rule) (authorizer.Authorizer, error) {
 	compiled := make([]compiledRule, 0, len(rules))
 	for i, r := range rules {
@@ -224,13 +133,11 @@ func StaticRules(rules ...Rule) (authorizer.Authorizer, error) {
 		c.Subresources = slices.Clone(r.Subresources)
 		c.Namespaces = slices.Clone(r.Namespaces)
 		c.Names = slices.Clone(r.Names)
-		for _, p := range r.NonResourceURLs {
-			pp, err := parsePathPattern(p)
-			if err != nil {
-				return nil, fmt.Errorf("authz: rule %d: %w", i, err)
-			}
-			c.urls = append(c.urls, pp)
+		urls, err := pathmatch.New("NonResourceURLs entry", r.NonResourceURLs)
+		if err != nil {
+			return nil, fmt.Errorf("authz: rule %d: %w", i, err)
 		}
+		c.urls = urls
 		compiled = append(compiled, c)
 	}
 	return authorizer.AuthorizerFunc(func(_ context.Context, a authorizer.Attributes) (authorizer.Decision, string, error) {
@@ -242,6 +149,15 @@ func StaticRules(rules ...Rule) (authorizer.Authorizer, error) {
 		return authorizer.DecisionNoOpinion, "", nil
 	}), nil
 }
+
+// The extra keys of node-bound service-account tokens: k8s.io/apiserver's
+// serviceaccount.NodeNameKey and NodeUIDKey, written here because that
+// package brings k8s.io/api/core/v1 and the validation packages (7 in all)
+// for two strings. TestNodeExtraKeysAreAPIServers compares them.
+const (
+	nodeNameKey = "authentication.kubernetes.io/node-name"
+	nodeUIDKey  = "authentication.kubernetes.io/node-uid"
+)
 
 // NodeLocalOptions configures [NodeLocal].
 type NodeLocalOptions struct {
@@ -257,10 +173,11 @@ type NodeLocalOptions struct {
 
 // NodeLocal returns an authorizer for node agents that allows a caller
 // bound to this node and denies every other caller: it allows only when the
-// user's extra [serviceaccount.NodeNameKey]
-// ("authentication.kubernetes.io/node-name") holds exactly one value, equal
-// to opts.NodeName, and, when opts.NodeUID is set, [serviceaccount.NodeUIDKey]
-// holds exactly one value, equal to opts.NodeUID. Such extras come from
+// user's extra "authentication.kubernetes.io/node-name" (k8s.io/apiserver's
+// serviceaccount.NodeNameKey) holds exactly one value, equal to
+// opts.NodeName, and, when opts.NodeUID is set,
+// "authentication.kubernetes.io/node-uid" (serviceaccount.NodeUIDKey) holds
+// exactly one value, equal to opts.NodeUID. Such extras come from
 // node-bound service-account tokens (pods with spec.nodeName, or tokens
 // bound to a Node).
 //
@@ -281,7 +198,7 @@ func NodeLocal(opts NodeLocalOptions) authorizer.Authorizer {
 			return authorizer.DecisionDeny, "no user", nil
 		}
 		extra := u.GetExtra()
-		names := extra[serviceaccount.NodeNameKey]
+		names := extra[nodeNameKey]
 		switch {
 		case len(names) == 0:
 			return authorizer.DecisionDeny, "caller is not bound to a node", nil
@@ -291,7 +208,7 @@ func NodeLocal(opts NodeLocalOptions) authorizer.Authorizer {
 			return authorizer.DecisionDeny, fmt.Sprintf("caller is bound to node %q, not to this node", names[0]), nil
 		}
 		if opts.NodeUID != "" {
-			uids := extra[serviceaccount.NodeUIDKey]
+			uids := extra[nodeUIDKey]
 			switch {
 			case len(uids) == 0:
 				return authorizer.DecisionDeny, "caller's node binding has no node UID", nil

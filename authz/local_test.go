@@ -5,6 +5,8 @@ import (
 	"errors"
 	"testing"
 
+	"k8s.io/apiserver/pkg/authentication/serviceaccount"
+
 	"k8s.io/apiserver/pkg/authentication/user"
 	"k8s.io/apiserver/pkg/authorization/authorizer"
 
@@ -43,12 +45,13 @@ func TestAlwaysAllowGroups(t *testing.T) {
 	}
 }
 
-func TestAlwaysAllowPaths(t *testing.T) {
+// TestStaticRulesNonResourceURLs: NonResourceURLs match as RBAC's
+// nonResourceURLs and apiserver's always-allow paths do (exact, or a prefix
+// with a trailing "*"), on clean paths only.
+func TestStaticRulesNonResourceURLs(t *testing.T) {
 	t.Parallel()
-	az, err := authz.AlwaysAllowPaths("/healthz", "/readyz", "/logs/*", "/metrics*")
-	if err != nil {
-		t.Fatalf("AlwaysAllowPaths() = %v", err)
-	}
+	az := mustStatic(t, authz.Rule{Groups: []string{"system:serviceaccounts"}, Verbs: []string{"*"},
+		NonResourceURLs: []string{"/healthz", "/readyz", "/logs/*", "/metrics*"}})
 	u := backup()
 	tests := []struct {
 		name  string
@@ -56,20 +59,21 @@ func TestAlwaysAllowPaths(t *testing.T) {
 		want  authorizer.Decision
 	}{
 		{name: "exact", attrs: nonResource(u, "get", "/healthz"), want: authorizer.DecisionAllow},
-		{name: "exact, trailing slash cleaned", attrs: nonResource(u, "get", "/healthz/"), want: authorizer.DecisionAllow},
+		{name: "exact, with a trailing slash, is another path", attrs: nonResource(u, "get", "/healthz/"), want: authorizer.DecisionNoOpinion},
 		{name: "exact, any verb", attrs: nonResource(u, "post", "/readyz"), want: authorizer.DecisionAllow},
 		{name: "exact is not a prefix", attrs: nonResource(u, "get", "/healthz/etcd"), want: authorizer.DecisionNoOpinion},
-		{name: "dot-dot escapes are cleaned first", attrs: nonResource(u, "get", "/healthz/../secret"), want: authorizer.DecisionNoOpinion},
-		{name: "dot-dot into an allowed path", attrs: nonResource(u, "get", "/x/../healthz"), want: authorizer.DecisionAllow},
-		{name: "double slash cleaned", attrs: nonResource(u, "get", "//healthz"), want: authorizer.DecisionAllow},
+		{name: "dot-dot out of an allowed path", attrs: nonResource(u, "get", "/healthz/../secret"), want: authorizer.DecisionNoOpinion},
+		{name: "dot-dot into an allowed path is not clean", attrs: nonResource(u, "get", "/x/../healthz"), want: authorizer.DecisionNoOpinion},
+		{name: "double slash is not clean", attrs: nonResource(u, "get", "//healthz"), want: authorizer.DecisionNoOpinion},
 		{name: "prefix with slash", attrs: nonResource(u, "get", "/logs/kubelet.log"), want: authorizer.DecisionAllow},
 		{name: "prefix with slash excludes the directory", attrs: nonResource(u, "get", "/logs"), want: authorizer.DecisionNoOpinion},
-		{name: "prefix with slash, escape cleaned", attrs: nonResource(u, "get", "/logs/../etc/passwd"), want: authorizer.DecisionNoOpinion},
+		{name: "prefix with slash, dot-dot out", attrs: nonResource(u, "get", "/logs/../etc/passwd"), want: authorizer.DecisionNoOpinion},
+		{name: "prefix with slash, escaped", attrs: nonResource(u, "get", "/logs/%2e%2e/etc/passwd"), want: authorizer.DecisionNoOpinion},
 		{name: "prefix without slash", attrs: nonResource(u, "get", "/metrics"), want: authorizer.DecisionAllow},
 		{name: "prefix without slash, longer", attrs: nonResource(u, "get", "/metrics/cadvisor"), want: authorizer.DecisionAllow},
 		{name: "other path", attrs: nonResource(u, "get", "/configz"), want: authorizer.DecisionNoOpinion},
 		{name: "empty path", attrs: nonResource(u, "get", ""), want: authorizer.DecisionNoOpinion},
-		{name: "relative path", attrs: nonResource(u, "get", "healthz"), want: authorizer.DecisionAllow},
+		{name: "relative path", attrs: nonResource(u, "get", "healthz"), want: authorizer.DecisionNoOpinion},
 		{name: "resource request with an allowed path", attrs: authorizer.AttributesRecord{User: u, Verb: "get", Path: "/healthz", Resource: "pods", ResourceRequest: true}, want: authorizer.DecisionNoOpinion},
 	}
 	for _, tt := range tests {
@@ -82,19 +86,22 @@ func TestAlwaysAllowPaths(t *testing.T) {
 	}
 }
 
-func TestAlwaysAllowPathsInvalid(t *testing.T) {
+func TestStaticRulesNonResourceURLsInvalid(t *testing.T) {
 	t.Parallel()
-	for _, p := range []string{"", "healthz", "*", "/a*b", "/*/x", "/a/../b", "/a//b", "/a/./b*", "/a/"} {
+	rule := func(p string) authz.Rule {
+		return authz.Rule{Users: []string{"a"}, Verbs: []string{"get"}, NonResourceURLs: []string{"/ok", p}}
+	}
+	for _, p := range []string{"", "healthz", "/a*b", "/*/x", "/a/../b", "/a//b", "/a/./b*", "/a%2fb"} {
 		t.Run(p, func(t *testing.T) {
 			t.Parallel()
-			if _, err := authz.AlwaysAllowPaths("/ok", p); err == nil {
-				t.Errorf("AlwaysAllowPaths(%q) = nil error; want an error", p)
+			if _, err := authz.StaticRules(rule(p)); err == nil {
+				t.Errorf("StaticRules(NonResourceURLs %q) = nil error; want an error", p)
 			}
 		})
 	}
-	for _, p := range []string{"/", "/*", "/a/*", "/a*", "/a/b"} {
-		if _, err := authz.AlwaysAllowPaths(p); err != nil {
-			t.Errorf("AlwaysAllowPaths(%q) = %v; want nil", p, err)
+	for _, p := range []string{"/", "*", "/*", "/a/*", "/a*", "/a/b", "/a/"} {
+		if _, err := authz.StaticRules(rule(p)); err != nil {
+			t.Errorf("StaticRules(NonResourceURLs %q) = %v; want nil", p, err)
 		}
 	}
 }
@@ -287,10 +294,6 @@ func TestFirst(t *testing.T) {
 // against authtest and checks which requests reach the API server.
 func TestLocalRulesBeforeSAR(t *testing.T) {
 	t.Parallel()
-	paths, err := authz.AlwaysAllowPaths("/healthz")
-	if err != nil {
-		t.Fatal(err)
-	}
 	static := mustStatic(t, authz.Rule{Groups: []string{"prometheus"}, Verbs: []string{"get"}, NonResourceURLs: []string{"/metrics"}})
 	prom := &user.DefaultInfo{Name: "prom", Groups: []string{"prometheus"}}
 	remote := backup()
@@ -308,9 +311,6 @@ func TestLocalRulesBeforeSAR(t *testing.T) {
 		{name: "other groups reach the SAR", local: func(sar authorizer.Authorizer) authorizer.Authorizer {
 			return authz.First(authz.AlwaysAllowGroups("system:masters"), sar)
 		}, attrs: getPods(&user.DefaultInfo{Name: "eve", Groups: []string{"x"}}), want: reviewauth.ErrDenied, wantSARs: 1},
-		{name: "always-allow path skips the SAR", local: func(sar authorizer.Authorizer) authorizer.Authorizer {
-			return authz.First(paths, sar)
-		}, attrs: nonResource(prom, "get", "/healthz"), wantSARs: 0},
 		{name: "static rule skips the SAR", local: func(sar authorizer.Authorizer) authorizer.Authorizer {
 			return authz.First(static, sar)
 		}, attrs: nonResource(prom, "get", "/metrics"), wantSARs: 0},
@@ -333,5 +333,20 @@ func TestLocalRulesBeforeSAR(t *testing.T) {
 				t.Errorf("SARs = %d; want %d", got, tt.wantSARs)
 			}
 		})
+	}
+}
+
+// TestNodeExtraKeysAreAPIServers: the extra keys NodeLocal and NodeScope
+// read, and the credential-id key, are k8s.io/apiserver's.
+func TestNodeExtraKeysAreAPIServers(t *testing.T) {
+	t.Parallel()
+	for _, tt := range []struct{ ours, theirs string }{
+		{authz.NodeNameKey, serviceaccount.NodeNameKey},
+		{authz.NodeUIDKey, serviceaccount.NodeUIDKey},
+		{authz.CredentialIDExtra, user.CredentialIDKey},
+	} {
+		if tt.ours != tt.theirs {
+			t.Errorf("extra key %q; want apiserver's %q", tt.ours, tt.theirs)
+		}
 	}
 }

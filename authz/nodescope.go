@@ -5,7 +5,6 @@ import (
 	"fmt"
 
 	"k8s.io/apimachinery/pkg/selection"
-	"k8s.io/apiserver/pkg/authentication/serviceaccount"
 	"k8s.io/apiserver/pkg/authorization/authorizer"
 )
 
@@ -55,8 +54,8 @@ type NodeScopeOptions struct {
 // KEP-4601). A list, watch or deletecollection of one of opts.Resources is
 // allowed only when its field selector requires the resource's field to
 // equal the caller's node: the one value of the user's extra
-// [serviceaccount.NodeNameKey] ("authentication.kubernetes.io/node-name"),
-// set by node-bound service-account tokens. The selector may have other
+// "authentication.kubernetes.io/node-name" (k8s.io/apiserver's
+// serviceaccount.NodeNameKey), set by node-bound service-account tokens. The selector may have other
 // requirements too (they can only narrow the result, as the
 // ResourceSlice controller's "spec.driver=D,spec.nodeName=N" does), but
 // every requirement on the node field must be "=" or "==" this node. It is
@@ -129,7 +128,7 @@ func callerNode(a authorizer.Attributes) (node, reason string) {
 	if u == nil {
 		return "", "there is no user"
 	}
-	names := u.GetExtra()[serviceaccount.NodeNameKey]
+	names := u.GetExtra()[nodeNameKey]
 	switch {
 	case len(names) == 0:
 		return "", "the caller is not bound to a node"

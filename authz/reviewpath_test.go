@@ -272,7 +272,7 @@ func TestSARCredentialRefusal(t *testing.T) {
 	for range 2 {
 		d, _, err := az.Authorize(ctx, getPods(backup()))
 		var re *reviewauth.ReviewError
-		if d == authorizer.DecisionAllow || !errors.As(err, &re) || re.Code != http.StatusForbidden || !errors.Is(err, authz.ErrRefused) {
+		if d == authorizer.DecisionAllow || !errors.As(err, &re) || re.Code != http.StatusForbidden || !errors.Is(err, reviewauth.ErrRefused) {
 			t.Fatalf("Authorize() = %v, %v; want Deny and a 403 ReviewError matching ErrRefused", d, err)
 		}
 	}
@@ -311,7 +311,7 @@ func TestSAROversizedAnswer(t *testing.T) {
 			if err != nil {
 				t.Fatal(err)
 			}
-			size := len(sent) + authz.MaxAnswerBytes + tt.extra
+			size := len(sent) + reviewauth.MaxAnswerBytes + tt.extra
 			if tt.extra < 0 {
 				size = 20 << 20
 			}
@@ -354,11 +354,11 @@ func TestSelfCheck(t *testing.T) {
 	})
 	err := authz.SelfCheck(ctx, srv.Config())
 	const want = `authz: self-check: user "system:serviceaccount:kube-system:metrics-proxy" may not create subjectaccessreviews.authorization.k8s.io; it needs the system:auth-delegator ClusterRole`
-	if !errors.Is(err, authz.ErrRefused) || errors.Is(err, reviewauth.ErrUnavailable) || !strings.HasPrefix(err.Error(), want) {
+	if !errors.Is(err, reviewauth.ErrRefused) || errors.Is(err, reviewauth.ErrUnavailable) || !strings.HasPrefix(err.Error(), want) {
 		t.Fatalf("SelfCheck() = %v; want ErrRefused: %q", err, want)
 	}
 	srv.Close()
-	if err := authz.SelfCheck(ctx, srv.Config()); !errors.Is(err, reviewauth.ErrUnavailable) || errors.Is(err, authz.ErrRefused) {
+	if err := authz.SelfCheck(ctx, srv.Config()); !errors.Is(err, reviewauth.ErrUnavailable) || errors.Is(err, reviewauth.ErrRefused) {
 		t.Fatalf("SelfCheck() with the API server gone = %v; want ErrUnavailable", err)
 	}
 }

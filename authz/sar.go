@@ -1,6 +1,7 @@
 package authz
 
 import (
+	"cmp"
 	"context"
 	"errors"
 	"fmt"
@@ -14,13 +15,13 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/util/wait"
 	"k8s.io/apiserver/pkg/authorization/authorizer"
-	authorizationv1client "k8s.io/client-go/kubernetes/typed/authorization/v1"
 	"k8s.io/client-go/rest"
 	"k8s.io/klog/v2"
 	"k8s.io/utils/clock"
 
 	"github.com/reviewauth/reviewauth"
-	"github.com/reviewauth/reviewauth/cache"
+	"github.com/reviewauth/reviewauth/internal/cache"
+	"github.com/reviewauth/reviewauth/internal/observe"
 	"github.com/reviewauth/reviewauth/internal/review"
 	"github.com/reviewauth/reviewauth/metrics"
 )
@@ -68,13 +69,6 @@ const (
 	// first request hangs still gets two more full attempts).
 	DefaultAttemptTimeout = review.DefaultAttemptTimeout
 
-	// MaxAnswerBytes bounds an answer of the client [NewForConfig] builds,
-	// beyond the size of the SubjectAccessReview sent (the answer echoes
-	// its spec). An answer is a few KiB; a larger one is "could not check"
-	// (DecisionDeny with a *reviewauth.ReviewError), is not retried and is
-	// not cached. The same in authn.
-	MaxAnswerBytes = review.MaxAnswerBytes
-
 	// DefaultMaxInFlight bounds the SubjectAccessReviews in flight at once.
 	// A healthy API server answers a SAR in a few milliseconds, so 16
 	// slots carry thousands of SARs a second, far more than a cache-fronted
@@ -83,26 +77,11 @@ const (
 	// node runs one, and the API server is shared by all of them). It is
 	// the same bound authn uses for TokenReviews.
 	DefaultMaxInFlight = review.DefaultMaxInFlight
-
-	// DefaultQPS and DefaultBurst configure the client built by
-	// [NewForConfig] when the rest.Config leaves them zero, as in authn and
-	// k8s.io/apiserver's delegated authorization; client-go's own 5 QPS
-	// throttles reviews into multi-second waits (Istio #27945).
-	DefaultQPS   = review.DefaultQPS
-	DefaultBurst = review.DefaultBurst
 )
 
-// ErrRefused matches a review that the API server refused to perform for
-// this service (HTTP 401: its credentials are invalid or expired; 403: they
-// lack the system:auth-delegator ClusterRole), and a [SelfCheck] that
-// found so. At run time such a review is still "could not check" for the
-// caller: DecisionDeny with a *reviewauth.ReviewError matching
-// reviewauth.ErrUnavailable, with Code 401 or 403. It is the same error as
-// authn.ErrRefused.
-var ErrRefused = review.ErrRefused
-
 // Options configures an [Authorizer]. The zero value gives the defaults
-// documented on each field.
+// documented on each field. [New] reads Options once: changing it
+// afterwards has no effect.
 type Options struct {
 	// AllowedTTL is how long an Allow is cached. Zero means
 	// [DefaultAllowedTTL]; a negative value disables caching of Allows.
@@ -122,12 +101,12 @@ type Options struct {
 	// name, path, and the field and label selectors) add up to this many
 	// bytes or more is never cached, so a caller cannot fill the cache
 	// with large entries. Such requests are still coalesced: concurrent
-	// identical ones share one SAR. Zero means
+	// identical ones share one SAR. Zero or negative means
 	// [DefaultMaxCacheableAttributeBytes].
 	MaxCacheableAttributeBytes int
 
-	// Timeout is the total budget of one review, retries included. Zero
-	// means [DefaultTimeout]. It bounds the review shared by concurrent
+	// Timeout is the total budget of one review, retries included. Zero or
+	// negative means [DefaultTimeout]. It bounds the review shared by concurrent
 	// identical calls; no caller's deadline bounds it for the others.
 	Timeout time.Duration
 
@@ -147,8 +126,8 @@ type Options struct {
 	Backoff wait.Backoff
 
 	// MaxInFlight bounds the SubjectAccessReviews in flight at once;
-	// callers past it wait, subject to their context. Zero means
-	// [DefaultMaxInFlight].
+	// callers past it wait, subject to their context. Zero or negative
+	// means [DefaultMaxInFlight].
 	MaxInFlight int
 
 	// Clock tells the time for cache expiry and retry waits. Nil means the
@@ -200,7 +179,8 @@ type Options struct {
 	TracerProvider trace.TracerProvider
 }
 
-// SubjectAccessReviewer creates SubjectAccessReviews. client-go's
+// SubjectAccessReviewer creates SubjectAccessReviews; Create must be safe for
+// concurrent use. client-go's
 // k8s.io/client-go/kubernetes/typed/authorization/v1.SubjectAccessReviewInterface
 // satisfies it. Create must return the review as the API server does, with
 // its spec echoed and its status filled in: an answer whose spec has neither
@@ -252,7 +232,8 @@ type decision struct {
 // authorizer, Authorizer fails closed.
 //
 // An Authorizer is safe for concurrent use. It starts one goroutine per
-// shared review, which ends with the review.
+// shared review, which ends with the review. Build one with [New] or
+// [NewForConfig]; the zero Authorizer is not usable.
 type Authorizer struct {
 	reviewer     SubjectAccessReviewer
 	keys         keys
@@ -265,15 +246,34 @@ type Authorizer struct {
 	maxAttrBytes int
 	timeout      time.Duration
 	stale        time.Duration
-	metrics      *metrics.Metrics
+	metrics      *observe.Recorder
 	tracer       trace.Tracer
 }
 
 var (
 	_ authorizer.Authorizer              = (*Authorizer)(nil)
 	_ authorizer.UnconditionalAuthorizer = (*Authorizer)(nil)
-	_ SubjectAccessReviewer              = (authorizationv1client.SubjectAccessReviewInterface)(nil)
 )
+
+// NewForConfig returns an Authorizer that posts SubjectAccessReviews to the
+// API server described by cfg, configured by opts, over the HTTP client
+// client-go builds for it (TLS, bearer token or token file, exec or
+// certificate authentication), with client-go's token-bucket rate limiter.
+// [Options.Backoff] and [Options.Timeout] are the only retry policy
+// (client-go's own retries are not used), Retry-After is read from each
+// answer, answers are bounded ([reviewauth.MaxAnswerBytes]) and must be
+// SubjectAccessReviews, and no body is ever logged, at any klog setting.
+// QPS and Burst default to [reviewauth.DefaultQPS] and [reviewauth.DefaultBurst] when cfg leaves
+// them zero. cfg itself is not modified.
+func NewForConfig(cfg *rest.Config, opts Options) (*Authorizer, error) {
+	// The client refuses an answer of another kind, which would otherwise
+	// read as an empty status: NoOpinion.
+	p, err := review.NewPoster[*authorizationv1.SubjectAccessReview](cfg, "/apis/authorization.k8s.io/v1/subjectaccessreviews", authorizationv1.SchemeGroupVersion.WithKind("SubjectAccessReview"))
+	if err != nil {
+		return nil, fmt.Errorf("authz: building the SubjectAccessReview client: %w", err)
+	}
+	return New(p, opts)
+}
 
 // New returns an Authorizer that creates SubjectAccessReviews through
 // reviewer, configured by opts.
@@ -288,12 +288,12 @@ var (
 // preferred. A typed client also reads answers of any size, and logs
 // request and response bodies (the identities reviewed) through the global
 // klog at -v=8 and above when contextual logging is off; NewForConfig's
-// client bounds answers ([MaxAnswerBytes]) and never logs a body.
+// client bounds answers ([reviewauth.MaxAnswerBytes]) and never logs a body.
 //
-// New panics if reviewer is nil.
-func New(reviewer SubjectAccessReviewer, opts Options) *Authorizer {
+// New returns an error if reviewer is nil.
+func New(reviewer SubjectAccessReviewer, opts Options) (*Authorizer, error) {
 	if reviewer == nil {
-		panic("authz: New with a nil SubjectAccessReviewer")
+		return nil, errors.New("authz: nil SubjectAccessReviewer")
 	}
 	a := &Authorizer{
 		reviewer:     reviewer,
@@ -304,7 +304,7 @@ func New(reviewer SubjectAccessReviewer, opts Options) *Authorizer {
 		maxAttrBytes: opts.MaxCacheableAttributeBytes,
 		timeout:      opts.Timeout,
 		stale:        opts.StaleIfError,
-		metrics:      opts.Metrics,
+		metrics:      observe.Of(opts.Metrics),
 	}
 	if opts.TracerProvider != nil {
 		a.tracer = opts.TracerProvider.Tracer(TracerName)
@@ -312,90 +312,17 @@ func New(reviewer SubjectAccessReviewer, opts Options) *Authorizer {
 	if a.clock == nil {
 		a.clock = clock.RealClock{}
 	}
-	if a.allowedTTL == 0 {
-		a.allowedTTL = DefaultAllowedTTL
-	}
-	if a.deniedTTL == 0 {
-		a.deniedTTL = DefaultDeniedTTL
-	}
-	if a.maxAttrBytes <= 0 {
-		a.maxAttrBytes = DefaultMaxCacheableAttributeBytes
-	}
-	if a.timeout <= 0 {
-		a.timeout = DefaultTimeout
-	}
-	maxEntries := opts.MaxEntries
-	if maxEntries <= 0 {
-		maxEntries = DefaultMaxEntries
-	}
+	a.allowedTTL = cmp.Or(a.allowedTTL, DefaultAllowedTTL)
+	a.deniedTTL = cmp.Or(a.deniedTTL, DefaultDeniedTTL)
+	a.maxAttrBytes = review.Positive(a.maxAttrBytes, DefaultMaxCacheableAttributeBytes)
+	a.timeout = review.Positive(a.timeout, DefaultTimeout)
+	maxEntries := review.Positive(opts.MaxEntries, DefaultMaxEntries)
 	a.retrier = review.New(reviewName, review.Options{Backoff: opts.Backoff, Clock: a.clock, MaxInFlight: opts.MaxInFlight,
-		AttemptTimeout: opts.AttemptTimeout, Observer: observer(opts.Metrics)})
+		AttemptTimeout: opts.AttemptTimeout, Observer: review.ObserverOf(a.metrics)})
 	a.cache = cache.New[decision](cache.Options{MaxEntries: maxEntries, Clock: a.clock})
-	a.group.Timeout = a.timeout
-	a.group.Counters = a.cache.Counters()
-	opts.Metrics.AddCache("sar", a.cache.Counters())
-	return a
-}
-
-func observer(m *metrics.Metrics) review.Observer {
-	if m == nil {
-		return review.Observer{}
-	}
-	return review.Observer{Attempt: m.ReviewAttempt, Retry: m.ReviewRetry, InFlight: m.ReviewInFlight, Refused: m.CredentialRefusal}
-}
-
-// NewForConfig returns an Authorizer that posts SubjectAccessReviews to the
-// API server described by cfg, configured by opts, over the HTTP client
-// client-go builds for it (TLS, bearer token or token file, exec or
-// certificate authentication), with client-go's token-bucket rate limiter.
-// [Options.Backoff] and [Options.Timeout] are the only retry policy
-// (client-go's own retries are not used), Retry-After is read from each
-// answer, answers are bounded ([MaxAnswerBytes]) and must be
-// SubjectAccessReviews, and no body is ever logged, at any klog setting.
-// QPS and Burst default to [DefaultQPS] and [DefaultBurst] when cfg leaves
-// them zero. cfg itself is not modified.
-func NewForConfig(cfg *rest.Config, opts Options) (*Authorizer, error) {
-	if cfg == nil {
-		return nil, errors.New("authz: NewForConfig with a nil rest.Config")
-	}
-	c, err := review.NewClient(cfg)
-	if err != nil {
-		return nil, fmt.Errorf("authz: building the SubjectAccessReview client: %w", err)
-	}
-	return New(clientReviewer{c}, opts), nil
-}
-
-// SelfCheck asks the API server cfg describes whether cfg's credentials may
-// create SubjectAccessReviews, as [NewForConfig] needs, with a
-// SelfSubjectAccessReview (which any authenticated user may create), and
-// names the identity they belong to when the API server tells (a
-// SelfSubjectReview). Run it at start-up, and fail fast on its error.
-//
-// It returns nil when they may. An error matching [ErrRefused] means they
-// may not, or were refused outright (401): its message names the identity
-// and the ClusterRole it needs (system:auth-delegator). An error matching
-// reviewauth.ErrUnavailable means the API server could not be asked; a
-// service may then start anyway, since reviews report "could not check"
-// until the API server answers.
-func SelfCheck(ctx context.Context, cfg *rest.Config) error {
-	if cfg == nil {
-		return errors.New("authz: nil rest.Config")
-	}
-	if err := review.SelfCheck(ctx, cfg, "authorization.k8s.io", "subjectaccessreviews"); err != nil {
-		return fmt.Errorf("authz: self-check: %w", err)
-	}
-	return nil
-}
-
-// clientReviewer posts SubjectAccessReviews with a review.Client, which
-// refuses an answer of another kind (it would otherwise read as an empty
-// status: NoOpinion).
-type clientReviewer struct{ c *review.Client }
-
-var sarKind = authorizationv1.SchemeGroupVersion.WithKind("SubjectAccessReview")
-
-func (r clientReviewer) Create(ctx context.Context, sar *authorizationv1.SubjectAccessReview, _ metav1.CreateOptions) (*authorizationv1.SubjectAccessReview, error) {
-	return review.Create(ctx, r.c, "/apis/authorization.k8s.io/v1/subjectaccessreviews", sarKind, sar)
+	a.metrics.AddCache("sar", a.cache.Counters())
+	a.group.Timeout, a.group.Counters = a.timeout, a.cache.Counters()
+	return a, nil
 }
 
 // Authorize implements [authorizer.UnconditionalAuthorizer]. It answers
@@ -587,4 +514,20 @@ func (a *Authorizer) ConditionsAwareAuthorize(ctx context.Context, attrs authori
 // [authorizer.ErrorConditionEvaluationNotSupported].
 func (a *Authorizer) EvaluateConditions(context.Context, authorizer.ConditionsAwareDecision, authorizer.ConditionsData) (authorizer.Decision, string, error) {
 	return authorizer.DecisionDeny, "", authorizer.ErrorConditionEvaluationNotSupported
+}
+
+// SelfCheck asks the API server cfg describes whether cfg's credentials may
+// create SubjectAccessReviews, as [NewForConfig] needs, with a
+// SelfSubjectAccessReview (which any authenticated user may create), and
+// names the identity they belong to when the API server tells (a
+// SelfSubjectReview). Run it at start-up, and fail fast on its error.
+//
+// It returns nil when they may. An error matching reviewauth.ErrRefused means they
+// may not, or were refused outright (401): its message names the identity
+// and the ClusterRole it needs (system:auth-delegator). An error matching
+// reviewauth.ErrUnavailable means the API server could not be asked; a
+// service may then start anyway, since reviews report "could not check"
+// until the API server answers.
+func SelfCheck(ctx context.Context, cfg *rest.Config) error {
+	return review.SelfCheck(ctx, cfg, "authz", "authorization.k8s.io", "subjectaccessreviews")
 }

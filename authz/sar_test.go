@@ -10,6 +10,8 @@ import (
 	"testing"
 	"time"
 
+	authorizationv1client "k8s.io/client-go/kubernetes/typed/authorization/v1"
+
 	"github.com/google/go-cmp/cmp"
 	"github.com/prometheus/client_golang/prometheus"
 	authorizationv1 "k8s.io/api/authorization/v1"
@@ -531,7 +533,10 @@ func TestNewWithTypedClient(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	az := authz.New(cs.AuthorizationV1().SubjectAccessReviews(), authz.Options{})
+	az, err := authz.New(cs.AuthorizationV1().SubjectAccessReviews(), authz.Options{})
+	if err != nil {
+		t.Fatal(err)
+	}
 	if d, _, err := az.Authorize(context.Background(), getPods(backup())); d != authorizer.DecisionAllow || err != nil {
 		t.Errorf("Authorize() = %v, %v; want Allow", d, err)
 	}
@@ -566,3 +571,8 @@ func TestCacheBounded(t *testing.T) {
 	check("a", 3)
 	check("b", 4)
 }
+
+// client-go's typed client satisfies SubjectAccessReviewer (asserted here,
+// not in the package, whose binaries need not link client-go's typed
+// clients).
+var _ authz.SubjectAccessReviewer = (authorizationv1client.SubjectAccessReviewInterface)(nil)

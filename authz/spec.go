@@ -7,21 +7,24 @@ import (
 	"strings"
 	"sync"
 
+	"k8s.io/apiserver/pkg/authentication/user"
+
 	authorizationv1 "k8s.io/api/authorization/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/labels"
 	"k8s.io/apimachinery/pkg/selection"
 	"k8s.io/apiserver/pkg/authorization/authorizer"
 
-	"github.com/reviewauth/reviewauth/cache"
+	"github.com/reviewauth/reviewauth/internal/cache"
 )
 
 // CredentialIDExtra is the user extra in which the API server names the
 // credential a request was authenticated with: "JTI=<token ID>" for a
 // bound service-account token, "X509SHA256=<fingerprint>" for a client
 // certificate. It differs for every token a client mints, so it is left out
-// of the cache key by default (see [Options.CacheKeyIgnoredExtras]).
-const CredentialIDExtra = "authentication.kubernetes.io/credential-id"
+// of the cache key by default (see [Options.CacheKeyIgnoredExtras]). It is
+// k8s.io/apiserver's user.CredentialIDKey.
+const CredentialIDExtra = user.CredentialIDKey
 
 // Tags of the canonical encoding of a review (see [keys]).
 const (
@@ -99,12 +102,12 @@ func sarSpec(a authorizer.Attributes) authorizationv1.SubjectAccessReviewSpec {
 	return spec
 }
 
+// fieldOp is labelOp for field selectors, which have only In and NotIn
+// (the same strings as the label operators).
 func fieldOp(op selection.Operator) (metav1.FieldSelectorOperator, bool) {
-	switch op {
-	case selection.Equals, selection.DoubleEquals, selection.In:
-		return metav1.FieldSelectorOpIn, true
-	case selection.NotEquals, selection.NotIn:
-		return metav1.FieldSelectorOpNotIn, true
+	switch lo, ok := labelOp(op); {
+	case ok && (lo == metav1.LabelSelectorOpIn || lo == metav1.LabelSelectorOpNotIn):
+		return metav1.FieldSelectorOperator(lo), true
 	}
 	return "", false
 }
@@ -186,9 +189,9 @@ var keyBufPool = sync.Pool{New: func() any { b := make([]byte, 0, 1024); return 
 //     a hit counts only if the stored encoding equals the request's (a
 //     full-key compare on every hit). A collision can only cost a miss.
 //   - the review key (keys.review) coalesces concurrent misses in a
-//     [cache.Group], where a collision would hand one review's answer to
-//     another: it is a SHA-256 keyed by a random per-process secret
-//     ([cache.Keyer]), computed on misses only.
+//     cache.Group, where a collision would hand one review's answer to
+//     another: it is a PRF keyed by a random per-process secret
+//     (cache.Keyer), computed on misses only.
 type keys struct {
 	seed1, seed2 maphash.Seed
 	keyer        *cache.Keyer

@@ -114,7 +114,7 @@ func interceptors(b *testing.B, s *authtest.Server) map[string]grpc.UnaryServerI
 	}
 	return map[string]grpc.UnaryServerInterceptor{
 		"none":       nil,
-		"reviewauth": grpcauth.UnaryServerInterceptor(opts),
+		"reviewauth": mustNew(b, opts).UnaryServerInterceptor(),
 		"apiserver":  mwauth.UnaryServerInterceptor(authFunc),
 	}
 }
@@ -275,7 +275,7 @@ func BenchmarkUnaryInterceptorDirect(b *testing.B) {
 		b.Run(bc.name, func(b *testing.B) {
 			opts := realOptions(b, s, bc.from)
 			opts.KeepAuthorizationMetadata = bc.keep
-			ic := grpcauth.UnaryServerInterceptor(opts)
+			ic := mustNew(b, opts).UnaryServerInterceptor()
 			ctx := metadata.NewIncomingContext(b.Context(), md)
 			req := newRequest("", "default", "a")
 			if bc.from != nil {
@@ -466,7 +466,7 @@ func BenchmarkStreamInterceptorDirect(b *testing.B) {
 				opts := realOptions(b, s, nil)
 				opts.Rules[bc.method] = bc.rule()
 				opts.Skip = nil // health is checked here
-				ic := grpcauth.StreamServerInterceptor(opts)
+				ic := mustNew(b, opts).StreamServerInterceptor()
 				run = func(ss grpc.ServerStream) error { return ic(nil, ss, info, h) }
 			}
 			ss := &benchStream{ctx: ctx, req: req}

@@ -133,7 +133,8 @@ func newCredentialsOptions(opts []CredentialsOption) *credentialsOptions {
 // codes.Unauthenticated before anything is sent, and the token source is
 // not asked. Use one credentials value per server.
 //
-// The credentials are safe for concurrent use if src is.
+// The credentials are safe for concurrent use if src is. A nil src fails
+// every call that would carry a token with codes.Unavailable.
 func PerRPCCredentials(src TokenSource, opts ...CredentialsOption) credentials.PerRPCCredentials {
 	return &perRPC{src: src, opts: newCredentialsOptions(opts)}
 }
@@ -232,7 +233,8 @@ const maxRedirectChain = 100
 //
 // Unlike [PerRPCCredentials], it does not require https; send it to https
 // URLs only. The RoundTripper is safe for concurrent use if src and base
-// are.
+// are. A nil src makes RoundTrip fail every request that would carry a
+// token.
 func RoundTripper(src TokenSource, base http.RoundTripper, opts ...CredentialsOption) http.RoundTripper {
 	if base == nil {
 		base = http.DefaultTransport

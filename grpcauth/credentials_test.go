@@ -54,8 +54,8 @@ func serveUnix(t *testing.T, opts grpcauth.Options, creds credentials.TransportC
 		t.Fatal(err)
 	}
 	srv := grpc.NewServer(grpc.Creds(creds),
-		grpc.UnaryInterceptor(grpcauth.UnaryServerInterceptor(opts)),
-		grpc.StreamInterceptor(grpcauth.StreamServerInterceptor(opts)))
+		grpc.UnaryInterceptor(mustNew(t, opts).UnaryServerInterceptor()),
+		grpc.StreamInterceptor(mustNew(t, opts).StreamServerInterceptor()))
 	srv.RegisterService(&svcDesc, nil)
 	go func() { _ = srv.Serve(lis) }()
 	t.Cleanup(srv.Stop)
@@ -408,7 +408,7 @@ func serveTLS(t *testing.T, creds credentials.TransportCredentials) (*countingAu
 	opts := testOptions(nil)
 	opts.Authenticator = authn
 	lis := bufconn.Listen(1 << 16)
-	srv := grpc.NewServer(grpc.Creds(creds), grpc.UnaryInterceptor(grpcauth.UnaryServerInterceptor(opts)))
+	srv := grpc.NewServer(grpc.Creds(creds), grpc.UnaryInterceptor(mustNew(t, opts).UnaryServerInterceptor()))
 	srv.RegisterService(&svcDesc, nil)
 	go func() { _ = srv.Serve(lis) }()
 	t.Cleanup(srv.Stop)

@@ -4,7 +4,8 @@
 //
 // # Servers
 //
-// [UnaryServerInterceptor] and [StreamServerInterceptor] check every call
+// [New] validates [Options] and returns an [Interceptor], whose
+// UnaryServerInterceptor and StreamServerInterceptor check every call
 // against per-method [Rule]s, keyed by full method name. A rule says where
 // the bearer token is ([FromMetadata], the default, or [FromField] for APIs
 // such as the Kubernetes SnapshotMetadata API that put it in the request
@@ -18,22 +19,35 @@
 // in the protobuf registry (generated code registers it) and hands to the
 // handler's first RecvMsg. For other streams the handler starts first and
 // whatever it sets or sends is held until its first RecvMsg has passed the
-// check, and dropped if it failed (see [StreamServerInterceptor]). Nothing
-// reaches a caller that is refused but the status.
-// The handler finds the caller's user.Info with [UserFrom] or
-// request.UserFrom; the "authorization" metadata entry is removed from its
+// check, and dropped if it failed (see
+// [Interceptor.StreamServerInterceptor]). Nothing reaches a caller that is
+// refused but the status. The handler finds the caller's user.Info with request.UserFrom
+// (k8s.io/apiserver/pkg/endpoints/request), as an HTTP handler behind
+// httpauth does; the "authorization" metadata entry is removed from its
 // context unless [Options.KeepAuthorizationMetadata] is set.
 //
 // Errors map to status codes at this edge only:
 //
-//	no token, or a rejected token            codes.Unauthenticated
-//	authenticated but not allowed, or an
-//	unknown method                           codes.PermissionDenied
-//	a field authorization needs is missing   codes.InvalidArgument
-//	the check could not be made, or any
-//	unclassified error                       codes.Unavailable
+//	no token, or a rejected token: any         codes.Unauthenticated
+//	authenticator error but ErrUnavailable
+//	(as httpauth's 401)
+//	authenticated but not allowed, an unknown  codes.PermissionDenied
+//	method, or a *reviewauth.DeniedError from
+//	a rule's AttributesFunc
+//	a field authorization needs is missing     codes.InvalidArgument
+//	the check could not be made: an            codes.Unavailable
+//	ErrUnavailable from the authenticator, any
+//	authorizer error, any other AttributesFunc
+//	error
 //
-// Status messages never contain the token.
+// Status messages never contain the token, and an Unavailable status
+// carries a generic message (its cause is logged).
+//
+// The interceptors need the request message only for rules that read it
+// (a [TokenExtractor] whose FromMessage is true, or Attributes without
+// [Rule].AttributesIgnoreMessage). A rule that reads neither can be checked
+// from the metadata alone, which is all go-grpc-middleware's auth
+// interceptor (an AuthFunc, func(ctx) (ctx, error)) gives.
 //
 // # Clients
 //

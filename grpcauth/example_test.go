@@ -22,6 +22,7 @@ import (
 	"k8s.io/apiserver/pkg/authentication/authenticator"
 	"k8s.io/apiserver/pkg/authentication/user"
 	"k8s.io/apiserver/pkg/authorization/authorizer"
+	"k8s.io/apiserver/pkg/endpoints/request"
 
 	"github.com/reviewauth/reviewauth"
 	"github.com/reviewauth/reviewauth/grpcauth"
@@ -31,7 +32,7 @@ import (
 // namespace. In production the authenticator is an *authn.Authenticator
 // with the server's audience and the authorizer an *authz.Authorizer; here
 // they are small functions.
-func ExampleUnaryServerInterceptor() {
+func ExampleNew() {
 	opts := grpcauth.Options{
 		Authenticator: authenticator.TokenFunc(func(_ context.Context, token string) (*authenticator.Response, bool, error) {
 			if token != "alice-token" {
@@ -57,10 +58,15 @@ func ExampleUnaryServerInterceptor() {
 		Skip: grpcauth.HealthAndReflection,
 	}
 
+	ic, err := grpcauth.New(opts)
+	if err != nil {
+		fmt.Println(err)
+		return
+	}
 	lis := bufconn.Listen(1 << 16)
 	srv := grpc.NewServer(
-		grpc.ChainUnaryInterceptor(grpcauth.UnaryServerInterceptor(opts)),
-		grpc.ChainStreamInterceptor(grpcauth.StreamServerInterceptor(opts)),
+		grpc.ChainUnaryInterceptor(ic.UnaryServerInterceptor()),
+		grpc.ChainStreamInterceptor(ic.StreamServerInterceptor()),
 	)
 	srv.RegisterService(&svcDesc, nil) // Get answers with the caller's name
 	go func() { _ = srv.Serve(lis) }()
@@ -89,9 +95,9 @@ func ExampleUnaryServerInterceptor() {
 // as the Kubernetes SnapshotMetadata API's security_token.
 func ExampleFromField() {
 	extract := grpcauth.FromField("value")
-	tok, ok := extract(context.Background(), wrapperspb.String("a-token"))
+	tok, ok := extract.Token(context.Background(), wrapperspb.String("a-token"))
 	fmt.Println(tok, ok)
-	_, ok = extract(context.Background(), wrapperspb.Int64(7)) // not a string field
+	_, ok = extract.Token(context.Background(), wrapperspb.Int64(7)) // not a string field
 	fmt.Println(ok)
 	// Output:
 	// a-token true
@@ -107,7 +113,11 @@ func ExampleNewFileTokenSource() {
 	_ = os.WriteFile(path, []byte("projected-token\n"), 0o600)
 
 	// For gRPC: grpc.WithPerRPCCredentials(grpcauth.PerRPCCredentials(src)).
-	src := grpcauth.NewFileTokenSource(path, grpcauth.FileOptions{})
+	src, err := grpcauth.NewFileTokenSource(path, grpcauth.FileOptions{})
+	if err != nil {
+		fmt.Println(err)
+		return
+	}
 	tok, err := src.Token(context.Background())
 	fmt.Println(tok, err)
 	// Output:
@@ -161,7 +171,7 @@ func ExampleOnlyTo() {
 // registry, so the interceptor receives the request itself and starts the
 // handler only for a caller it allows: a refused caller gets the status and
 // nothing else, not even the header the handler would have set.
-func ExampleStreamServerInterceptor() {
+func ExampleInterceptor_StreamServerInterceptor() {
 	opts := grpcauth.Options{
 		Authenticator: authenticator.TokenFunc(func(_ context.Context, token string) (*authenticator.Response, bool, error) {
 			if token != "alice-token" {
@@ -181,8 +191,13 @@ func ExampleStreamServerInterceptor() {
 			},
 		},
 	}
+	ic, err := grpcauth.New(opts)
+	if err != nil {
+		fmt.Println(err)
+		return
+	}
 	lis := bufconn.Listen(1 << 16)
-	srv := grpc.NewServer(grpc.ChainStreamInterceptor(grpcauth.StreamServerInterceptor(opts)))
+	srv := grpc.NewServer(grpc.ChainStreamInterceptor(ic.StreamServerInterceptor()))
 	var started atomic.Int32
 	srv.RegisterService(&grpc.ServiceDesc{
 		ServiceName: "grpcauth.test.Svc",
@@ -193,7 +208,7 @@ func ExampleStreamServerInterceptor() {
 			if err := ss.RecvMsg(newRequest("", "", "")); err != nil {
 				return err
 			}
-			u, _ := grpcauth.UserFrom(ss.Context())
+			u, _ := request.UserFrom(ss.Context())
 			_ = ss.SendMsg(wrapperspb.String("thing-1 for " + u.GetName()))
 			return ss.SendMsg(wrapperspb.String("thing-2 for " + u.GetName()))
 		}}},

@@ -7,27 +7,30 @@ import (
 	"google.golang.org/protobuf/proto"
 	"google.golang.org/protobuf/reflect/protoreflect"
 
-	"github.com/reviewauth/reviewauth/authn"
+	"github.com/reviewauth/reviewauth/internal/bearer"
 )
 
 const authorizationKey = "authorization"
 
-// FromMetadata returns a [TokenExtractor] that reads the token from the
-// "authorization: Bearer <token>" metadata entry, parsed by
-// [authn.ParseBearer] exactly like the HTTP Authorization header. A missing
-// entry, more than one entry, another scheme, or an empty token yields no
-// token; a malformed token is left to the authenticator to reject. The extractor is safe for
-// concurrent use.
-func FromMetadata() TokenExtractor {
-	return fromMetadata
-}
+// FromMetadata returns the [TokenExtractor] that reads the token from the
+// "authorization: Bearer <token>" metadata entry, parsed exactly as httpauth
+// parses the HTTP Authorization header (RFC 6750). A missing entry, more
+// than one entry, another scheme, or an empty token yields no token; a
+// malformed token is left to the authenticator to reject. It is what a nil
+// [Rule.Token] means. The extractor is safe for concurrent use.
+func FromMetadata() TokenExtractor { return metadataToken{} }
 
-func fromMetadata(ctx context.Context, _ any) (string, bool) {
+// metadataToken is FromMetadata's extractor.
+type metadataToken struct{}
+
+func (metadataToken) FromMessage() bool { return false }
+
+func (metadataToken) Token(ctx context.Context, _ any) (string, bool) {
 	vals := metadata.ValueFromIncomingContext(ctx, authorizationKey)
 	if len(vals) != 1 {
 		return "", false
 	}
-	tok, ok := authn.ParseBearer(vals[0])
+	tok, ok := bearer.Parse(vals[0])
 	return tok, ok && tok != ""
 }
 
@@ -37,12 +40,16 @@ func fromMetadata(ctx context.Context, _ any) (string, bool) {
 // that is not a proto.Message, a message with no such singular string field,
 // and an empty field all yield no token. The extractor is safe for
 // concurrent use.
-func FromField(name string) TokenExtractor {
-	n := protoreflect.Name(name)
-	return func(_ context.Context, req any) (string, bool) {
-		v, ok := stringField(req, n)
-		return v, ok && v != ""
-	}
+func FromField(name string) TokenExtractor { return fieldToken{name: protoreflect.Name(name)} }
+
+// fieldToken is FromField's extractor.
+type fieldToken struct{ name protoreflect.Name }
+
+func (fieldToken) FromMessage() bool { return true }
+
+func (f fieldToken) Token(_ context.Context, req any) (string, bool) {
+	v, ok := stringField(req, f.name)
+	return v, ok && v != ""
 }
 
 // StringField returns the value of the singular string field called name

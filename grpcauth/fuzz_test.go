@@ -27,7 +27,7 @@ func FuzzFromMetadata(f *testing.F) {
 	extract := grpcauth.FromMetadata()
 	f.Fuzz(func(t *testing.T, header string) {
 		ctx := metadata.NewIncomingContext(context.Background(), metadata.Pairs("authorization", header))
-		tok, ok := extract(ctx, nil)
+		tok, ok := extract.Token(ctx, nil)
 		if !ok {
 			if tok != "" {
 				t.Fatalf("FromMetadata(%q) = %q, false; want no token when not ok", header, tok)
@@ -45,7 +45,7 @@ func FuzzFromMetadata(f *testing.F) {
 		}
 		// Two authorization entries are ambiguous: no token.
 		ctx = metadata.NewIncomingContext(context.Background(), metadata.Pairs("authorization", header, "authorization", header))
-		if tok, ok := extract(ctx, nil); ok {
+		if tok, ok := extract.Token(ctx, nil); ok {
 			t.Fatalf("FromMetadata(two entries %q) = %q, true; want false", header, tok)
 		}
 	})
@@ -71,11 +71,11 @@ func FuzzFromField(f *testing.F) {
 		if err := proto.Unmarshal(wire, m); err != nil {
 			// Not a message the server would accept; the extractor
 			// must still not panic on what was decoded.
-			_, _ = extract(context.Background(), m)
+			_, _ = extract.Token(context.Background(), m)
 			return
 		}
 		want := m.Get(requestDesc.Fields().ByName("security_token")).String()
-		tok, ok := extract(context.Background(), m)
+		tok, ok := extract.Token(context.Background(), m)
 		if ok != (want != "") || tok != want {
 			t.Fatalf("FromField(security_token)(%x) = %q, %v; want %q", wire, tok, ok, want)
 		}
@@ -86,16 +86,16 @@ func FuzzFromField(f *testing.F) {
 		// another type, never yields a token.
 		var sv wrapperspb.StringValue
 		if proto.Unmarshal(wire, &sv) == nil {
-			if tok, ok := extract(context.Background(), &sv); ok {
+			if tok, ok := extract.Token(context.Background(), &sv); ok {
 				t.Fatalf("FromField(security_token)(StringValue %x) = %q, true; want false", wire, tok)
 			}
-			if v, ok := grpcauth.FromField("value")(context.Background(), &sv); ok != (sv.GetValue() != "") || v != sv.GetValue() {
+			if v, ok := grpcauth.FromField("value").Token(context.Background(), &sv); ok != (sv.GetValue() != "") || v != sv.GetValue() {
 				t.Fatalf("FromField(value)(StringValue %x) = %q, %v; want %q", wire, v, ok, sv.GetValue())
 			}
 		}
 		var iv wrapperspb.Int64Value
 		if proto.Unmarshal(wire, &iv) == nil {
-			if tok, ok := grpcauth.FromField("value")(context.Background(), &iv); ok {
+			if tok, ok := grpcauth.FromField("value").Token(context.Background(), &iv); ok {
 				t.Fatalf("FromField(value)(Int64Value %x) = %q, true; want false for a non-string field", wire, tok)
 			}
 		}
@@ -151,7 +151,7 @@ func FuzzStreamContentType(f *testing.F) {
 	} {
 		f.Add(s)
 	}
-	interceptor := grpcauth.StreamServerInterceptor(testOptions(grpcauth.FromField("security_token")))
+	interceptor := mustNew(f, testOptions(grpcauth.FromField("security_token"))).StreamServerInterceptor()
 	info := &grpc.StreamServerInfo{FullMethod: methodChat, IsClientStream: true, IsServerStream: true}
 	f.Fuzz(func(t *testing.T, contentType string) {
 		ctx := metadata.NewIncomingContext(context.Background(), metadata.MD{"content-type": []string{contentType}})

@@ -13,7 +13,6 @@ import (
 	"google.golang.org/protobuf/types/known/wrapperspb"
 	"k8s.io/apimachinery/pkg/util/wait"
 	"k8s.io/apiserver/pkg/authentication/user"
-	"k8s.io/client-go/kubernetes"
 	"k8s.io/klog/v2"
 	clocktesting "k8s.io/utils/clock/testing"
 
@@ -143,11 +142,8 @@ func TestIntegrationTokenRequestSource(t *testing.T) {
 	s := authtest.Start(t)
 	s.SetPolicy(allowBackup)
 	s.AddServiceAccount("default", "backup")
-	cs, err := kubernetes.NewForConfig(s.Config())
-	if err != nil {
-		t.Fatal(err)
-	}
-	src, err := grpcauth.NewTokenRequestSource(cs.CoreV1().ServiceAccounts("default"), grpcauth.TokenRequestOptions{
+	src, err := grpcauth.NewTokenRequestSourceForConfig(s.Config(), grpcauth.TokenRequestOptions{
+		Namespace:      "default",
 		ServiceAccount: "backup",
 		Audiences:      []string{audience},
 	})
@@ -210,11 +206,8 @@ func TestIntegrationTokenRequestRefresh(t *testing.T) {
 	clk := clocktesting.NewFakeClock(t0)
 	s := authtest.Start(t, authtest.WithClock(clk))
 	s.AddServiceAccount("default", "backup")
-	cs, err := kubernetes.NewForConfig(s.Config())
-	if err != nil {
-		t.Fatal(err)
-	}
-	src, err := grpcauth.NewTokenRequestSource(cs.CoreV1().ServiceAccounts("default"), grpcauth.TokenRequestOptions{
+	src, err := grpcauth.NewTokenRequestSourceForConfig(s.Config(), grpcauth.TokenRequestOptions{
+		Namespace:      "default",
 		ServiceAccount: "backup",
 		Audiences:      []string{audience},
 		Lifetime:       10 * time.Minute,

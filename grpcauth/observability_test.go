@@ -80,15 +80,24 @@ reviewauth_decisions_total{outcome="unavailable",transport="http"} 0
 }
 
 // TestUnavailableMessageIsGeneric: the cause of an outage (which names the
-// API server's address) is logged, not sent to the caller.
+// API server's address), and the text of a plain authenticator error (which
+// may say anything, the token included), are logged, not sent to the
+// caller.
 func TestUnavailableMessageIsGeneric(t *testing.T) {
 	t.Parallel()
 	conn := serve(t, testOptions(nil))
-	for _, tok := range []string{outageToken, echoToken} {
-		err := conn.Invoke(withBearer(t.Context(), tok), methodGet, newRequest("", "ns", "a"), new(wrapperspb.StringValue))
+	for _, tt := range []struct {
+		token string
+		code  codes.Code
+		msg   string
+	}{
+		{outageToken, codes.Unavailable, "grpcauth: the authentication or authorization service is unavailable; retry later"},
+		{echoToken, codes.Unauthenticated, "grpcauth: invalid bearer token"},
+	} {
+		err := conn.Invoke(withBearer(t.Context(), tt.token), methodGet, newRequest("", "ns", "a"), new(wrapperspb.StringValue))
 		st, _ := status.FromError(err)
-		if st.Code() != codes.Unavailable || st.Message() != "grpcauth: the authentication or authorization service is unavailable; retry later" {
-			t.Errorf("token %s: status = %v %q; want Unavailable with the generic message", tok[:4], st.Code(), st.Message())
+		if st.Code() != tt.code || st.Message() != tt.msg {
+			t.Errorf("token %s: status = %v %q; want %v %q", tt.token[:4], st.Code(), st.Message(), tt.code, tt.msg)
 		}
 	}
 }

@@ -3,7 +3,9 @@ package grpcauth
 import (
 	"context"
 	"errors"
-	"reflect"
+	"fmt"
+	"maps"
+	"slices"
 	"strings"
 	"sync/atomic"
 
@@ -23,7 +25,9 @@ import (
 	"go.opentelemetry.io/otel/trace"
 
 	"github.com/reviewauth/reviewauth"
-	"github.com/reviewauth/reviewauth/authz"
+	"github.com/reviewauth/reviewauth/internal/check"
+	"github.com/reviewauth/reviewauth/internal/observe"
+	"github.com/reviewauth/reviewauth/internal/pathmatch"
 	"github.com/reviewauth/reviewauth/metrics"
 )
 
@@ -36,35 +40,42 @@ var HealthAndReflection = []string{
 	"/grpc.reflection.v1alpha.ServerReflection/",
 }
 
-// Options configures [UnaryServerInterceptor] and [StreamServerInterceptor].
-// One Options value is meant to be shared by both, so that unary and streaming
-// methods obey the same rules.
-//
-// The zero value denies every call: it has no rules, so every method is
-// unknown. Options must not be modified after it has been passed to an
-// interceptor constructor.
+// Options configures [New]. Authenticator and Authorizer are required, and
+// every rule needs Attributes; every other field has a safe zero value,
+// stated on it. Options must not be modified after it has been passed to
+// New.
 type Options struct {
 	// Authenticator checks the bearer token of a call. It is typically an
 	// *authn.Authenticator, configured with the audience this server
-	// accepts. When nil, every call that needs a check fails with
-	// codes.Unavailable (fail closed); [Options.Validate] reports it.
+	// accepts, or any authenticator.Token: the same field, of the same
+	// type, as httpauth.Options.Authenticator, with the same mapping. An
+	// error matching reviewauth.ErrUnavailable means the token could not be
+	// checked (codes.Unavailable); any other error, or (nil, false, nil),
+	// means it was checked and refused (codes.Unauthenticated): that is how
+	// k8s.io/apiserver's own token authenticators (union, the token cache,
+	// OIDC) report a bad token. A custom authenticator that cannot reach its
+	// backend must wrap reviewauth.ErrUnavailable (for example with a
+	// *reviewauth.ReviewError) for callers to be told to retry. Required.
 	Authenticator authenticator.Token
 
 	// Authorizer decides every attribute set a [Rule] builds. It is
 	// typically an *authz.Authorizer, possibly combined with authz.All.
-	// When nil, every call that needs a check fails with codes.Unavailable.
+	// Any error it returns, whatever the decision that comes with it, is
+	// codes.Unavailable; NoOpinion is a denial. Required.
 	Authorizer authorizer.UnconditionalAuthorizer
 
 	// Rules maps a full method name ("/package.Service/Method") to its rule.
 	// A method without a rule, and not skipped, is denied with
-	// codes.PermissionDenied before its token is even looked at.
+	// codes.PermissionDenied before its token is even looked at. Nil or
+	// empty denies every method that is not skipped.
 	Rules map[string]Rule
 
 	// Skip lists methods served without authentication or authorization.
 	// An entry ending in "/" is a service prefix ("/grpc.health.v1.Health/");
-	// any other entry is a full method name. Nil skips nothing; use
-	// [HealthAndReflection] for the usual probes. Skip is consulted before
-	// Rules.
+	// any other entry is a full method name. Entries must be clean
+	// absolute paths (method names are); a method name that is not clean
+	// matches no entry. Nil skips nothing; use [HealthAndReflection] for
+	// the usual probes. Skip is consulted before Rules.
 	Skip []string
 
 	// KeepAuthorizationMetadata keeps the "authorization" entry in the
@@ -92,84 +103,162 @@ const TracerName = "github.com/reviewauth/reviewauth/grpcauth"
 type Rule struct {
 	// Token finds the bearer token of a call. Nil means [FromMetadata]: the
 	// "authorization: Bearer <token>" metadata entry. A streaming call whose
-	// token is in the metadata (Token nil or [FromMetadata]) is
-	// authenticated before its handler starts; any other extractor is given
-	// the stream's first message (see [StreamServerInterceptor]).
+	// token is not in the message ([TokenExtractor.FromMessage] false) is
+	// authenticated before its handler starts; any other is given the
+	// stream's first message (see [Interceptor.StreamServerInterceptor]).
 	Token TokenExtractor
 
 	// Attributes builds the attribute sets to authorize from the request
 	// message and the authenticated user. Every set must be allowed (All
-	// semantics). An error matching [ErrInvalidArgument] fails the call
-	// with codes.InvalidArgument; any other error is mapped like a review
-	// error. Nil, or a builder that returns no sets, denies every call:
-	// a rule must say what it authorizes.
+	// semantics). Its errors end the call as [AttributesFunc] says:
+	// [ErrInvalidArgument] is codes.InvalidArgument, a
+	// *reviewauth.DeniedError is codes.PermissionDenied. A builder that
+	// returns no sets denies every call: a rule must say what it
+	// authorizes. Required.
 	Attributes AttributesFunc
 
 	// AttributesIgnoreMessage declares that Attributes does not read the
 	// request message: it is then always called with a nil req, on unary
 	// and streaming calls alike. With the token in the metadata too (Token
-	// nil or [FromMetadata]), a streaming call is then authenticated and
-	// authorized before its handler starts, without waiting for a message.
+	// nil, [FromMetadata], or any extractor whose FromMessage is false), a
+	// call is then checked from its metadata alone: a streaming call before
+	// its handler starts, without waiting for a message.
 	// False, the default, suits [Resource] and every builder that reads a
 	// field of the request.
 	AttributesIgnoreMessage bool
 }
 
-// TokenExtractor returns the bearer token carried by a call, and false when
-// there is none. req is the request message: the unary request, or the first
-// message of a stream. A TokenExtractor must be safe for concurrent use.
-type TokenExtractor func(ctx context.Context, req any) (token string, ok bool)
+// TokenExtractor finds the bearer token of a call. [FromMetadata] and
+// [FromField] are the extractors of this package; an implementation of
+// your own must be safe for concurrent use.
+type TokenExtractor interface {
+	// Token returns the bearer token carried by the call, and false when
+	// there is none. req is the request message (the unary request, or the
+	// first message of a stream) when FromMessage is true, and nil
+	// otherwise.
+	Token(ctx context.Context, req any) (token string, ok bool)
+	// FromMessage reports whether Token reads the request message. When it
+	// does not, a streaming call is authenticated before any message
+	// arrives.
+	FromMessage() bool
+}
 
 // AttributesFunc builds the attribute sets that must all be allowed for a
-// call made by u with request message req. It returns an error matching
-// [ErrInvalidArgument] when a field it needs is missing or malformed. An
-// AttributesFunc must be safe for concurrent use.
+// call made by u with request message req. Its errors end the call, before
+// the authorizer is asked:
+//
+//   - an error matching [ErrInvalidArgument] (a *[MissingFieldError], say):
+//     a field it needs is missing or malformed, codes.InvalidArgument;
+//   - an error matching reviewauth.ErrDenied (a *reviewauth.DeniedError,
+//     whose Reason is sent to the caller): the request itself shows that
+//     the call may not proceed, codes.PermissionDenied. A delta of the CSI
+//     SnapshotMetadata API whose base snapshot is bound in another
+//     namespace is refused this way in examples/snapshotmetadata;
+//   - an error matching reviewauth.ErrUnauthenticated:
+//     codes.Unauthenticated;
+//   - any other error: codes.Unavailable, with a generic message (the
+//     error is logged): fail closed.
+//
+// An AttributesFunc must be safe for concurrent use.
 type AttributesFunc func(ctx context.Context, req any, u user.Info) ([]authorizer.Attributes, error)
 
-// Validate reports configuration mistakes that would make every checked call
-// fail: a nil Authenticator or Authorizer, or a rule with no Attributes.
-func (o Options) Validate() error {
-	var errs []error
-	if o.Authenticator == nil {
-		errs = append(errs, errors.New("grpcauth: Options.Authenticator is nil"))
-	}
-	if o.Authorizer == nil {
-		errs = append(errs, errors.New("grpcauth: Options.Authorizer is nil"))
-	}
-	for m, r := range o.Rules {
-		if r.Attributes == nil {
-			errs = append(errs, errors.New("grpcauth: rule for "+m+" has no Attributes"))
-		}
-	}
-	return errors.Join(errs...)
-}
-
-// UserFrom returns the identity that the interceptors authenticated, from
-// the context of a handler. It is [request.UserFrom]; ok is false for a
-// skipped method.
-func UserFrom(ctx context.Context) (user.Info, bool) {
-	return request.UserFrom(ctx)
-}
-
-// UnaryServerInterceptor returns an interceptor that authenticates and
-// authorizes every unary call according to opts before the handler runs, and
-// puts the identity in the handler's context (see [UserFrom]). It composes
-// with grpc.ChainUnaryInterceptor and with go-grpc-middleware's selector.
+// Interceptor authenticates and authorizes gRPC calls according to its
+// [Options], as unary and stream server interceptors that share one
+// configuration, so that unary and streaming methods obey the same rules.
+// The handler of an allowed call finds the caller's identity with
+// request.UserFrom (k8s.io/apiserver/pkg/endpoints/request); a skipped
+// call has none.
 //
 // Failures end the call with codes.PermissionDenied (unknown method, or
 // denied), codes.Unauthenticated (no token, or a rejected one),
 // codes.InvalidArgument (a field needed for authorization is missing) or
 // codes.Unavailable (the check could not be made). Status messages never
-// contain the token. The interceptor is safe for concurrent use.
-func UnaryServerInterceptor(opts Options) grpc.UnaryServerInterceptor {
-	c := newChecker(opts)
+// contain the token.
+//
+// An Interceptor is safe for concurrent use. Build one with [New]; the zero
+// Interceptor (and a nil one) refuses every call with codes.Unavailable.
+type Interceptor struct {
+	c *checker
+}
+
+// New validates opts and returns the Interceptor they describe. It reports
+// every mistake at once: a missing Authenticator or Authorizer, a rule
+// without Attributes, a rule keyed by anything but a full method name, and
+// a Skip entry that is not a clean absolute path.
+func New(opts Options) (*Interceptor, error) {
+	var errs []error
+	if opts.Authenticator == nil {
+		errs = append(errs, errors.New("grpcauth: Options.Authenticator is required"))
+	}
+	if opts.Authorizer == nil {
+		errs = append(errs, errors.New("grpcauth: Options.Authorizer is required"))
+	}
+	for _, m := range slices.Sorted(maps.Keys(opts.Rules)) {
+		if !fullMethod(m) {
+			errs = append(errs, fmt.Errorf("grpcauth: rule %q: not a full method name (/package.Service/Method)", m))
+		}
+		if opts.Rules[m].Attributes == nil {
+			errs = append(errs, fmt.Errorf("grpcauth: rule for %s has no Attributes", m))
+		}
+	}
+	skip, err := skipMatcher(opts.Skip)
+	if err != nil {
+		errs = append(errs, err)
+	}
+	if len(errs) > 0 {
+		return nil, errors.Join(errs...)
+	}
+	return &Interceptor{c: newChecker(opts, skip)}, nil
+}
+
+// fullMethod reports whether m is "/package.Service/Method".
+func fullMethod(m string) bool {
+	i := strings.LastIndexByte(m, '/')
+	return i > 1 && i < len(m)-1 && m[0] == '/' && pathmatch.IsClean(m)
+}
+
+// skipMatcher compiles Options.Skip: "/svc/" is a prefix, anything else a
+// full method name.
+func skipMatcher(skip []string) (*pathmatch.Matcher, error) {
+	patterns := make([]string, 0, len(skip))
+	for _, s := range skip {
+		if strings.HasSuffix(s, "/") {
+			s += "*"
+		} else if strings.Contains(s, "*") {
+			return nil, fmt.Errorf("grpcauth: Skip entry %q: a prefix ends in \"/\", not \"*\"", s)
+		}
+		patterns = append(patterns, s)
+	}
+	m, err := pathmatch.New("Skip entry", patterns)
+	if err != nil {
+		return nil, fmt.Errorf("grpcauth: %w", err)
+	}
+	return m, nil
+}
+
+// errNotConfigured is every call's status through an Interceptor that New
+// did not build.
+var errNotConfigured = status.Error(codes.Unavailable, "grpcauth: the server's interceptor is not configured")
+
+// UnaryServerInterceptor returns the unary interceptor: it authenticates and
+// authorizes every call that is not skipped before the handler runs, and
+// puts the identity in the handler's context (request.UserFrom). It
+// composes with grpc.ChainUnaryInterceptor and with go-grpc-middleware's
+// selector.
+func (i *Interceptor) UnaryServerInterceptor() grpc.UnaryServerInterceptor {
+	if i == nil || i.c == nil {
+		return func(context.Context, any, *grpc.UnaryServerInfo, grpc.UnaryHandler) (any, error) {
+			return nil, errNotConfigured
+		}
+	}
+	c := i.c
 	return func(ctx context.Context, req any, info *grpc.UnaryServerInfo, handler grpc.UnaryHandler) (any, error) {
-		if c.skipped(info.FullMethod) {
+		if c.skip.Match(info.FullMethod) {
 			return handler(ctx, req)
 		}
 		r, ok := c.rules[info.FullMethod]
 		if !ok {
-			c.metrics.Decision("grpc", metrics.OutcomeDenied)
+			c.metrics.Decision("grpc", observe.OutcomeDenied)
 			return nil, errUnknownMethod
 		}
 		ctx, err := c.check(ctx, info.FullMethod, r, req)
@@ -188,14 +277,13 @@ var (
 )
 
 type checker struct {
-	authn    authenticator.Token
-	authz    authorizer.UnconditionalAuthorizer
-	rules    map[string]*rule
-	exact    map[string]struct{}
-	prefixes []string
-	keepMD   bool
-	metrics  *metrics.Metrics
-	tracer   trace.Tracer
+	authn   authenticator.Token
+	authz   authorizer.UnconditionalAuthorizer
+	rules   map[string]*rule
+	skip    *pathmatch.Matcher
+	keepMD  bool
+	metrics *observe.Recorder
+	tracer  trace.Tracer
 }
 
 // rule is a Rule with what the stream interceptor needs to know about it,
@@ -212,53 +300,30 @@ type rule struct {
 	input atomic.Pointer[protoreflect.MessageType]
 }
 
-func newChecker(o Options) *checker {
+func newChecker(o Options, skip *pathmatch.Matcher) *checker {
 	c := &checker{
 		authn:   o.Authenticator,
 		authz:   o.Authorizer,
 		rules:   make(map[string]*rule, len(o.Rules)),
-		exact:   map[string]struct{}{},
+		skip:    skip,
 		keepMD:  o.KeepAuthorizationMetadata,
-		metrics: o.Metrics,
+		metrics: observe.Of(o.Metrics),
 	}
 	if o.TracerProvider != nil {
 		c.tracer = o.TracerProvider.Tracer(TracerName)
 	}
 	for m, r := range o.Rules {
-		cr := &rule{Rule: r, tokenInMetadata: r.Token == nil || isFromMetadata(r.Token)}
+		if r.Token == nil {
+			r.Token = FromMetadata()
+		}
+		cr := &rule{Rule: r, tokenInMetadata: !r.Token.FromMessage()}
 		cr.needsMessage = !cr.tokenInMetadata || !r.AttributesIgnoreMessage
 		if mt := inputType(m); mt != nil {
 			cr.input.Store(&mt)
 		}
 		c.rules[m] = cr
 	}
-	for _, s := range o.Skip {
-		if strings.HasSuffix(s, "/") {
-			c.prefixes = append(c.prefixes, s)
-		} else {
-			c.exact[s] = struct{}{}
-		}
-	}
 	return c
-}
-
-// isFromMetadata reports whether f is the extractor [FromMetadata] returns.
-// Funcs are not comparable; their code pointers are, and FromMetadata
-// always returns the same top-level function.
-func isFromMetadata(f TokenExtractor) bool {
-	return reflect.ValueOf(f).Pointer() == reflect.ValueOf(TokenExtractor(fromMetadata)).Pointer()
-}
-
-func (c *checker) skipped(method string) bool {
-	if _, ok := c.exact[method]; ok {
-		return true
-	}
-	for _, p := range c.prefixes {
-		if strings.HasPrefix(method, p) {
-			return true
-		}
-	}
-	return false
 }
 
 // check authenticates and authorizes one call and returns the context for
@@ -291,7 +356,7 @@ func (c *checker) record(span trace.Span, err error) error {
 	c.metrics.Decision("grpc", outcome)
 	if span != nil {
 		span.SetAttributes(attribute.String("reviewauth.decision", outcome))
-		if outcome == metrics.OutcomeUnavailable {
+		if outcome == observe.OutcomeUnavailable {
 			span.SetStatus(otelcodes.Error, "review unavailable")
 		}
 		span.End()
@@ -319,35 +384,31 @@ func (c *checker) withUser(ctx context.Context, u user.Info) context.Context {
 func outcomeOf(err error) string {
 	switch status.Code(err) {
 	case codes.OK:
-		return metrics.OutcomeAllowed
+		return observe.OutcomeAllowed
 	case codes.PermissionDenied:
-		return metrics.OutcomeDenied
+		return observe.OutcomeDenied
 	case codes.Unauthenticated:
-		return metrics.OutcomeUnauthenticated
+		return observe.OutcomeUnauthenticated
 	case codes.InvalidArgument:
-		return metrics.OutcomeBadRequest
+		return observe.OutcomeBadRequest
 	default:
-		return metrics.OutcomeUnavailable
+		return observe.OutcomeUnavailable
 	}
 }
 
 // authenticate finds the call's token (in req or the metadata) and
 // authenticates it. It returns the token too, for redaction.
 func (c *checker) authenticate(ctx context.Context, r *rule, req any) (user.Info, string, error) {
-	extract := r.Token
-	if extract == nil {
-		extract = fromMetadata
+	if !r.Token.FromMessage() {
+		req = nil
 	}
-	token, ok := extract(ctx, req)
+	token, ok := r.Token.Token(ctx, req)
 	if !ok || token == "" {
 		return nil, "", errNoToken
 	}
-	if c.authn == nil || c.authz == nil {
-		return nil, "", status.Error(codes.Unavailable, "grpcauth: server has no authenticator or authorizer configured")
-	}
 	resp, ok, err := c.authn.AuthenticateToken(ctx, token)
 	if err != nil {
-		return nil, "", toStatus(ctx, err, token)
+		return nil, "", authnStatus(ctx, err, token)
 	}
 	if !ok || resp == nil || resp.User == nil {
 		return nil, "", errRejected
@@ -357,17 +418,14 @@ func (c *checker) authenticate(ctx context.Context, r *rule, req any) (user.Info
 
 // authorize checks every attribute set the rule builds for u and req.
 func (c *checker) authorize(ctx context.Context, r *rule, req any, u user.Info, token string) error {
-	var attrs []authorizer.Attributes
-	if r.Attributes != nil {
-		if r.AttributesIgnoreMessage {
-			req = nil
-		}
-		var err error
-		if attrs, err = r.Attributes(ctx, req, u); err != nil {
-			return toStatus(ctx, err, token)
-		}
+	if r.AttributesIgnoreMessage {
+		req = nil
 	}
-	if err := authz.Check(ctx, c.authz, attrs...); err != nil {
+	attrs, err := r.Attributes(ctx, req, u)
+	if err != nil {
+		return toStatus(ctx, err, token)
+	}
+	if err := check.Check(ctx, c.authz, attrs...); err != nil {
 		return toStatus(ctx, err, token)
 	}
 	return nil
@@ -382,6 +440,32 @@ func stripAuthorization(ctx context.Context) context.Context {
 	md, _ := metadata.FromIncomingContext(ctx)
 	delete(md, authorizationKey)
 	return metadata.NewIncomingContext(ctx, md)
+}
+
+// authnStatus maps an authenticator's error at the edge, as httpauth does:
+// ErrUnavailable is codes.Unavailable; anything else is a rejection,
+// codes.Unauthenticated, which is how k8s.io/apiserver's token
+// authenticators report a bad token with a plain error. The message of a
+// reviewauth.ErrUnauthenticated is the caller's (its reason is safe to
+// return); a plain error, which may say anything, is logged (redacted) and
+// the caller gets a generic message.
+func authnStatus(ctx context.Context, err error, token string) error {
+	switch {
+	case errors.Is(err, reviewauth.ErrUnavailable):
+		return toStatus(ctx, err, token)
+	case errors.Is(err, reviewauth.ErrUnauthenticated):
+		return status.Error(codes.Unauthenticated, "grpcauth: "+redact(err.Error(), token))
+	}
+	klog.FromContext(ctx).V(2).Info("grpcauth: the authenticator refused the token", "err", redact(err.Error(), token))
+	return errRejected
+}
+
+// redact replaces token in msg.
+func redact(msg, token string) string {
+	if token != "" && strings.Contains(msg, token) {
+		return strings.ReplaceAll(msg, token, "[redacted]")
+	}
+	return msg
 }
 
 // toStatus maps a library error to a gRPC status at the edge: rejection to
@@ -403,10 +487,7 @@ func toStatus(ctx context.Context, err error, token string) error {
 	case errors.Is(err, reviewauth.ErrDenied):
 		code = codes.PermissionDenied
 	}
-	msg := err.Error()
-	if token != "" && strings.Contains(msg, token) {
-		msg = strings.ReplaceAll(msg, token, "[redacted]")
-	}
+	msg := redact(err.Error(), token)
 	if code == codes.Unavailable {
 		klog.FromContext(ctx).Error(errors.New(msg), "grpcauth: could not authenticate or authorize the call")
 		return errUnavailable

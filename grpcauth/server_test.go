@@ -20,6 +20,7 @@ import (
 	"k8s.io/apiserver/pkg/authentication/authenticator"
 	"k8s.io/apiserver/pkg/authentication/user"
 	"k8s.io/apiserver/pkg/authorization/authorizer"
+	"k8s.io/apiserver/pkg/endpoints/request"
 
 	"github.com/reviewauth/reviewauth/grpcauth"
 )
@@ -38,7 +39,7 @@ var callCases = []callCase{
 	{name: "no token", token: "", namespace: "ns", object: "a", want: codes.Unauthenticated},
 	{name: "invalid token", token: "not-a-known-token-0123456789", namespace: "ns", object: "a", want: codes.Unauthenticated},
 	{name: "authentication outage", token: outageToken, namespace: "ns", object: "a", want: codes.Unavailable},
-	{name: "unclassified authentication error", token: echoToken, namespace: "ns", object: "a", want: codes.Unavailable},
+	{name: "plain authentication error", token: echoToken, namespace: "ns", object: "a", want: codes.Unauthenticated},
 	{name: "denied user", token: bobToken, namespace: "ns", object: "a", want: codes.PermissionDenied},
 	{name: "denied object", token: aliceToken, namespace: "ns", object: "forbidden", want: codes.PermissionDenied},
 	{name: "authorizer error", token: aliceToken, namespace: "ns", object: "boom", want: codes.Unavailable},
@@ -367,7 +368,6 @@ func TestRuleWithoutAttributesIsDenied(t *testing.T) {
 		name string
 		f    grpcauth.AttributesFunc
 	}{
-		{name: "nil", f: nil},
 		{name: "empty", f: func(context.Context, any, user.Info) ([]authorizer.Attributes, error) { return nil, nil }},
 	} {
 		t.Run(attrs.name, func(t *testing.T) {
@@ -416,17 +416,61 @@ func TestAuthorizationMetadataStripped(t *testing.T) {
 
 func TestMisconfiguredServerFailsClosed(t *testing.T) {
 	t.Parallel()
-	opts := grpcauth.Options{Rules: map[string]grpcauth.Rule{methodGet: {Attributes: getThing}}}
-	if err := opts.Validate(); err == nil {
-		t.Errorf("Options{no authenticator, no authorizer}.Validate() = nil; want an error")
+	allow := authorizer.AuthorizerFunc(func(context.Context, authorizer.Attributes) (authorizer.Decision, string, error) {
+		return authorizer.DecisionAllow, "", nil
+	})
+	tests := []struct {
+		name    string
+		opts    grpcauth.Options
+		wantErr []string // substrings of New's error
+	}{
+		{name: "no authenticator, no authorizer", opts: grpcauth.Options{Rules: map[string]grpcauth.Rule{methodGet: {Attributes: getThing}}},
+			wantErr: []string{"Authenticator is required", "Authorizer is required"}},
+		{name: "rule without attributes", opts: grpcauth.Options{Authenticator: fakeAuthn, Authorizer: allow,
+			Rules: map[string]grpcauth.Rule{methodGet: {}}}, wantErr: []string{"has no Attributes"}},
+		{name: "rule keyed by a service", opts: grpcauth.Options{Authenticator: fakeAuthn, Authorizer: allow,
+			Rules: map[string]grpcauth.Rule{"/grpcauth.test.Svc/": {Attributes: getThing}}}, wantErr: []string{"not a full method name"}},
+		{name: "rule keyed without a slash", opts: grpcauth.Options{Authenticator: fakeAuthn, Authorizer: allow,
+			Rules: map[string]grpcauth.Rule{"grpcauth.test.Svc.Get": {Attributes: getThing}}}, wantErr: []string{"not a full method name"}},
+		{name: "skip entry not clean", opts: grpcauth.Options{Authenticator: fakeAuthn, Authorizer: allow,
+			Skip: []string{"/grpc.health.v1.Health//"}}, wantErr: []string{"Skip entry"}},
+		{name: "skip entry with a star", opts: grpcauth.Options{Authenticator: fakeAuthn, Authorizer: allow,
+			Skip: []string{"/grpc.health.v1.Health/*"}}, wantErr: []string{"Skip entry"}},
 	}
-	if err := testOptions(nil).Validate(); err != nil {
-		t.Errorf("testOptions().Validate() = %v; want nil", err)
+	for _, tt := range tests {
+		ic, err := grpcauth.New(tt.opts)
+		if err == nil || ic != nil {
+			t.Errorf("%s: New() = %v, %v; want an error", tt.name, ic, err)
+			continue
+		}
+		for _, w := range tt.wantErr {
+			if !strings.Contains(err.Error(), w) {
+				t.Errorf("%s: New() = %v; want an error mentioning %q", tt.name, err, w)
+			}
+		}
 	}
-	conn := serve(t, opts)
-	err := conn.Invoke(withBearer(t.Context(), aliceToken), methodGet, newRequest("", "ns", "a"), new(wrapperspb.StringValue))
-	if status.Code(err) != codes.Unavailable {
-		t.Errorf("Get() on a server without authenticator = %v; want code Unavailable", err)
+	if _, err := grpcauth.New(testOptions(nil)); err != nil {
+		t.Errorf("New(testOptions()) = %v; want nil", err)
+	}
+
+	// An Interceptor New did not build refuses every call.
+	var zero grpcauth.Interceptor
+	var none *grpcauth.Interceptor
+	for _, ic := range []*grpcauth.Interceptor{&zero, none} {
+		_, err := ic.UnaryServerInterceptor()(t.Context(), nil, &grpc.UnaryServerInfo{FullMethod: methodGet}, func(context.Context, any) (any, error) {
+			t.Error("handler called")
+			return nil, nil
+		})
+		if status.Code(err) != codes.Unavailable {
+			t.Errorf("zero Interceptor, unary = %v; want code Unavailable", err)
+		}
+		err = ic.StreamServerInterceptor()(nil, &fakeStream{ctx: t.Context()}, &grpc.StreamServerInfo{FullMethod: methodChat}, func(any, grpc.ServerStream) error {
+			t.Error("handler called")
+			return nil
+		})
+		if status.Code(err) != codes.Unavailable {
+			t.Errorf("zero Interceptor, stream = %v; want code Unavailable", err)
+		}
 	}
 }
 
@@ -465,7 +509,7 @@ func (f *fakeStream) SetTrailer(metadata.MD)       { f.ops = append(f.ops, "set-
 // check at all (TestStreamNothingReachesARefusedCaller).
 func TestStreamHeldUntilChecked(t *testing.T) {
 	t.Parallel()
-	interceptor := grpcauth.StreamServerInterceptor(testOptions(grpcauth.FromField("security_token")))
+	interceptor := mustNew(t, testOptions(grpcauth.FromField("security_token"))).StreamServerInterceptor()
 	newMsg := func() any { return dynamicpb.NewMessage(requestDesc) }
 	info := &grpc.StreamServerInfo{FullMethod: "/" + unregisteredPkg + ".Svc/Chat", IsClientStream: true, IsServerStream: true}
 	early := func(s grpc.ServerStream, n int) {
@@ -494,13 +538,13 @@ func TestStreamHeldUntilChecked(t *testing.T) {
 		tokens: []string{aliceToken},
 		handler: func(t *testing.T, s grpc.ServerStream) error {
 			early(s, 2)
-			if _, ok := grpcauth.UserFrom(s.Context()); ok {
+			if _, ok := request.UserFrom(s.Context()); ok {
 				t.Errorf("UserFrom(Context()) before the first RecvMsg = _, true; want false")
 			}
 			if err := s.RecvMsg(newMsg()); err != nil {
 				return err
 			}
-			if u, ok := grpcauth.UserFrom(s.Context()); !ok || u.GetName() != "alice" {
+			if u, ok := request.UserFrom(s.Context()); !ok || u.GetName() != "alice" {
 				t.Errorf("UserFrom(Context()) after the first RecvMsg = %v, %v; want alice", u, ok)
 			}
 			return s.SendMsg("late")
@@ -591,7 +635,7 @@ func TestStreamHeldUntilChecked(t *testing.T) {
 // its first RecvMsg.
 func TestStreamHeldHandlerDoesNotSeeToken(t *testing.T) {
 	t.Parallel()
-	interceptor := grpcauth.StreamServerInterceptor(testOptions(nil))
+	interceptor := mustNew(t, testOptions(nil)).StreamServerInterceptor()
 	info := &grpc.StreamServerInfo{FullMethod: "/" + unregisteredPkg + ".Svc/Chat", IsClientStream: true, IsServerStream: true}
 	ctx := metadata.NewIncomingContext(context.Background(), metadata.Pairs("authorization", "Bearer "+aliceToken))
 	ss := &fakeStream{ctx: ctx, msgs: []string{""}}

@@ -20,27 +20,27 @@ import (
 	"k8s.io/apiserver/pkg/authentication/user"
 	"k8s.io/apiserver/pkg/endpoints/request"
 
-	"github.com/reviewauth/reviewauth/metrics"
+	"github.com/reviewauth/reviewauth/internal/observe"
 )
 
 // MaxHeldMessages is how many messages a stream handler may send before its
-// first RecvMsg returns, when [StreamServerInterceptor] has to hold them
-// (see there). Past it, SendMsg fails with codes.Internal.
+// first RecvMsg returns, when [Interceptor.StreamServerInterceptor] has to
+// hold them (see there). Past it, SendMsg fails with codes.Internal.
 const MaxHeldMessages = 16
 
-// StreamServerInterceptor returns an interceptor that authenticates and
-// authorizes streaming calls according to opts. Nothing the handler sets or
-// sends reaches a caller that the check refuses, and a refused caller gets
-// the check's status and nothing else: no header or trailer metadata, no
-// message. After the check, the stream's Context carries the identity (see
-// [UserFrom]). Unknown methods are denied before the handler runs. Status
-// codes are those of [UnaryServerInterceptor]. The interceptor is safe for
-// concurrent use.
+// StreamServerInterceptor returns the stream interceptor: it authenticates
+// and authorizes every streaming call that is not skipped. Nothing the
+// handler sets or sends reaches a caller that the check refuses, and a
+// refused caller gets the check's status and nothing else: no header or
+// trailer metadata, no message. After the check, the stream's Context carries the identity
+// (request.UserFrom). Unknown methods are denied before the handler runs.
+// Status codes are those of the unary interceptor (see [Interceptor]).
 //
 // When the handler starts, and what it may do before its first RecvMsg
 // returns, depends on what the check needs:
 //
-//   - The token is in the metadata ([Rule.Token] nil or [FromMetadata]) and
+//   - The token is in the metadata ([Rule.Token] nil, [FromMetadata], or
+//     any [TokenExtractor] whose FromMessage is false) and
 //     the attributes do not read the message
 //     ([Rule.AttributesIgnoreMessage]): the call is authenticated and
 //     authorized before the handler starts. The handler may do anything.
@@ -78,15 +78,20 @@ const MaxHeldMessages = 16
 //
 // A server that forces a non-proto codec with grpc.ForceServerCodec must
 // register no descriptors for its methods, or decode proto messages.
-func StreamServerInterceptor(opts Options) grpc.StreamServerInterceptor {
-	c := newChecker(opts)
+func (i *Interceptor) StreamServerInterceptor() grpc.StreamServerInterceptor {
+	if i == nil || i.c == nil {
+		return func(any, grpc.ServerStream, *grpc.StreamServerInfo, grpc.StreamHandler) error {
+			return errNotConfigured
+		}
+	}
+	c := i.c
 	return func(srv any, ss grpc.ServerStream, info *grpc.StreamServerInfo, handler grpc.StreamHandler) error {
-		if c.skipped(info.FullMethod) {
+		if c.skip.Match(info.FullMethod) {
 			return handler(srv, ss)
 		}
 		r, ok := c.rules[info.FullMethod]
 		if !ok {
-			c.metrics.Decision("grpc", metrics.OutcomeDenied)
+			c.metrics.Decision("grpc", observe.OutcomeDenied)
 			return errUnknownMethod
 		}
 		if !r.needsMessage {
@@ -408,97 +413,72 @@ func (s *heldStream) pass(ctx context.Context) {
 	s.state.Store(passed)
 }
 
-// hold runs f under the lock while the check is pending and reports true;
-// otherwise it reports false and the state.
-func (s *heldStream) hold(f func() error) (held bool, st int32, err error) {
+// hold runs f under the lock while the check is pending. done reports that
+// the call ends here: f ran (and err is its error), the check failed (and
+// err is its status), or, for a call that sends, sending what was held
+// failed (and err is that error). Otherwise, once the check has passed,
+// the call goes through.
+func (s *heldStream) hold(sends bool, f func() error) (done bool, err error) {
+	if s.state.Load() == passed && !sends {
+		return false, nil
+	}
 	s.mu.Lock()
 	defer s.mu.Unlock()
-	if st = s.state.Load(); st != pending {
-		return false, st, nil
+	switch s.state.Load() {
+	case pending:
+		return true, f()
+	case failed:
+		return true, s.err
 	}
-	return true, st, f()
+	return s.flushErr != nil, s.flushErr
 }
 
 func (s *heldStream) SetHeader(md metadata.MD) error {
-	if s.state.Load() != passed {
-		held, st, err := s.hold(func() error {
-			if s.headerSent {
-				return errHeaderSent
-			}
-			s.header = metadata.Join(s.header, md)
-			return nil
-		})
-		if held {
-			return err
+	if done, err := s.hold(false, func() error {
+		if s.headerSent {
+			return errHeaderSent
 		}
-		if st == failed {
-			return s.err
-		}
+		s.header = metadata.Join(s.header, md)
+		return nil
+	}); done {
+		return err
 	}
 	return s.ServerStream.SetHeader(md)
 }
 
 func (s *heldStream) SendHeader(md metadata.MD) error {
-	if s.state.Load() != passed {
-		held, st, err := s.hold(func() error {
-			if s.headerSent {
-				return errHeaderSent
-			}
-			s.header, s.headerSent = metadata.Join(s.header, md), true
-			return nil
-		})
-		if held {
-			return err
+	if done, err := s.hold(true, func() error {
+		if s.headerSent {
+			return errHeaderSent
 		}
-		if st == failed {
-			return s.err
-		}
-	}
-	if err := s.flushError(); err != nil {
+		s.header, s.headerSent = metadata.Join(s.header, md), true
+		return nil
+	}); done {
 		return err
 	}
 	return s.ServerStream.SendHeader(md)
 }
 
 func (s *heldStream) SetTrailer(md metadata.MD) {
-	if s.state.Load() != passed {
-		held, st, _ := s.hold(func() error {
-			s.trailer = metadata.Join(s.trailer, md)
-			return nil
-		})
-		if held || st == failed {
-			return
-		}
+	if done, _ := s.hold(false, func() error {
+		s.trailer = metadata.Join(s.trailer, md)
+		return nil
+	}); !done {
+		s.ServerStream.SetTrailer(md)
 	}
-	s.ServerStream.SetTrailer(md)
 }
 
 func (s *heldStream) SendMsg(m any) error {
-	if s.state.Load() != passed {
-		held, st, err := s.hold(func() error {
-			if len(s.msgs) == MaxHeldMessages {
-				return errHeldTooMany
-			}
-			s.msgs = append(s.msgs, m)
-			return nil
-		})
-		if held {
-			return err
+	if done, err := s.hold(true, func() error {
+		if len(s.msgs) == MaxHeldMessages {
+			return errHeldTooMany
 		}
-		if st == failed {
-			return s.err
-		}
-	}
-	if err := s.flushError(); err != nil {
+		s.msgs = append(s.msgs, m)
+		return nil
+	}); done {
 		return err
 	}
 	return s.ServerStream.SendMsg(m)
-}
-
-func (s *heldStream) flushError() error {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	return s.flushErr
 }
 
 // end turns the handler's result into the call's: the check's status if it

@@ -128,7 +128,7 @@ func serveProbe(t *testing.T, opts grpcauth.Options) (*grpc.ClientConn, *probe) 
 	t.Helper()
 	p := newProbe()
 	lis := bufconn.Listen(1 << 20)
-	srv := grpc.NewServer(grpc.ChainStreamInterceptor(p.outer, grpcauth.StreamServerInterceptor(opts)))
+	srv := grpc.NewServer(grpc.ChainStreamInterceptor(p.outer, mustNew(t, opts).StreamServerInterceptor()))
 	for _, pkg := range []string{registeredPkg, unregisteredPkg} {
 		d := probeDesc(pkg, p)
 		srv.RegisterService(&d, nil)
@@ -444,7 +444,7 @@ func TestStreamGeneratedService(t *testing.T) {
 		}},
 	}
 	lis := bufconn.Listen(1 << 16)
-	srv := grpc.NewServer(grpc.StreamInterceptor(grpcauth.StreamServerInterceptor(opts)))
+	srv := grpc.NewServer(grpc.StreamInterceptor(mustNew(t, opts).StreamServerInterceptor()))
 	healthpb.RegisterHealthServer(srv, ws)
 	go func() { _ = srv.Serve(lis) }()
 	defer srv.Stop()
@@ -479,7 +479,7 @@ func TestStreamGeneratedService(t *testing.T) {
 // proto type (through the wire format), or not a proto message (an error).
 func TestStreamHandOver(t *testing.T) {
 	t.Parallel()
-	interceptor := grpcauth.StreamServerInterceptor(testOptions(grpcauth.FromField("security_token")))
+	interceptor := mustNew(t, testOptions(grpcauth.FromField("security_token"))).StreamServerInterceptor()
 	info := &grpc.StreamServerInfo{FullMethod: methodChat, IsClientStream: true, IsServerStream: true}
 	field := func(name string) func(proto.Message) string {
 		return func(m proto.Message) string { v, _ := grpcauth.StringField(m, name); return v }
@@ -533,7 +533,7 @@ func TestStreamHandOver(t *testing.T) {
 // handler starts at once and what it sends is held.
 func TestStreamOtherCodecIsHeld(t *testing.T) {
 	t.Parallel()
-	interceptor := grpcauth.StreamServerInterceptor(testOptions(grpcauth.FromField("security_token")))
+	interceptor := mustNew(t, testOptions(grpcauth.FromField("security_token"))).StreamServerInterceptor()
 	info := &grpc.StreamServerInfo{FullMethod: methodChat, IsClientStream: true, IsServerStream: true}
 	for _, tt := range []struct {
 		contentType string

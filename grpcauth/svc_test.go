@@ -25,6 +25,7 @@ import (
 	"k8s.io/apiserver/pkg/authentication/authenticator"
 	"k8s.io/apiserver/pkg/authentication/user"
 	"k8s.io/apiserver/pkg/authorization/authorizer"
+	"k8s.io/apiserver/pkg/endpoints/request"
 
 	"github.com/reviewauth/reviewauth"
 	"github.com/reviewauth/reviewauth/grpcauth"
@@ -134,7 +135,7 @@ func newRequest(token, namespace, name string) *dynamicpb.Message {
 
 // whoami answers with the name of the authenticated user, or "<none>".
 func whoami(ctx context.Context) string {
-	u, ok := grpcauth.UserFrom(ctx)
+	u, ok := request.UserFrom(ctx)
 	if !ok {
 		return "<none>"
 	}
@@ -256,9 +257,10 @@ func serveBench(t testing.TB, opts *grpcauth.Options) *grpc.ClientConn {
 	lis := bufconn.Listen(1 << 20)
 	var sopts []grpc.ServerOption
 	if opts != nil {
+		ic := mustNew(t, *opts)
 		sopts = append(sopts,
-			grpc.ChainUnaryInterceptor(grpcauth.UnaryServerInterceptor(*opts)),
-			grpc.ChainStreamInterceptor(grpcauth.StreamServerInterceptor(*opts)))
+			grpc.ChainUnaryInterceptor(ic.UnaryServerInterceptor()),
+			grpc.ChainStreamInterceptor(ic.StreamServerInterceptor()))
 	}
 	srv := grpc.NewServer(sopts...)
 	srv.RegisterService(&svcDesc, nil)
@@ -335,6 +337,16 @@ func testOptions(token grpcauth.TokenExtractor) grpcauth.Options {
 		Rules:         rules,
 		Skip:          grpcauth.HealthAndReflection,
 	}
+}
+
+// mustNew is grpcauth.New, failing t on an error.
+func mustNew(t testing.TB, opts grpcauth.Options) *grpcauth.Interceptor {
+	t.Helper()
+	ic, err := grpcauth.New(opts)
+	if err != nil {
+		t.Fatalf("grpcauth.New() = %v", err)
+	}
+	return ic
 }
 
 func withBearer(ctx context.Context, token string) context.Context {

@@ -3,21 +3,22 @@ package grpcauth
 import (
 	"bytes"
 	"context"
-	"encoding/base64"
-	"encoding/json"
 	"errors"
 	"fmt"
+	"net/url"
 	"os"
-	"strings"
 	"sync"
 	"time"
 
 	authenticationv1 "k8s.io/api/authentication/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/client-go/rest"
 	"k8s.io/klog/v2"
 	"k8s.io/utils/clock"
 
-	"github.com/reviewauth/reviewauth/cache"
+	"github.com/reviewauth/reviewauth/internal/cache"
+	"github.com/reviewauth/reviewauth/internal/jwt"
+	"github.com/reviewauth/reviewauth/internal/review"
 )
 
 // TokenSource supplies the bearer token a client presents. Token returns a
@@ -47,10 +48,11 @@ func refreshPoint(issued, exp time.Time) time.Time {
 type FileOptions struct {
 	// RecheckInterval is how long a token read from the file is served
 	// before the file is checked for rotation again (one stat; the file is
-	// read again only if it changed). Zero means 30 seconds, well below the
-	// 2 minutes or more that remain when the kubelet rotates a token. The
-	// file is also checked on every call once the cached token is past 80%
-	// of its lifetime, and it is read again whenever it changed.
+	// read again only if it changed). Zero or negative means 30 seconds,
+	// well below the 2 minutes or more that remain when the kubelet rotates
+	// a token. The file is also checked on every call once the cached token
+	// is past 80% of its lifetime, and it is read again whenever it
+	// changed.
 	RecheckInterval time.Duration
 	// Clock is the time source. Nil means the real clock.
 	Clock clock.PassiveClock
@@ -63,6 +65,8 @@ type FileOptions struct {
 // once the token is past 80% of the lifetime stated by its JWT claims, and
 // reads it again only when it changed. It never returns a token whose exp
 // claim has passed. It starts no goroutine and is safe for concurrent use.
+// Build one with [NewFileTokenSource]; the zero FileTokenSource is not
+// usable.
 type FileTokenSource struct {
 	path     string
 	interval time.Duration
@@ -79,15 +83,19 @@ type FileTokenSource struct {
 var _ TokenSource = (*FileTokenSource)(nil)
 
 // NewFileTokenSource returns a [FileTokenSource] for the token file at path.
-// The file is read on the first call to Token, not here.
-func NewFileTokenSource(path string, opts FileOptions) *FileTokenSource {
+// The file is read on the first call to Token, not here. An empty path is
+// an error.
+func NewFileTokenSource(path string, opts FileOptions) (*FileTokenSource, error) {
+	if path == "" {
+		return nil, errors.New("grpcauth: NewFileTokenSource: empty path")
+	}
 	if opts.RecheckInterval <= 0 {
 		opts.RecheckInterval = 30 * time.Second
 	}
 	if opts.Clock == nil {
 		opts.Clock = clock.RealClock{}
 	}
-	return &FileTokenSource{path: path, interval: opts.RecheckInterval, clock: opts.Clock}
+	return &FileTokenSource{path: path, interval: opts.RecheckInterval, clock: opts.Clock}, nil
 }
 
 // Token returns the token in the file, reading the file again if it was
@@ -130,7 +138,7 @@ func (s *FileTokenSource) reload(now time.Time) error {
 	}
 	s.token, s.info, s.checkedAt = tok, fi, now
 	s.refreshAt, s.exp = time.Time{}, time.Time{}
-	if iat, exp, ok := jwtLifetime(tok); ok {
+	if iat, exp, ok := jwt.Lifetime(tok); ok {
 		if iat.IsZero() || iat.After(now) {
 			iat = now // no issue time: count the lifetime from the read
 		}
@@ -140,80 +148,46 @@ func (s *FileTokenSource) reload(now time.Time) error {
 	return nil
 }
 
-// jwtLifetime returns the iat (or nbf) and exp claims of a JWT, without
-// verifying it: the client only needs to know when to look for a new one.
-// ok is false for a token that is not a JWT or has no exp; iat is zero when
-// the token has neither iat nor nbf.
-func jwtLifetime(tok string) (iat, exp time.Time, ok bool) {
-	first := strings.IndexByte(tok, '.')
-	if first < 0 {
-		return
-	}
-	rest := tok[first+1:]
-	second := strings.IndexByte(rest, '.')
-	if second < 0 {
-		return
-	}
-	payload, err := base64.RawURLEncoding.DecodeString(rest[:second])
-	if err != nil {
-		return
-	}
-	var claims struct {
-		Exp *json.Number `json:"exp"`
-		Iat *json.Number `json:"iat"`
-		Nbf *json.Number `json:"nbf"`
-	}
-	if json.Unmarshal(payload, &claims) != nil || claims.Exp == nil {
-		return
-	}
-	e, err := claims.Exp.Int64()
-	if err != nil {
-		return
-	}
-	exp = time.Unix(e, 0)
-	start := claims.Iat
-	if start == nil {
-		start = claims.Nbf
-	}
-	if start != nil {
-		if i, err := start.Int64(); err == nil && i < e {
-			iat = time.Unix(i, 0)
-		}
-	}
-	return iat, exp, true
-}
-
-// TokenCreator is the one method of client-go's ServiceAccountInterface
-// that [TokenRequestSource] needs; clientset.CoreV1().ServiceAccounts(ns)
-// satisfies it.
+// TokenCreator is the one call [TokenRequestSource] makes, in the shape of
+// client-go's ServiceAccountInterface.CreateToken: a TokenCreator is bound
+// to one namespace. [NewTokenRequestSourceForConfig] builds one that never
+// logs a body and bounds answers. A client-go typed client
+// (clientset.CoreV1().ServiceAccounts(ns)) satisfies it too, but logs the
+// response body, which is the minted token, through the global klog at
+// -v=8 and above when contextual logging is off, and reads answers of any
+// size; use it only where neither can happen.
 type TokenCreator interface {
 	CreateToken(ctx context.Context, serviceAccountName string, tokenRequest *authenticationv1.TokenRequest, opts metav1.CreateOptions) (*authenticationv1.TokenRequest, error)
 }
 
-// TokenRequestOptions configures [NewTokenRequestSource].
+// TokenRequestOptions configures [NewTokenRequestSourceForConfig] and
+// [NewTokenRequestSource].
 type TokenRequestOptions struct {
-	// ServiceAccount is the name of the service account to get tokens for,
-	// in the namespace of the [TokenCreator]. Required.
+	// Namespace is the namespace of the service account.
+	// NewTokenRequestSourceForConfig requires it; NewTokenRequestSource
+	// ignores it, since its [TokenCreator] is bound to a namespace.
+	Namespace string
+	// ServiceAccount is the name of the service account to get tokens for.
+	// Required.
 	ServiceAccount string
 	// Audiences are the audiences of the tokens: the audience the server
 	// checks. Nil means the API server's own audience, which a server that
 	// checks its audience rejects.
 	Audiences []string
-	// Lifetime is the requested lifetime. Zero means 10 minutes, the
-	// shortest the API server grants. The API server may grant another
-	// lifetime; refreshes follow the granted one.
+	// Lifetime is the requested lifetime. Zero or negative means 10
+	// minutes, the shortest the API server grants. The API server may grant
+	// another lifetime; refreshes follow the granted one.
 	Lifetime time.Duration
 	// BoundObject binds the tokens to an object (a Pod, Secret or Node), so
 	// that they are invalidated with it. Nil means unbound.
 	BoundObject *authenticationv1.BoundObjectReference
 	// RetryInterval is the minimum time between two refresh attempts after
-	// a failure, while the cached token is still valid. Zero means 10
-	// seconds.
+	// a failure, while the cached token is still valid. Zero or negative
+	// means 10 seconds.
 	RetryInterval time.Duration
 	// Timeout bounds each TokenRequest, which runs detached from the
-	// callers' contexts (see [TokenRequestSource]). Zero means
-	// cache.DefaultLoadTimeout, 10 seconds: client-go's own request to the
-	// API server, retries included, fits in it.
+	// callers' contexts (see [TokenRequestSource]). Zero or negative means
+	// 10 seconds.
 	Timeout time.Duration
 	// Clock is the time source. Nil means the real clock.
 	Clock clock.PassiveClock
@@ -228,42 +202,61 @@ type TokenRequestOptions struct {
 // expired, Token returns the refresh error instead. It never returns an
 // expired token.
 //
-// Concurrent callers share one TokenRequest, through a cache.Group as the
-// authenticator's reviews do: the request runs detached from every caller's
+// Concurrent callers share one TokenRequest, as the authenticator's reviews
+// are shared: the request runs detached from every caller's
 // cancellation, under its own [TokenRequestOptions.Timeout]; each caller
 // stops waiting when its own context is done (and then gets the cached token
 // if it is still valid, or its context's error), and the request is
 // cancelled only when every caller waiting for it has left. One caller's
-// cancellation never fails the others. The request runs on the one
-// goroutine cache.Group starts for it; TokenRequestSource starts no other.
-// It is safe for concurrent use.
+// cancellation never fails the others. The request runs on a goroutine of
+// its own, which ends with it; TokenRequestSource starts no other. It is
+// safe for concurrent use. Build one with [NewTokenRequestSourceForConfig]
+// or [NewTokenRequestSource]; the zero TokenRequestSource is not usable.
 type TokenRequestSource struct {
 	client TokenCreator
 	opts   TokenRequestOptions
-	group  cache.Group[grantedToken]
-
-	mu         sync.Mutex
-	token      string
-	exp        time.Time
-	refreshAt  time.Time
-	retryAfter time.Time
-	refreshing bool // a TokenRequest is in flight
+	// token holds the granted token: refreshed at 80% of its lifetime,
+	// retried after RetryInterval while it is valid, never served past its
+	// expiry.
+	token cache.Holder[string]
 }
-
-// grantedToken is the result of one TokenRequest.
-type grantedToken struct {
-	token string
-	exp   time.Time
-}
-
-// refreshKey is the cache.Group key of the TokenRequest: a source only ever
-// asks for one kind of token, so one key suffices.
-var refreshKey cache.Key
 
 var _ TokenSource = (*TokenRequestSource)(nil)
 
+// NewTokenRequestSourceForConfig returns a [TokenRequestSource] that asks
+// the API server cfg describes for tokens of opts.ServiceAccount in
+// opts.Namespace (POST /api/v1/namespaces/NS/serviceaccounts/NAME/token),
+// over the HTTP client client-go builds for cfg, with the review client of
+// authn and authz: no request or response body (the token) is ever logged,
+// at any klog verbosity, contextual logging on or off; answers are bounded
+// (256 KiB more than the request) and must be TokenRequests. QPS and Burst
+// default to 200 and 400 when cfg leaves them zero. cfg is not modified. It
+// makes no request until the first call to Token.
+func NewTokenRequestSourceForConfig(cfg *rest.Config, opts TokenRequestOptions) (*TokenRequestSource, error) {
+	if opts.Namespace == "" {
+		return nil, errors.New("grpcauth: NewTokenRequestSourceForConfig: Namespace is required")
+	}
+	c, err := review.NewClient(cfg)
+	if err != nil {
+		return nil, fmt.Errorf("grpcauth: building the TokenRequest client: %w", err)
+	}
+	return NewTokenRequestSource(tokenRequests{c: c, namespace: opts.Namespace}, opts)
+}
+
+// tokenRequests creates TokenRequests in one namespace with a review.Client.
+type tokenRequests struct {
+	c         *review.Client
+	namespace string
+}
+
+func (t tokenRequests) CreateToken(ctx context.Context, name string, tr *authenticationv1.TokenRequest, _ metav1.CreateOptions) (*authenticationv1.TokenRequest, error) {
+	path := "/api/v1/namespaces/" + url.PathEscape(t.namespace) + "/serviceaccounts/" + url.PathEscape(name) + "/token"
+	return review.Create(ctx, t.c, path, authenticationv1.SchemeGroupVersion.WithKind("TokenRequest"), tr)
+}
+
 // NewTokenRequestSource returns a [TokenRequestSource] that asks client for
-// tokens. It makes no request until the first call to Token.
+// tokens (see [TokenCreator]; prefer [NewTokenRequestSourceForConfig]). It
+// makes no request until the first call to Token.
 func NewTokenRequestSource(client TokenCreator, opts TokenRequestOptions) (*TokenRequestSource, error) {
 	if client == nil {
 		return nil, errors.New("grpcauth: NewTokenRequestSource: nil TokenCreator")
@@ -284,38 +277,24 @@ func NewTokenRequestSource(client TokenCreator, opts TokenRequestOptions) (*Toke
 		opts.Clock = clock.RealClock{}
 	}
 	opts.Audiences = append([]string(nil), opts.Audiences...)
-	s := &TokenRequestSource{client: client, opts: opts}
-	s.group.Timeout = opts.Timeout
-	return s, nil
+	return &TokenRequestSource{client: client, opts: opts, token: cache.Holder[string]{
+		Timeout: opts.Timeout, RetryInterval: opts.RetryInterval, Clock: opts.Clock}}, nil
 }
 
 // Token returns a valid token, fetching a new one when the cached one is
 // past 80% of its lifetime.
 func (s *TokenRequestSource) Token(ctx context.Context) (string, error) {
-	s.mu.Lock()
-	now := s.opts.Clock.Now()
-	if s.token != "" && now.Before(s.exp) && (now.Before(s.refreshAt) || now.Before(s.retryAfter) || s.refreshing) {
-		// Fresh, or a refresh failed recently, or another caller is
-		// refreshing: the cached token is still good.
-		tok := s.token
-		s.mu.Unlock()
+	tok, ok, err := s.token.Get(ctx, false, s.refresh)
+	switch {
+	case ok && err != nil && ctx.Err() == nil:
+		klog.FromContext(ctx).Error(err, "Refreshing the service account token failed; using the cached token until it expires",
+			"serviceAccount", s.opts.ServiceAccount)
 		return tok, nil
-	}
-	s.mu.Unlock()
-
-	g, _, err := s.group.Do(ctx, refreshKey, s.refresh)
-	if err == nil {
-		return g.token, nil
-	}
-	s.mu.Lock()
-	tok, exp := s.token, s.exp
-	s.mu.Unlock()
-	if tok != "" && s.opts.Clock.Now().Before(exp) {
-		if ctx.Err() == nil {
-			klog.FromContext(ctx).Error(err, "Refreshing the service account token failed; using the cached token until it expires",
-				"serviceAccount", s.opts.ServiceAccount, "expires", exp)
-		}
+	case ok:
 		return tok, nil
+	case err == nil:
+		// Cannot happen: without a valid token every caller may fetch.
+		return "", fmt.Errorf("grpcauth: no token for service account %q", s.opts.ServiceAccount)
 	}
 	if ctxErr := ctx.Err(); ctxErr != nil && errors.Is(err, ctxErr) {
 		return "", fmt.Errorf("grpcauth: waiting for TokenRequest: %w", err)
@@ -323,36 +302,15 @@ func (s *TokenRequestSource) Token(ctx context.Context) (string, error) {
 	return "", err
 }
 
-// refresh makes one TokenRequest on behalf of every caller waiting for it,
-// and stores its result. ctx is cache.Group's detached context.
-func (s *TokenRequestSource) refresh(ctx context.Context) (grantedToken, error) {
-	s.mu.Lock()
+// refresh makes one TokenRequest on behalf of every caller waiting for it.
+// ctx is the Holder's detached context.
+func (s *TokenRequestSource) refresh(ctx context.Context) (cache.Fetched[string], error) {
 	now := s.opts.Clock.Now()
-	if s.token != "" && now.Before(s.exp) && (now.Before(s.refreshAt) || now.Before(s.retryAfter)) {
-		// A request that ended between this caller's look at the cache
-		// and its call to the Group already did the work.
-		g := grantedToken{token: s.token, exp: s.exp}
-		s.mu.Unlock()
-		return g, nil
-	}
-	s.refreshing = true
-	s.mu.Unlock()
 	tok, exp, err := s.request(ctx, now)
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	s.refreshing = false
-	switch {
-	case err == nil:
-		s.token, s.exp = tok, exp
-		s.refreshAt = refreshPoint(now, exp)
-		s.retryAfter = time.Time{}
-	case errors.Is(ctx.Err(), context.Canceled):
-		// Every caller left: nobody learnt anything about the API
-		// server, so the next caller may try at once.
-	default:
-		s.retryAfter = s.opts.Clock.Now().Add(s.opts.RetryInterval)
+	if err != nil {
+		return cache.Fetched[string]{}, err
 	}
-	return grantedToken{token: tok, exp: exp}, err
+	return cache.Fetched[string]{Value: tok, RefreshAt: refreshPoint(now, exp), Expires: exp}, nil
 }
 
 func (s *TokenRequestSource) request(ctx context.Context, now time.Time) (string, time.Time, error) {

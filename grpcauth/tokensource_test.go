@@ -68,7 +68,7 @@ func TestFileTokenSourceRotation(t *testing.T) {
 	first := jwt("first", t0, t0.Add(10*time.Minute)) // refresh point: t0+8m
 	second := jwt("second", t0.Add(8*time.Minute), t0.Add(18*time.Minute))
 	writeToken(t, dir, first)
-	src := grpcauth.NewFileTokenSource(filepath.Join(dir, "token"), grpcauth.FileOptions{RecheckInterval: time.Minute, Clock: clk})
+	src := mustFileSource(t, filepath.Join(dir, "token"), grpcauth.FileOptions{RecheckInterval: time.Minute, Clock: clk})
 
 	want := func(step string, tok string) {
 		t.Helper()
@@ -100,7 +100,7 @@ func TestFileTokenSourceRechecksPastEightyPercent(t *testing.T) {
 	writeToken(t, dir, first)
 	// A recheck interval longer than the lifetime: only the 80% rule can
 	// find the rotated token.
-	src := grpcauth.NewFileTokenSource(filepath.Join(dir, "token"), grpcauth.FileOptions{RecheckInterval: time.Hour, Clock: clk})
+	src := mustFileSource(t, filepath.Join(dir, "token"), grpcauth.FileOptions{RecheckInterval: time.Hour, Clock: clk})
 	if _, err := src.Token(t.Context()); err != nil {
 		t.Fatal(err)
 	}
@@ -121,7 +121,7 @@ func TestFileTokenSourceNeverReturnsExpiredToken(t *testing.T) {
 	clk := clocktesting.NewFakePassiveClock(t0)
 	tok := jwt("only", t0, t0.Add(10*time.Minute))
 	writeToken(t, dir, tok)
-	src := grpcauth.NewFileTokenSource(filepath.Join(dir, "token"), grpcauth.FileOptions{Clock: clk})
+	src := mustFileSource(t, filepath.Join(dir, "token"), grpcauth.FileOptions{Clock: clk})
 	clk.SetTime(t0.Add(10*time.Minute - time.Nanosecond))
 	if got, err := src.Token(t.Context()); err != nil || got != tok {
 		t.Errorf("Token() 1ns before exp = %.20q, %v; want the token", got, err)
@@ -163,10 +163,13 @@ func TestFileTokenSourceErrors(t *testing.T) {
 		{name: "empty file", path: empty, wantErr: true},
 		{name: "opaque token without exp", path: opaque, want: "opaque-token"},
 	}
+	if src, err := grpcauth.NewFileTokenSource("", grpcauth.FileOptions{}); err == nil {
+		t.Errorf("NewFileTokenSource(\"\") = %v, nil; want an error", src)
+	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
 			t.Parallel()
-			got, err := grpcauth.NewFileTokenSource(tt.path, grpcauth.FileOptions{}).Token(t.Context())
+			got, err := mustFileSource(t, tt.path, grpcauth.FileOptions{}).Token(t.Context())
 			if (err != nil) != tt.wantErr || got != tt.want {
 				t.Errorf("Token() = %q, %v; want %q, error %v", got, err, tt.want, tt.wantErr)
 			}
@@ -486,4 +489,14 @@ func TestTokenRequestSourceLateCallers(t *testing.T) {
 			t.Fatalf("round %d: CreateToken calls = %d; want 1", round, n)
 		}
 	}
+}
+
+// mustFileSource is grpcauth.NewFileTokenSource, failing t on an error.
+func mustFileSource(t *testing.T, path string, opts grpcauth.FileOptions) *grpcauth.FileTokenSource {
+	t.Helper()
+	src, err := grpcauth.NewFileTokenSource(path, opts)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return src
 }

@@ -54,28 +54,27 @@ func TestAuthenticatorErrors(t *testing.T) {
 
 	tests := []struct {
 		name         string
-		tokens       authenticator.Request
+		tokens       authenticator.Token
 		clientCerts  authenticator.Request
 		presentCert  bool
 		wantCode     int
-		wantCallsErr bool // the authenticator must have returned an error (oracle check)
+		wantCallsErr bool // apiserver's authenticator must return an error (oracle check)
 	}{
-		{name: "bearertoken: token authenticator returns a plain error", tokens: bearertoken.New(tokenErr(errors.New("invalid token"))), wantCode: 401, wantCallsErr: true},
-		{name: "bearertoken: no token authenticator accepts it", tokens: bearertoken.New(notMine), wantCode: 401, wantCallsErr: true},
-		{name: "bearertoken over the token cache", tokens: bearertoken.New(cached(tokenErr(errors.New("token expired")))), wantCode: 401, wantCallsErr: true},
-		{name: "bearertoken over a token union", tokens: bearertoken.New(tokenunion.New(notMine, tokenErr(errors.New("bad signature")))), wantCode: 401, wantCallsErr: true},
-		{name: "request union: x509 with an unknown CA and a bearer token nobody accepts", tokens: union.New(certs, bearertoken.New(notMine)), presentCert: true, wantCode: 401, wantCallsErr: true},
-		{name: "x509 with an unknown CA as the token authenticator", tokens: certs, presentCert: true, wantCode: 401, wantCallsErr: true},
-		{name: "x509 with an unknown CA as ClientCertificates", tokens: bearertoken.New(notMine), clientCerts: certs, presentCert: true, wantCode: 401, wantCallsErr: true},
-		{name: "a context error is a plain error too", tokens: bearertoken.New(tokenErr(context.DeadlineExceeded)), wantCode: 401, wantCallsErr: true},
-		{name: "ReviewError through bearertoken", tokens: bearertoken.New(tokenErr(unavailable)), wantCode: 503, wantCallsErr: true},
-		{name: "ReviewError through the token cache", tokens: bearertoken.New(cached(tokenErr(unavailable))), wantCode: 503, wantCallsErr: true},
-		{name: "wrapped ErrUnavailable", tokens: bearertoken.New(tokenErr(fmt.Errorf("my backend is down: %w", reviewauth.ErrUnavailable))), wantCode: 503, wantCallsErr: true},
-		{name: "wrapped ErrUnavailable as ClientCertificates", tokens: bearertoken.New(notMine),
+		{name: "token authenticator returns a plain error", tokens: tokenErr(errors.New("invalid token")), wantCode: 401, wantCallsErr: true},
+		{name: "no token authenticator accepts it", tokens: notMine, wantCode: 401, wantCallsErr: true},
+		{name: "the token cache over a plain error", tokens: cached(tokenErr(errors.New("token expired"))), wantCode: 401, wantCallsErr: true},
+		{name: "a token union", tokens: tokenunion.New(notMine, tokenErr(errors.New("bad signature"))), wantCode: 401, wantCallsErr: true},
+		{name: "request union: x509 with an unknown CA, and a bearer token nobody accepts", tokens: notMine, clientCerts: union.New(certs), presentCert: true, wantCode: 401, wantCallsErr: true},
+		{name: "x509 with an unknown CA as ClientCertificates", tokens: notMine, clientCerts: certs, presentCert: true, wantCode: 401, wantCallsErr: true},
+		{name: "a context error is a plain error too", tokens: tokenErr(context.DeadlineExceeded), wantCode: 401, wantCallsErr: true},
+		{name: "ReviewError", tokens: tokenErr(unavailable), wantCode: 503, wantCallsErr: true},
+		{name: "ReviewError through the token cache", tokens: cached(tokenErr(unavailable)), wantCode: 503, wantCallsErr: true},
+		{name: "wrapped ErrUnavailable", tokens: tokenErr(fmt.Errorf("my backend is down: %w", reviewauth.ErrUnavailable)), wantCode: 503, wantCallsErr: true},
+		{name: "wrapped ErrUnavailable as ClientCertificates", tokens: notMine,
 			clientCerts: authenticator.RequestFunc(func(*http.Request) (*authenticator.Response, bool, error) {
 				return nil, false, fmt.Errorf("CRL fetch failed: %w", reviewauth.ErrUnavailable)
 			}), presentCert: true, wantCode: 503, wantCallsErr: true},
-		{name: "success without a user", tokens: authenticator.RequestFunc(func(*http.Request) (*authenticator.Response, bool, error) {
+		{name: "success without a user", tokens: authenticator.TokenFunc(func(context.Context, string) (*authenticator.Response, bool, error) {
 			return &authenticator.Response{}, true, nil
 		}), wantCode: 503},
 	}
@@ -90,10 +89,12 @@ func TestAuthenticatorErrors(t *testing.T) {
 				return r
 			}
 			if tt.wantCallsErr {
-				// The oracle: apiserver's authenticator itself says error.
+				// The oracle: apiserver's authenticator itself (for a
+				// token, its bearertoken reading of the same header) says
+				// error.
 				a := tt.clientCerts
 				if a == nil {
-					a = tt.tokens
+					a = bearertoken.New(tt.tokens)
 				}
 				if _, ok, err := a.AuthenticateRequest(newReq()); ok || err == nil {
 					t.Fatalf("%s: AuthenticateRequest = %v, %v; want an error", tt.name, ok, err)
@@ -133,9 +134,9 @@ func TestAuthenticatorErrorNeverLogsToken(t *testing.T) {
 		fmt.Errorf("invalid token %q", token),
 		fmt.Errorf("backend down while checking %s: %w", token, reviewauth.ErrUnavailable),
 	} {
-		tokens := bearertoken.New(authenticator.TokenFunc(func(context.Context, string) (*authenticator.Response, bool, error) {
+		tokens := authenticator.TokenFunc(func(context.Context, string) (*authenticator.Response, bool, error) {
 			return nil, false, err
-		}))
+		})
 		var logs strings.Builder
 		logger := funcr.New(func(prefix, args string) { logs.WriteString(prefix + " " + args + "\n") }, funcr.Options{Verbosity: 10})
 		r := get("/metrics", token)
@@ -146,5 +147,29 @@ func TestAuthenticatorErrorNeverLogsToken(t *testing.T) {
 		if strings.Contains(logs.String(), token) {
 			t.Errorf("%v: the log contains the token:\n%s", err, logs.String())
 		}
+	}
+}
+
+// TestPresentedTokenNobodyAcceptsIsNotAnonymous: a token that the token
+// authenticator neither accepts nor errors on is a rejection, as
+// apiserver's bearertoken authenticator makes it, also on an always-allow
+// path, where only a request without a credential is anonymous.
+func TestPresentedTokenNobodyAcceptsIsNotAnonymous(t *testing.T) {
+	t.Parallel()
+	notMine := authenticator.TokenFunc(func(context.Context, string) (*authenticator.Response, bool, error) {
+		return nil, false, nil
+	})
+	if _, ok, err := bearertoken.New(notMine).AuthenticateRequest(get("/healthz", scraperToken)); ok || err == nil {
+		t.Fatalf("oracle: bearertoken = %v, %v; want an error", ok, err)
+	}
+	mw := newMiddleware(t, httpauth.Options{Authenticator: notMine, AlwaysAllowPaths: []string{"/healthz"}})
+	for _, p := range []string{"/healthz", "/metrics"} {
+		w, s := serve(mw, get(p, scraperToken))
+		if w.Code != 401 || s.called {
+			t.Errorf("GET %s with a token nobody accepts = %d (handler called %v); want 401", p, w.Code, s.called)
+		}
+	}
+	if w, s := serve(mw, get("/healthz", "")); w.Code != 200 || !s.called {
+		t.Errorf("GET /healthz without a credential = %d; want 200 as anonymous", w.Code)
 	}
 }

@@ -1,13 +1,11 @@
 package httpauth
 
 import (
-	"container/list"
 	"crypto/sha256"
 	"crypto/x509"
 	"encoding/binary"
 	"errors"
 	"net/http"
-	"sync"
 	"time"
 
 	"k8s.io/apiserver/pkg/authentication/authenticator"
@@ -16,6 +14,7 @@ import (
 	"k8s.io/utils/clock"
 
 	"github.com/reviewauth/reviewauth"
+	"github.com/reviewauth/reviewauth/internal/cache"
 )
 
 // DefaultClientCertCacheSize is the number of verified certificate chains
@@ -41,9 +40,12 @@ type ClientCertOptions struct {
 	// an empty CN) is treated as no credential and is not cached.
 	UserConversion x509request.UserConversion
 
-	// CacheSize bounds the verification cache, least recently used first
-	// out. Zero means [DefaultClientCertCacheSize]; a negative value turns
-	// the cache off, so that every request verifies its chain.
+	// CacheSize bounds the verification cache exactly; the least recently
+	// used chain is dropped to make room (from 1024 entries, within one of
+	// 32 shards, which keeps hits on different chains from contending).
+	// It is the same bounded cache as authn's and authz's. Zero means
+	// [DefaultClientCertCacheSize]; a negative value turns the cache off,
+	// so that every request verifies its chain.
 	CacheSize int
 
 	// Clock is the time used to verify chains and to expire cache entries.
@@ -84,11 +86,9 @@ func NewClientCertAuthenticator(opts ClientCertOptions) (authenticator.Request, 
 	}
 	verify := x509request.DefaultVerifyOptions()
 	verify.Roots = opts.ClientCA
-	a := &certAuthenticator{
-		clock:   clk,
-		size:    size,
-		entries: map[[sha256.Size]byte]*list.Element{},
-		lru:     list.New(),
+	a := &certAuthenticator{clock: clk}
+	if size > 0 {
+		a.cache = cache.New[*authenticator.Response](cache.Options{MaxEntries: size, Clock: clk})
 	}
 	a.x509 = x509request.NewDynamic(func() (x509.VerifyOptions, bool) {
 		o := verify
@@ -122,27 +122,19 @@ type chainUser struct {
 type certAuthenticator struct {
 	x509  *x509request.Authenticator
 	clock clock.PassiveClock
-	size  int
-
-	mu      sync.Mutex
-	entries map[[sha256.Size]byte]*list.Element
-	lru     *list.List
-}
-
-type certEntry struct {
-	key      [sha256.Size]byte
-	resp     *authenticator.Response
-	notAfter time.Time
+	// cache maps chainKey to the verified identity, until the chain's
+	// earliest NotAfter; nil when caching is off.
+	cache *cache.Cache[*authenticator.Response]
 }
 
 func (a *certAuthenticator) AuthenticateRequest(r *http.Request) (*authenticator.Response, bool, error) {
 	if r.TLS == nil || len(r.TLS.PeerCertificates) == 0 {
 		return nil, false, nil
 	}
-	var key [sha256.Size]byte
-	if a.size > 0 {
+	var key cache.Key
+	if a.cache != nil {
 		key = chainKey(r.TLS.PeerCertificates)
-		if resp, ok := a.get(key, a.clock.Now()); ok {
+		if resp, ok := a.cache.Get(key); ok {
 			return resp, true, nil
 		}
 	}
@@ -159,15 +151,18 @@ func (a *certAuthenticator) AuthenticateRequest(r *http.Request) (*authenticator
 		return nil, false, &reviewauth.RejectedError{Reason: "client certificate: no verified chain"}
 	}
 	out := &authenticator.Response{User: cu.Info, Audiences: resp.Audiences}
-	if a.size > 0 {
-		a.put(key, out, cu.notAfter)
+	if a.cache != nil {
+		// x509 accepts a certificate at exactly its NotAfter, and so does
+		// the cache: the entry expires 1ns later. A chain that expires
+		// before now (verified with a clock that moved on) is not stored.
+		a.cache.Set(key, out, cu.notAfter.Sub(a.clock.Now())+time.Nanosecond)
 	}
 	return out, true, nil
 }
 
 // chainKey is the SHA-256 over the length-prefixed DER of every presented
 // certificate, so that different chains cannot collide by concatenation.
-func chainKey(certs []*x509.Certificate) [sha256.Size]byte {
+func chainKey(certs []*x509.Certificate) cache.Key {
 	h := sha256.New()
 	var n [4]byte
 	for _, c := range certs {
@@ -175,41 +170,7 @@ func chainKey(certs []*x509.Certificate) [sha256.Size]byte {
 		h.Write(n[:])
 		h.Write(c.Raw)
 	}
-	var key [sha256.Size]byte
+	var key cache.Key
 	h.Sum(key[:0])
 	return key
-}
-
-func (a *certAuthenticator) get(key [sha256.Size]byte, now time.Time) (*authenticator.Response, bool) {
-	a.mu.Lock()
-	defer a.mu.Unlock()
-	el, ok := a.entries[key]
-	if !ok {
-		return nil, false
-	}
-	e := el.Value.(*certEntry)
-	// x509 accepts a certificate at exactly its NotAfter; so does the cache.
-	if now.After(e.notAfter) {
-		a.lru.Remove(el)
-		delete(a.entries, key)
-		return nil, false
-	}
-	a.lru.MoveToFront(el)
-	return e.resp, true
-}
-
-func (a *certAuthenticator) put(key [sha256.Size]byte, resp *authenticator.Response, notAfter time.Time) {
-	a.mu.Lock()
-	defer a.mu.Unlock()
-	if el, ok := a.entries[key]; ok {
-		el.Value = &certEntry{key: key, resp: resp, notAfter: notAfter}
-		a.lru.MoveToFront(el)
-		return
-	}
-	a.entries[key] = a.lru.PushFront(&certEntry{key: key, resp: resp, notAfter: notAfter})
-	for a.lru.Len() > a.size {
-		oldest := a.lru.Back()
-		a.lru.Remove(oldest)
-		delete(a.entries, oldest.Value.(*certEntry).key)
-	}
 }

@@ -6,11 +6,13 @@
 // [New] builds the middleware from three parts, all in Kubernetes' own
 // vocabulary:
 //
-//   - an [authenticator.Request] for bearer tokens (typically an
-//     *authn.Authenticator) and, optionally, one for client certificates
+//   - an [authenticator.Token] for bearer tokens (typically an
+//     *authn.Authenticator, the same field as grpcauth's), and, optionally,
+//     an [authenticator.Request] for client certificates
 //     ([NewClientCertAuthenticator], k8s.io/apiserver's x509 authenticator
 //     behind a verification cache);
-//   - an [authorizer.Authorizer] (typically an *authz.Authorizer);
+//   - an [authorizer.UnconditionalAuthorizer] (typically an
+//     *authz.Authorizer, or a chain from authz.Flags);
 //   - an [AttributesMapper]: [Kubelet], [RequestInfo], [NonResource] or
 //     [StaticRoutes], or your own [AttributesMapperFunc].
 //
@@ -27,7 +29,8 @@
 // as k8s.io/apiserver serves its always-allow paths; a credential presented
 // there is still checked, and a bad one is still 401.
 //
-// With an *authn.Authenticator, bearer tokens are parsed as RFC 6750 says,
+// The middleware reads the bearer token from the Authorization header as
+// RFC 6750 says (the same parser reads grpcauth's "authorization" metadata),
 // which differs from k8s.io/apiserver's bearertoken authenticator (the
 // kubelet's) on three headers: "Bearer  <token>" (more than one space) is
 // the token here, and no credential there; "Bearer <token> extra" is a
@@ -55,8 +58,9 @@
 //   - 401 Unauthorized, with "WWW-Authenticate: Bearer": no credential, or a
 //     rejected one: any authenticator error that does not match
 //     reviewauth.ErrUnavailable, including the plain errors with which
-//     k8s.io/apiserver's authenticators (x509, bearertoken, union, the token
-//     cache) report a bad credential;
+//     k8s.io/apiserver's authenticators (x509, union, the token cache)
+//     report a bad credential, and a token the token authenticator neither
+//     accepts nor errors on;
 //   - 403 Forbidden: the authorizer denied (or had no opinion on) one of the
 //     attribute sets; the body carries the authorizer's reason;
 //   - 405 Method Not Allowed: the mapper has no verb for the method;

@@ -12,7 +12,6 @@ import (
 	"k8s.io/apiserver/pkg/endpoints/request"
 
 	"github.com/reviewauth/reviewauth"
-	"github.com/reviewauth/reviewauth/authn"
 	"github.com/reviewauth/reviewauth/httpauth"
 )
 
@@ -36,7 +35,7 @@ func ExampleNew() {
 	})
 
 	protect, err := httpauth.New(httpauth.Options{
-		Authenticator:    authn.Bearer(tokens),
+		Authenticator:    tokens,
 		Authorizer:       rbac,
 		Attributes:       httpauth.Kubelet("node-1"),
 		AlwaysAllowPaths: []string{"/healthz"},

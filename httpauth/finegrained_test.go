@@ -6,7 +6,6 @@ import (
 	"net/http"
 	"net/http/httptest"
 	"slices"
-	"strings"
 	"sync"
 	"testing"
 
@@ -89,11 +88,7 @@ func TestKubeletFineGrained(t *testing.T) {
 				"pods-reader": {"pods"}, "proxy-user": {"proxy"}, "spec-reader": {"spec"},
 				"metrics-reader": {"metrics"}, "healthz-reader": {"healthz"}, "configz-reader": {"configz"}, "statusz-reader": {"statusz"},
 			}}
-			an := authenticator.RequestFunc(func(r *http.Request) (*authenticator.Response, bool, error) {
-				name, ok := strings.CutPrefix(r.Header.Get("Authorization"), "Bearer ")
-				if !ok {
-					return nil, false, nil
-				}
+			an := authenticator.TokenFunc(func(_ context.Context, name string) (*authenticator.Response, bool, error) {
 				return &authenticator.Response{User: &user.DefaultInfo{Name: name}}, true, nil
 			})
 			mw, err := httpauth.New(httpauth.Options{Authenticator: an, Authorizer: az, Attributes: httpauth.KubeletFineGrained("node-1")})

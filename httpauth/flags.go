@@ -8,6 +8,8 @@ import (
 	"github.com/spf13/pflag"
 	"k8s.io/apiserver/pkg/authentication/authenticator"
 	"k8s.io/client-go/util/cert"
+
+	"github.com/reviewauth/reviewauth/internal/pathmatch"
 )
 
 // Flags configures the HTTP side of authentication and authorization from
@@ -16,6 +18,8 @@ import (
 // accepts no client certificates and has no always-allow paths. AddFlags
 // registers the flags, Validate checks them; pass AlwaysAllowPaths to
 // [Options] and use [Flags.ClientCertificates] for its ClientCertificates.
+// A Flags is not safe for concurrent use: flags are parsed once, before
+// anything runs.
 type Flags struct {
 	// ClientCAFile is a PEM bundle of the CAs that sign client
 	// certificates. Empty means client certificates are not accepted.
@@ -42,7 +46,7 @@ func (f *Flags) AddFlags(fs *pflag.FlagSet) {
 // and a malformed always-allow path, naming the flag.
 func (f *Flags) Validate() error {
 	var errs []error
-	if _, err := newPathMatcher("always-allow path", f.AlwaysAllowPaths); err != nil {
+	if _, err := pathmatch.New("always-allow path", f.AlwaysAllowPaths); err != nil {
 		errs = append(errs, fmt.Errorf("--authorization-always-allow-paths: %w", err))
 	}
 	if f.ClientCAFile != "" {

@@ -89,7 +89,7 @@ func TestFlagsAlwaysAllowPathsWithKubeletMapper(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	chain, _, err := az.New()
+	chain, err := az.New()
 	if err != nil {
 		t.Fatal(err)
 	}

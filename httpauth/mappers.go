@@ -11,6 +11,8 @@ import (
 	"k8s.io/apiserver/pkg/authentication/user"
 	"k8s.io/apiserver/pkg/authorization/authorizer"
 	"k8s.io/apiserver/pkg/endpoints/request"
+
+	"github.com/reviewauth/reviewauth/internal/pathmatch"
 )
 
 // AttributesMapper maps an authenticated request to the attribute sets the
@@ -92,23 +94,39 @@ func Kubelet(nodeName string) AttributesMapper {
 	return kubeletMapper{node: nodeName}
 }
 
-type kubeletMapper struct{ node string }
+// kubeletMapper is Kubelet's mapper, and KubeletFineGrained's with
+// fineGrained.
+type kubeletMapper struct {
+	node        string
+	fineGrained bool
+}
 
 func (k kubeletMapper) Attributes(r *http.Request, u user.Info) ([]authorizer.Attributes, error) {
 	verb, err := ResourceVerb(r.Method)
 	if err != nil {
 		return nil, err
 	}
-	return single(authorizer.AttributesRecord{
-		User:            u,
-		Verb:            verb,
-		APIVersion:      "v1",
-		Resource:        "nodes",
-		Subresource:     kubeletSubresource(r.URL.Path),
-		Name:            k.node,
-		ResourceRequest: true,
-		Path:            r.URL.Path,
-	}), nil
+	p := r.URL.Path
+	o := &one{rec: authorizer.AttributesRecord{User: u, Verb: verb, APIVersion: "v1", Resource: "nodes",
+		Subresource: kubeletSubresource(p), Name: k.node, ResourceRequest: true, Path: p}}
+	o.list[0] = &o.rec
+	if !k.fineGrained {
+		return o.list[:], nil
+	}
+	var fine string
+	switch {
+	case isSubpath(p, "/allocatedPods"), isSubpath(p, "/pods"), isSubpath(p, "/runningpods"):
+		fine = "pods"
+	case isSubpath(p, "/healthz"):
+		fine = "healthz"
+	case isSubpath(p, "/configz"):
+		fine = "configz"
+	default:
+		return o.list[:], nil
+	}
+	narrow := o.rec
+	narrow.Subresource = fine
+	return []authorizer.Attributes{AnyOf(&narrow, &o.rec)}, nil
 }
 
 // AnyOf returns an attribute set that is allowed when any of alts is: the
@@ -150,33 +168,7 @@ type anyOf struct {
 // test/e2e module checks this mapper against the kubelet's own attributes
 // getter. The mapper is safe for concurrent use.
 func KubeletFineGrained(nodeName string) AttributesMapper {
-	return kubeletFineMapper{node: nodeName}
-}
-
-type kubeletFineMapper struct{ node string }
-
-func (k kubeletFineMapper) Attributes(r *http.Request, u user.Info) ([]authorizer.Attributes, error) {
-	verb, err := ResourceVerb(r.Method)
-	if err != nil {
-		return nil, err
-	}
-	p := r.URL.Path
-	rec := func(sub string) *authorizer.AttributesRecord {
-		return &authorizer.AttributesRecord{User: u, Verb: verb, APIVersion: "v1", Resource: "nodes",
-			Subresource: sub, Name: k.node, ResourceRequest: true, Path: p}
-	}
-	var fine string
-	switch {
-	case isSubpath(p, "/allocatedPods"), isSubpath(p, "/pods"), isSubpath(p, "/runningpods"):
-		fine = "pods"
-	case isSubpath(p, "/healthz"):
-		fine = "healthz"
-	case isSubpath(p, "/configz"):
-		fine = "configz"
-	default:
-		return []authorizer.Attributes{rec(kubeletSubresource(p))}, nil
-	}
-	return []authorizer.Attributes{AnyOf(rec(fine), rec(kubeletSubresource(p)))}, nil
+	return kubeletMapper{node: nodeName, fineGrained: true}
 }
 
 // one holds a single attribute set and the slice that returns it, so that a
@@ -214,22 +206,20 @@ func nonResourceVerb(method string) string {
 	return strings.ToLower(method)
 }
 
-// kubeletSubresource is the kubelet's subresource for a path, in the
-// kubelet's order (pkg/kubelet/server/auth.go).
+// kubeletSubresources are the kubelet's subresources by path, in the
+// kubelet's order (pkg/kubelet/server/auth.go); any other path is
+// nodes/proxy.
+var kubeletSubresources = []struct{ path, subresource string }{
+	{"/stats", "stats"}, {"/metrics", "metrics"}, {"/logs", "log"},
+	{"/checkpoint", "checkpoint"}, {"/statusz", "statusz"}, {"/flagz", "configz"},
+}
+
+// kubeletSubresource is the kubelet's subresource for a path.
 func kubeletSubresource(p string) string {
-	switch {
-	case isSubpath(p, "/stats"):
-		return "stats"
-	case isSubpath(p, "/metrics"):
-		return "metrics"
-	case isSubpath(p, "/logs"):
-		return "log"
-	case isSubpath(p, "/checkpoint"):
-		return "checkpoint"
-	case isSubpath(p, "/statusz"):
-		return "statusz"
-	case isSubpath(p, "/flagz"):
-		return "configz"
+	for _, e := range kubeletSubresources {
+		if isSubpath(p, e.path) {
+			return e.subresource
+		}
 	}
 	return "proxy"
 }
@@ -336,7 +326,7 @@ type Route struct {
 func StaticRoutes(routes ...Route) (AttributesMapper, error) {
 	m := staticRoutes{routes: make([]staticRoute, 0, len(routes))}
 	for i, rt := range routes {
-		match, err := newPathMatcher("route path", []string{rt.Path})
+		match, err := pathmatch.New("path", []string{rt.Path})
 		if err != nil {
 			return nil, fmt.Errorf("httpauth: route %d: %w", i, err)
 		}
@@ -359,7 +349,7 @@ func StaticRoutes(routes ...Route) (AttributesMapper, error) {
 }
 
 type staticRoute struct {
-	match   *pathMatcher
+	match   *pathmatch.Matcher
 	methods map[string]struct{}
 	attrs   []authorizer.AttributesRecord
 }
@@ -368,7 +358,7 @@ type staticRoutes struct{ routes []staticRoute }
 
 func (m staticRoutes) Attributes(r *http.Request, u user.Info) ([]authorizer.Attributes, error) {
 	for _, rt := range m.routes {
-		if !rt.match.match(r.URL.Path) {
+		if !rt.match.Match(r.URL.Path) {
 			continue
 		}
 		if rt.methods != nil {

@@ -16,15 +16,16 @@ import (
 	"k8s.io/apiserver/pkg/authentication/authenticator"
 	"k8s.io/apiserver/pkg/authentication/user"
 	"k8s.io/apiserver/pkg/authorization/authorizer"
-	"k8s.io/apiserver/pkg/endpoints/handlers/responsewriters"
 	"k8s.io/apiserver/pkg/endpoints/request"
-	"k8s.io/client-go/transport"
 	"k8s.io/klog/v2"
 	"k8s.io/utils/clock"
 
 	"github.com/reviewauth/reviewauth"
-	"github.com/reviewauth/reviewauth/authz"
+	"github.com/reviewauth/reviewauth/internal/bearer"
+	"github.com/reviewauth/reviewauth/internal/check"
 	"github.com/reviewauth/reviewauth/internal/loglimit"
+	"github.com/reviewauth/reviewauth/internal/observe"
+	"github.com/reviewauth/reviewauth/internal/pathmatch"
 	"github.com/reviewauth/reviewauth/metrics"
 )
 
@@ -48,21 +49,27 @@ const (
 // Authenticator and ClientCertificates are required; every other field has a
 // safe zero value, stated on the field.
 type Options struct {
-	// Authenticator authenticates requests that did not authenticate with
-	// a client certificate: typically an *authn.Authenticator, which reads
-	// the bearer token from the Authorization header. It must return
-	// (nil, false, nil) when the request carries no credential it
-	// understands. Its errors are mapped as follows: an error matching
-	// [reviewauth.ErrUnavailable] means the credential could not be checked
-	// and is answered with 503; any other error means the credential was
-	// checked and refused, and is answered with 401. That includes plain
-	// errors, which is how k8s.io/apiserver's own authenticators (bearertoken,
-	// union, x509, the token cache) report a bad credential. A custom
-	// authenticator that cannot reach its backend must therefore wrap
-	// reviewauth.ErrUnavailable (for example with a *reviewauth.ReviewError)
-	// for clients to be told to retry. Nil means bearer tokens are not
-	// accepted.
-	Authenticator authenticator.Request
+	// Authenticator authenticates the bearer token of requests that did not
+	// authenticate with a client certificate: typically an
+	// *authn.Authenticator, or any authenticator.Token (k8s.io/apiserver's
+	// token cache, union, OIDC, ...). It is the same field, of the same type,
+	// as grpcauth.Options.Authenticator. The middleware reads the token from
+	// the Authorization header itself (RFC 6750: "Bearer <token>", the scheme
+	// case-insensitive; see the package documentation for how this differs
+	// from the kubelet's reading): a request without one, or with another
+	// scheme, has no credential; two Authorization headers or an empty
+	// token are a rejection. The token's results are mapped as follows: an
+	// error matching [reviewauth.ErrUnavailable] means the token could not
+	// be checked and is answered with 503; any other error, or (nil, false,
+	// nil) for a token that was presented, means it was checked and refused,
+	// and is answered with 401. That includes plain errors, which is how
+	// k8s.io/apiserver's own authenticators (union, the token cache, OIDC)
+	// report a bad token, and what its bearertoken authenticator makes of
+	// (nil, false, nil). A custom authenticator that cannot reach its
+	// backend must therefore wrap reviewauth.ErrUnavailable (for example
+	// with a *reviewauth.ReviewError) for clients to be told to retry. Nil
+	// means bearer tokens are not accepted.
+	Authenticator authenticator.Token
 
 	// ClientCertificates authenticates TLS client certificates, usually the
 	// result of [NewClientCertAuthenticator]. It runs first, as in the API
@@ -77,8 +84,8 @@ type Options struct {
 	ClientCertificates authenticator.Request
 
 	// Authorizer decides every attribute set the mapper returns; all of them
-	// must be allowed (see [authz.Check]). Typically an *authz.Authorizer,
-	// or authz.First of local rules and one. An error, whatever the
+	// must be allowed (as authz.Check asks). Typically an *authz.Authorizer,
+	// or the chain authz.Flags builds. An error, whatever the
 	// decision that comes with it, is answered with 503; NoOpinion is a
 	// denial. Required.
 	Authorizer authorizer.UnconditionalAuthorizer
@@ -132,7 +139,7 @@ type Options struct {
 	PropagateIdentity bool
 
 	// RetryAfter is the Retry-After of a 503 when the error does not carry
-	// one. Zero means [DefaultRetryAfter].
+	// one. Zero or negative means [DefaultRetryAfter].
 	RetryAfter time.Duration
 
 	// Metrics, if not nil, counts every request in
@@ -160,9 +167,11 @@ var ErrMethodNotAllowed = errors.New("httpauth: method not allowed")
 // sees the cleaned path, no Authorization or client-sent X-Remote-* headers,
 // and the identity in its context through request.UserFrom.
 //
-// New reports an error for a missing required option or a malformed
-// always-allow path. The middleware is safe for concurrent use if the
-// authenticators, authorizer and mapper are.
+// New reports an error for a missing required option, a malformed
+// always-allow path or a method that is not an HTTP token; it never panics.
+// New reads opts once: changing it afterwards has no effect. The middleware
+// is safe for concurrent use if the authenticators, authorizer and mapper
+// are.
 func New(opts Options) (func(http.Handler) http.Handler, error) {
 	if opts.Authenticator == nil && opts.ClientCertificates == nil {
 		return nil, errors.New("httpauth: Options.Authenticator or Options.ClientCertificates is required")
@@ -173,9 +182,9 @@ func New(opts Options) (func(http.Handler) http.Handler, error) {
 	if opts.Attributes == nil {
 		return nil, errors.New("httpauth: Options.Attributes is required")
 	}
-	allow, err := newPathMatcher("always-allow path", opts.AlwaysAllowPaths)
+	allow, err := pathmatch.New("always-allow path", opts.AlwaysAllowPaths)
 	if err != nil {
-		return nil, err
+		return nil, fmt.Errorf("httpauth: %w", err)
 	}
 	methods := []string{http.MethodGet, http.MethodHead}
 	if len(opts.AlwaysAllowMethods) > 0 {
@@ -187,7 +196,7 @@ func New(opts Options) (func(http.Handler) http.Handler, error) {
 			methods = append(methods, method)
 		}
 	}
-	m := &middleware{opts: opts, alwaysAllow: allow, alwaysAllowMethods: methods,
+	m := &middleware{opts: opts, alwaysAllow: allow, alwaysAllowMethods: methods, metrics: observe.Of(opts.Metrics),
 		refusals:    loglimit.New(RefusalLogBurst, RefusalLogInterval, opts.Clock),
 		unavailable: loglimit.New(RefusalLogBurst, RefusalLogInterval, opts.Clock),
 	}
@@ -200,15 +209,15 @@ func New(opts Options) (func(http.Handler) http.Handler, error) {
 	return func(next http.Handler) http.Handler {
 		return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 			if m.tracer == nil {
-				m.opts.Metrics.Decision("http", m.serve(next, w, r))
+				m.metrics.Decision("http", m.serve(next, w, r))
 				return
 			}
 			ctx, span := m.tracer.Start(r.Context(), "reviewauth.httpauth", trace.WithAttributes(attribute.String("http.request.method", r.Method)))
 			defer span.End()
 			outcome := m.serve(next, w, r.WithContext(ctx))
-			m.opts.Metrics.Decision("http", outcome)
+			m.metrics.Decision("http", outcome)
 			span.SetAttributes(attribute.String("reviewauth.decision", outcome))
-			if outcome == metrics.OutcomeUnavailable {
+			if outcome == observe.OutcomeUnavailable {
 				span.SetStatus(codes.Error, "review unavailable")
 			}
 		})
@@ -220,13 +229,14 @@ const TracerName = "github.com/reviewauth/reviewauth/httpauth"
 
 type middleware struct {
 	opts               Options
-	alwaysAllow        *pathMatcher
+	alwaysAllow        *pathmatch.Matcher
 	alwaysAllowMethods []string
 	tracer             trace.Tracer
 	// refusals and unavailable pace the log lines of 4xx refusals and of
 	// 503s at the default verbosity, separately, so that a flood of bad
 	// tokens cannot hide an outage.
 	refusals, unavailable *loglimit.Limiter
+	metrics               *observe.Recorder
 }
 
 // errNoCredential is the outcome when no authenticator found a credential.
@@ -245,12 +255,12 @@ func (m *middleware) serve(next http.Handler, w http.ResponseWriter, r *http.Req
 		delete(r.Header, "Authorization")
 		m.logRefusal(logger, r, "", "bad path", err)
 		writeStatus(w, apierrors.NewBadRequest(err.Error()))
-		return metrics.OutcomeBadRequest
+		return observe.OutcomeBadRequest
 	}
 	if clean != r.URL.Path || r.URL.RawPath != "" {
 		r = withPath(r, clean)
 	}
-	alwaysAllow := m.alwaysAllow.match(clean) && m.alwaysAllowMethod(r.Method)
+	alwaysAllow := m.alwaysAllow.Match(clean) && m.alwaysAllowMethod(r.Method)
 
 	credential := r.Header["Authorization"]
 	resp, err := m.authenticate(r)
@@ -261,12 +271,12 @@ func (m *middleware) serve(next http.Handler, w http.ResponseWriter, r *http.Req
 		r = r.WithContext(request.WithUser(r.Context(), &user.DefaultInfo{Name: user.Anonymous, Groups: []string{user.AllUnauthenticated}}))
 		logDecision(logger, 4, r, user.Anonymous, "always allowed", nil)
 		next.ServeHTTP(w, r)
-		return metrics.OutcomeAlwaysAllowed
+		return observe.OutcomeAlwaysAllowed
 	case err == nil:
 	case errors.Is(err, reviewauth.ErrUnavailable):
 		m.logUnavailable(logger, r, "", "authentication", redactCredential(err, credential))
 		m.writeUnavailable(w, err)
-		return metrics.OutcomeUnavailable
+		return observe.OutcomeUnavailable
 	default:
 		// No credential, or one that was checked and refused: an
 		// ErrUnauthenticated, or a plain error, which is how
@@ -278,7 +288,7 @@ func (m *middleware) serve(next http.Handler, w http.ResponseWriter, r *http.Req
 		}
 		w.Header().Set("WWW-Authenticate", challenge)
 		writeStatus(w, apierrors.NewUnauthorized("Unauthorized"))
-		return metrics.OutcomeUnauthenticated
+		return observe.OutcomeUnauthenticated
 	}
 	u := resp.User
 	r = r.WithContext(request.WithUser(r.Context(), u))
@@ -289,7 +299,7 @@ func (m *middleware) serve(next http.Handler, w http.ResponseWriter, r *http.Req
 		m.propagate(r, u)
 		logDecision(logger, 4, r, u.GetName(), "always allowed", nil)
 		next.ServeHTTP(w, r)
-		return metrics.OutcomeAlwaysAllowed
+		return observe.OutcomeAlwaysAllowed
 	}
 
 	attrs, err := m.opts.Attributes.Attributes(r, u)
@@ -302,18 +312,18 @@ func (m *middleware) serve(next http.Handler, w http.ResponseWriter, r *http.Req
 				Reason:  metav1.StatusReasonMethodNotAllowed,
 				Message: fmt.Sprintf("method %q is not allowed here", r.Method),
 			}})
-			return metrics.OutcomeBadRequest
+			return observe.OutcomeBadRequest
 		}
 		writeStatus(w, apierrors.NewBadRequest(err.Error()))
-		return metrics.OutcomeBadRequest
+		return observe.OutcomeBadRequest
 	}
 	if len(attrs) == 0 {
 		// Nothing to authorize is a mapper mistake; authz.Check would deny
 		// it too. Fail closed.
 		a := authorizer.AttributesRecord{User: u, Path: r.URL.Path, Verb: strings.ToLower(r.Method)}
 		m.logRefusal(logger, r, u.GetName(), "forbidden", errNoAttributes)
-		writeStatus(w, responsewriters.ForbiddenStatusError(a, "no attributes to authorize"))
-		return metrics.OutcomeDenied
+		writeStatus(w, forbidden(a, "no attributes to authorize"))
+		return observe.OutcomeDenied
 	}
 	for _, a := range attrs {
 		a, err := checkSet(r.Context(), m.opts.Authorizer, a)
@@ -323,18 +333,18 @@ func (m *middleware) serve(next http.Handler, w http.ResponseWriter, r *http.Req
 		var denied *reviewauth.DeniedError
 		if errors.As(err, &denied) && errors.Is(err, reviewauth.ErrDenied) {
 			m.logRefusal(logger, r, u.GetName(), "forbidden", err)
-			writeStatus(w, responsewriters.ForbiddenStatusError(a, denied.Reason))
-			return metrics.OutcomeDenied
+			writeStatus(w, forbidden(a, denied.Reason))
+			return observe.OutcomeDenied
 		}
 		m.logUnavailable(logger, r, u.GetName(), "authorization", err)
 		m.writeUnavailable(w, err)
-		return metrics.OutcomeUnavailable
+		return observe.OutcomeUnavailable
 	}
 
 	m.propagate(r, u)
 	logDecision(logger, 4, r, u.GetName(), "allowed", nil)
 	next.ServeHTTP(w, r)
-	return metrics.OutcomeAllowed
+	return observe.OutcomeAllowed
 }
 
 // authenticate runs the client certificate authenticator, then the token
@@ -352,16 +362,30 @@ func (m *middleware) authenticate(r *http.Request) (*authenticator.Response, err
 		}
 	}
 	if m.opts.Authenticator != nil {
-		resp, ok, err := m.opts.Authenticator.AuthenticateRequest(r)
+		token, ok, err := bearer.FromRequest(r)
 		switch {
 		case err != nil:
 			return nil, err
-		case ok:
-			return checkResponse(resp)
+		case !ok:
+			return nil, errNoCredential
 		}
+		resp, ok, err := m.opts.Authenticator.AuthenticateToken(r.Context(), token)
+		switch {
+		case err != nil:
+			return nil, err
+		case !ok:
+			// A presented token nobody accepts, as apiserver's
+			// bearertoken authenticator reads (nil, false, nil).
+			return nil, errTokenNotAccepted
+		}
+		return checkResponse(resp)
 	}
 	return nil, errNoCredential
 }
+
+// errTokenNotAccepted is a presented token the authenticator did not accept
+// and had no error for.
+var errTokenNotAccepted = &reviewauth.RejectedError{Reason: "invalid bearer token"}
 
 // errNoUser is a success without a user: the authenticator is broken, and
 // the credential was not checked.
@@ -392,7 +416,61 @@ func (m *middleware) propagate(r *http.Request, u user.Info) {
 	if r.Header == nil {
 		r.Header = make(http.Header)
 	}
-	transport.SetAuthProxyHeaders(r, u.GetName(), u.GetUID(), u.GetGroups(), u.GetExtra())
+	setIdentityHeaders(r.Header, u)
+}
+
+// setIdentityHeaders sets the front-proxy identity headers of u, as
+// client-go's transport.SetAuthProxyHeaders does (and the API server's
+// requestheader authenticator reads): X-Remote-User, X-Remote-Uid,
+// X-Remote-Group, and X-Remote-Extra-<key> with the key's bytes that are
+// not an HTTP token character %-encoded. It is written here because that
+// package brings ten more (oauth2, workqueue, ...) into every binary;
+// TestPropagatedHeadersMatchClientGo compares the two.
+func setIdentityHeaders(h http.Header, u user.Info) {
+	h.Del("X-Remote-User")
+	h.Del("X-Remote-Uid")
+	h.Del("X-Remote-Group")
+	for key := range h {
+		if strings.HasPrefix(strings.ToLower(key), "x-remote-extra-") {
+			h.Del(key)
+		}
+	}
+	h.Set("X-Remote-User", u.GetName())
+	if uid := u.GetUID(); uid != "" {
+		h.Set("X-Remote-Uid", uid)
+	}
+	for _, g := range u.GetGroups() {
+		h.Add("X-Remote-Group", g)
+	}
+	for key, values := range u.GetExtra() {
+		for _, v := range values {
+			h.Add("X-Remote-Extra-"+headerKeyEscape(key), v)
+		}
+	}
+}
+
+// headerKeyEscape %-encodes the bytes of key that are not HTTP token
+// characters (RFC 9110, 5.6.2), and '%' itself, so that the API server's
+// url.PathUnescape reads the key back, as client-go does (RFC 3986, 2.1).
+func headerKeyEscape(key string) string {
+	var b strings.Builder
+	for i := 0; i < len(key); i++ {
+		if c := key[i]; tokenChar(c) && c != '%' {
+			b.WriteByte(c)
+		} else {
+			fmt.Fprintf(&b, "%%%02X", c)
+		}
+	}
+	return b.String()
+}
+
+// tokenChar reports whether c may appear in an HTTP token (RFC 9110, 5.6.2).
+func tokenChar(c byte) bool {
+	switch {
+	case 'a' <= c && c <= 'z', 'A' <= c && c <= 'Z', '0' <= c && c <= '9':
+		return true
+	}
+	return c < 0x80 && strings.IndexByte("!#$%&'*+-.^_`|~", c) >= 0
 }
 
 // redactCredential returns err with every word of the client's
@@ -568,11 +646,11 @@ func logDecision(logger klog.Logger, v int, r *http.Request, username, decision 
 func checkSet(ctx context.Context, az authorizer.UnconditionalAuthorizer, a authorizer.Attributes) (authorizer.Attributes, error) {
 	alts, ok := a.(*anyOf)
 	if !ok {
-		return a, authz.Check(ctx, az, a)
+		return a, check.Check(ctx, az, a)
 	}
 	var err error
 	for _, alt := range alts.alts {
-		err = authz.Check(ctx, az, alt)
+		err = check.Check(ctx, az, alt)
 		if err == nil || !errors.Is(err, reviewauth.ErrDenied) {
 			return alt, err
 		}
@@ -587,11 +665,7 @@ func validMethod(method string) bool {
 		return false
 	}
 	for i := 0; i < len(method); i++ {
-		c := method[i]
-		switch {
-		case 'a' <= c && c <= 'z', 'A' <= c && c <= 'Z', '0' <= c && c <= '9':
-		case strings.IndexByte("!#$%&'*+-.^_`|~", c) >= 0:
-		default:
+		if !tokenChar(method[i]) {
 			return false
 		}
 	}

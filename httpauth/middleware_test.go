@@ -39,20 +39,12 @@ var (
 	authzDownUser = &user.DefaultInfo{Name: "authz-down"}
 )
 
-// fakeTokens is a bearer-token authenticator with the three-way result of
-// authn: no header, rejection, outage.
+// fakeTokens is a token authenticator with the results of authn:
+// identity, rejection, outage.
 type fakeTokens struct{ calls atomic.Int64 }
 
-func (f *fakeTokens) AuthenticateRequest(r *http.Request) (*authenticator.Response, bool, error) {
-	h := r.Header.Get("Authorization")
-	if h == "" {
-		return nil, false, nil
-	}
+func (f *fakeTokens) AuthenticateToken(_ context.Context, tok string) (*authenticator.Response, bool, error) {
 	f.calls.Add(1)
-	tok, ok := strings.CutPrefix(h, "Bearer ")
-	if !ok {
-		return nil, false, nil
-	}
 	switch tok {
 	case scraperToken:
 		return &authenticator.Response{User: scraper}, true, nil

@@ -29,14 +29,12 @@ func TestDecisionMetricsAndSpans(t *testing.T) {
 	rec := tracetest.NewSpanRecorder()
 	tp := sdktrace.NewTracerProvider(sdktrace.WithSpanProcessor(rec))
 	defer tp.Shutdown(context.Background())
-	authn := authenticator.RequestFunc(func(r *http.Request) (*authenticator.Response, bool, error) {
-		switch r.Header.Get("Authorization") {
-		case "Bearer good", "Bearer denied":
-			return &authenticator.Response{User: &user.DefaultInfo{Name: strings.TrimPrefix(r.Header.Get("Authorization"), "Bearer ")}}, true, nil
-		case "Bearer down":
+	authn := authenticator.TokenFunc(func(_ context.Context, token string) (*authenticator.Response, bool, error) {
+		switch token {
+		case "good", "denied":
+			return &authenticator.Response{User: &user.DefaultInfo{Name: token}}, true, nil
+		case "down":
 			return nil, false, &reviewauth.ReviewError{Review: "TokenReview"}
-		case "":
-			return nil, false, nil
 		}
 		return nil, false, &reviewauth.RejectedError{Reason: "no"}
 	})

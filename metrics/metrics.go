@@ -10,281 +10,60 @@
 //	m := metrics.New()
 //	reg.MustRegister(m)
 //
-// A nil *Metrics is valid and records nothing, at no cost. Cache hit and miss
-// counts are read from the caches' own counters when the registry is
-// scraped, so a cache hit pays nothing for metrics.
+// The metrics (names, labels, meaning) are listed in the README. Cache hit
+// and miss counts are read from the caches' own counters when the registry
+// is scraped, so a cache hit pays nothing for metrics.
 //
-// Metrics hold the caches they report only weakly (through
-// [cache.Counters]): an Authenticator or Authorizer that is no longer used,
-// say one replaced on a configuration reload, is garbage collected with its
-// caches. Its final counts are then added to per-name retired totals, so
-// that every counter stays monotonic (rate() sees no reset), while its
-// entries leave reviewauth_cache_entries.
+// A Metrics holds the caches it reports only weakly: an Authenticator or
+// Authorizer that is no longer used, say one replaced on a configuration
+// reload, is garbage collected with its caches. Its final counts are then
+// added to per-name retired totals, so that every counter stays monotonic
+// (rate() sees no reset), while its entries leave
+// reviewauth_cache_entries.
 package metrics
 
 import (
-	"slices"
-	"strconv"
-	"sync"
-	"time"
-
 	"github.com/prometheus/client_golang/prometheus"
 
-	"github.com/reviewauth/reviewauth/cache"
+	"github.com/reviewauth/reviewauth/internal/observe"
 )
 
-// Outcomes of a request decided by a transport adapter, the values of the
-// outcome label of reviewauth_decisions_total.
-const (
-	OutcomeAllowed         = "allowed"
-	OutcomeDenied          = "denied"
-	OutcomeUnauthenticated = "unauthenticated"
-	OutcomeUnavailable     = "unavailable"
-	// OutcomeBadRequest is a request refused before authorization because
-	// it could not be mapped to attributes (a bad path, a missing field).
-	OutcomeBadRequest = "bad_request"
-	// OutcomeAlwaysAllowed is a request to an always-allow path, served
-	// without authentication or authorization.
-	OutcomeAlwaysAllowed = "always_allowed"
-)
-
-// Buckets are the review latency buckets, in seconds: from 1ms, where a
-// review on loopback lands, to 10s, the default review budget.
-var Buckets = []float64{0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10}
-
-// Metrics is a prometheus.Collector of every reviewauth metric. It is safe
-// for concurrent use; its methods do nothing on a nil receiver.
+// Metrics is a prometheus.Collector of every reviewauth metric. Pass it in
+// the Metrics field of the Options of authn, authz, httpauth and grpcauth,
+// and register it on your registry. One Metrics may serve any number of
+// authenticators, authorizers and transports: series of one name are
+// summed. A Metrics is safe for concurrent use. A nil *Metrics is valid in
+// those Options and records nothing, at no cost; it must not be
+// registered. The zero Metrics is not usable: call [New].
 type Metrics struct {
-	reviews     *prometheus.CounterVec
-	latency     *prometheus.HistogramVec
-	retries     *prometheus.CounterVec
-	inFlight    *prometheus.GaugeVec
-	decisions   *prometheus.CounterVec
-	staleServes *prometheus.CounterVec
-	refusals    *prometheus.CounterVec
-
-	// decided holds the decision counters of the known transports and
-	// outcomes, resolved once: a request pays a map read, not a label hash.
-	decided map[[2]string]prometheus.Counter
-
-	mu      sync.Mutex
-	caches  []namedCache
-	retired map[string]cache.Stats // final counts of collected caches, by name
-	names   []string               // every name ever added, in order
-
-	cacheHits, cacheMisses, cacheEvictions, cacheExpired, cacheEntries, coalesced *prometheus.Desc
-
-	keyPRF *prometheus.Desc // reviewauth_cache_key_prf_info: cache.PRF()
+	r *observe.Recorder
 }
 
-type namedCache struct {
-	name     string
-	counters *cache.Counters
-}
+var _ prometheus.Collector = (*Metrics)(nil)
 
-// New returns a Metrics with all its collectors.
-func New() *Metrics {
-	m := &Metrics{
-		reviews: prometheus.NewCounterVec(prometheus.CounterOpts{
-			Name: "reviewauth_reviews_total",
-			Help: "Requests sent to the API server, by review (TokenReview, SubjectAccessReview) and HTTP code (0: no answer).",
-		}, []string{"review", "code"}),
-		latency: prometheus.NewHistogramVec(prometheus.HistogramOpts{
-			Name:    "reviewauth_review_duration_seconds",
-			Help:    "Latency of each request sent to the API server, by review.",
-			Buckets: Buckets,
-		}, []string{"review"}),
-		retries: prometheus.NewCounterVec(prometheus.CounterOpts{
-			Name: "reviewauth_review_retries_total",
-			Help: "Retries of failed reviews, by review.",
-		}, []string{"review"}),
-		inFlight: prometheus.NewGaugeVec(prometheus.GaugeOpts{
-			Name: "reviewauth_reviews_in_flight",
-			Help: "Requests to the API server in flight now, by review.",
-		}, []string{"review"}),
-		decisions: prometheus.NewCounterVec(prometheus.CounterOpts{
-			Name: "reviewauth_decisions_total",
-			Help: "Requests decided by a transport adapter, by transport (http, grpc) and outcome (allowed, denied, unauthenticated, unavailable).",
-		}, []string{"transport", "outcome"}),
-		staleServes: prometheus.NewCounterVec(prometheus.CounterOpts{
-			Name: "reviewauth_stale_serves_total",
-			Help: "Allowed results served past their TTL because the API server was unavailable (stale-if-error), by cache.",
-		}, []string{"cache"}),
-		refusals: prometheus.NewCounterVec(prometheus.CounterOpts{
-			Name: "reviewauth_review_credential_refusals_total",
-			Help: "Reviews the API server refused to perform for this service (HTTP 401 or 403: its own credentials are invalid or lack the system:auth-delegator ClusterRole), by review.",
-		}, []string{"review"}),
-		cacheHits: prometheus.NewDesc("reviewauth_cache_hits_total",
-			"Lookups that found a live entry, by cache. Includes the final counts of collected caches.", []string{"cache"}, nil),
-		cacheMisses: prometheus.NewDesc("reviewauth_cache_misses_total",
-			"Lookups that found no live entry, by cache. Includes the final counts of collected caches.", []string{"cache"}, nil),
-		cacheEvictions: prometheus.NewDesc("reviewauth_cache_evictions_total",
-			"Live entries dropped to make room, by cache. Includes the final counts of collected caches.", []string{"cache"}, nil),
-		cacheExpired: prometheus.NewDesc("reviewauth_cache_expired_total",
-			"Expired entries dropped, by cache. Includes the final counts of collected caches.", []string{"cache"}, nil),
-		cacheEntries: prometheus.NewDesc("reviewauth_cache_entries",
-			"Entries held now, by cache, in caches still in use.", []string{"cache"}, nil),
-		coalesced: prometheus.NewDesc("reviewauth_cache_coalesced_total",
-			"Lookups that waited for a review another caller had started instead of sending their own, by cache. Includes the final counts of collected caches.", []string{"cache"}, nil),
-		keyPRF: prometheus.NewDesc("reviewauth_cache_key_prf_info",
-			"The keyed hash cache keys are derived with in this process (cache.PRF): sha256 or blake2b; always 1.", []string{"prf"}, nil),
-	}
-	m.decided = make(map[[2]string]prometheus.Counter)
-	for _, t := range []string{"http", "grpc"} {
-		for _, o := range []string{OutcomeAllowed, OutcomeDenied, OutcomeUnauthenticated, OutcomeUnavailable, OutcomeBadRequest, OutcomeAlwaysAllowed} {
-			m.decided[[2]string{t, o}] = m.decisions.WithLabelValues(t, o)
+func init() {
+	observe.Install(func(v any) *observe.Recorder {
+		if m, ok := v.(*Metrics); ok && m != nil {
+			return m.r
 		}
-	}
-	return m
+		return nil
+	})
 }
+
+// New returns a Metrics with all its collectors, registered nowhere.
+func New() *Metrics { return &Metrics{r: observe.NewRecorder()} }
 
 // Describe implements prometheus.Collector.
 func (m *Metrics) Describe(ch chan<- *prometheus.Desc) {
-	m.reviews.Describe(ch)
-	m.latency.Describe(ch)
-	m.retries.Describe(ch)
-	m.inFlight.Describe(ch)
-	m.decisions.Describe(ch)
-	m.staleServes.Describe(ch)
-	m.refusals.Describe(ch)
-	for _, d := range []*prometheus.Desc{m.cacheHits, m.cacheMisses, m.cacheEvictions, m.cacheExpired, m.cacheEntries, m.coalesced} {
-		ch <- d
+	if m != nil {
+		m.r.Describe(ch)
 	}
-	ch <- m.keyPRF
 }
 
-// Collect implements prometheus.Collector.
+// Collect implements prometheus.Collector. It reads every cache's counters
+// at the time of the scrape.
 func (m *Metrics) Collect(ch chan<- prometheus.Metric) {
-	m.reviews.Collect(ch)
-	m.latency.Collect(ch)
-	m.retries.Collect(ch)
-	m.inFlight.Collect(ch)
-	m.decisions.Collect(ch)
-	m.staleServes.Collect(ch)
-	m.refusals.Collect(ch)
-	ch <- prometheus.MustNewConstMetric(m.keyPRF, prometheus.GaugeValue, 1, cache.PRF())
-	// Several caches may share a name (two authenticators); sum them, with
-	// the retired totals of the collected ones.
-	m.mu.Lock()
-	m.retireLocked()
-	by := make(map[string]cache.Stats, len(m.names))
-	for name, st := range m.retired {
-		by[name] = st
+	if m != nil {
+		m.r.Collect(ch)
 	}
-	for _, c := range m.caches {
-		by[c.name] = add(by[c.name], c.counters.Stats())
-	}
-	names := m.names
-	m.mu.Unlock()
-	for _, name := range names {
-		s := by[name]
-		ch <- prometheus.MustNewConstMetric(m.cacheHits, prometheus.CounterValue, float64(s.Hits), name)
-		ch <- prometheus.MustNewConstMetric(m.cacheMisses, prometheus.CounterValue, float64(s.Misses), name)
-		ch <- prometheus.MustNewConstMetric(m.cacheEvictions, prometheus.CounterValue, float64(s.Evictions), name)
-		ch <- prometheus.MustNewConstMetric(m.cacheExpired, prometheus.CounterValue, float64(s.Expired), name)
-		ch <- prometheus.MustNewConstMetric(m.cacheEntries, prometheus.GaugeValue, float64(s.Entries), name)
-		ch <- prometheus.MustNewConstMetric(m.coalesced, prometheus.CounterValue, float64(s.Coalesced), name)
-	}
-}
-
-// retireLocked moves the final counts of collected caches into the retired
-// totals and forgets the caches. A cache found live is reported live; once
-// it is not, nothing can change its counts any more.
-func (m *Metrics) retireLocked() {
-	kept := m.caches[:0]
-	for _, c := range m.caches {
-		if c.counters.Live() {
-			kept = append(kept, c)
-			continue
-		}
-		st := c.counters.Stats()
-		st.Entries = 0
-		if m.retired == nil {
-			m.retired = make(map[string]cache.Stats)
-		}
-		m.retired[c.name] = add(m.retired[c.name], st)
-	}
-	clear(m.caches[len(kept):])
-	m.caches = kept
-}
-
-func add(a, b cache.Stats) cache.Stats {
-	return cache.Stats{
-		Hits: a.Hits + b.Hits, Misses: a.Misses + b.Misses, Evictions: a.Evictions + b.Evictions,
-		Expired: a.Expired + b.Expired, Entries: a.Entries + b.Entries, Coalesced: a.Coalesced + b.Coalesced,
-	}
-}
-
-// AddCache makes a cache's counters visible under the cache label name
-// (token, token_rejected, sar). They are read at scrape time. Metrics keep
-// c but not its cache: once the cache is garbage collected, its final
-// counts join name's retired totals and it leaves the entries gauge. A nil
-// c is ignored.
-func (m *Metrics) AddCache(name string, c *cache.Counters) {
-	if m == nil || c == nil {
-		return
-	}
-	m.mu.Lock()
-	m.retireLocked()
-	m.caches = append(m.caches, namedCache{name: name, counters: c})
-	if !slices.Contains(m.names, name) {
-		m.names = append(slices.Clip(m.names), name)
-	}
-	m.mu.Unlock()
-}
-
-// CredentialRefusal records a review the API server refused to perform for
-// this service: HTTP 401 (its credentials are invalid or expired) or 403
-// (they lack the system:auth-delegator ClusterRole).
-func (m *Metrics) CredentialRefusal(review string) {
-	if m == nil {
-		return
-	}
-	m.refusals.WithLabelValues(review).Inc()
-}
-
-// ReviewAttempt records one request to the API server: its HTTP code (0 for
-// no answer) and its latency.
-func (m *Metrics) ReviewAttempt(review string, code int, d time.Duration) {
-	if m == nil {
-		return
-	}
-	m.reviews.WithLabelValues(review, strconv.Itoa(code)).Inc()
-	m.latency.WithLabelValues(review).Observe(d.Seconds())
-}
-
-// ReviewRetry records a retry.
-func (m *Metrics) ReviewRetry(review string) {
-	if m == nil {
-		return
-	}
-	m.retries.WithLabelValues(review).Inc()
-}
-
-// ReviewInFlight adds delta to the number of requests in flight.
-func (m *Metrics) ReviewInFlight(review string, delta int) {
-	if m == nil {
-		return
-	}
-	m.inFlight.WithLabelValues(review).Add(float64(delta))
-}
-
-// Decision records one request decided by a transport adapter.
-func (m *Metrics) Decision(transport, outcome string) {
-	if m == nil {
-		return
-	}
-	if c, ok := m.decided[[2]string{transport, outcome}]; ok {
-		c.Inc()
-		return
-	}
-	m.decisions.WithLabelValues(transport, outcome).Inc()
-}
-
-// StaleServe records an allowed result served past its TTL during an outage.
-func (m *Metrics) StaleServe(cacheName string) {
-	if m == nil {
-		return
-	}
-	m.staleServes.WithLabelValues(cacheName).Inc()
 }

@@ -16,6 +16,7 @@ import (
 	"k8s.io/client-go/rest"
 	"k8s.io/klog/v2"
 
+	"github.com/reviewauth/reviewauth"
 	"github.com/reviewauth/reviewauth/authn"
 	"github.com/reviewauth/reviewauth/authz"
 	"github.com/reviewauth/reviewauth/httpauth"
@@ -130,7 +131,7 @@ func (f *Flags) Build(ctx context.Context) (*Built, error) {
 	f.Authn.Metrics = m
 	f.Authz.Metrics = m
 	if f.JWKSPreverify {
-		cfg, err := f.Authn.Client.RESTConfig()
+		cfg, err := f.Authn.RESTConfig()
 		if err != nil {
 			return nil, fmt.Errorf("--authentication-kubeconfig: %w", err)
 		}
@@ -144,7 +145,11 @@ func (f *Flags) Build(ctx context.Context) (*Built, error) {
 	if err != nil {
 		return nil, err
 	}
-	chain, sar, err := f.Authz.New()
+	sar, err := f.Authz.NewAuthorizer()
+	if err != nil {
+		return nil, err
+	}
+	chain, err := f.Authz.Chain(sar)
 	if err != nil {
 		return nil, err
 	}
@@ -162,15 +167,15 @@ func (f *Flags) selfCheck(ctx context.Context) error {
 	defer cancel()
 	var errs []error
 	for _, c := range []struct {
-		client authn.ClientOptions
+		config func() (*rest.Config, error)
 		check  func(context.Context, *rest.Config) error
-	}{{f.Authn.Client, authn.SelfCheck}, {f.Authz.Client, authz.SelfCheck}} {
-		cfg, err := c.client.RESTConfig()
+	}{{f.Authn.RESTConfig, authn.SelfCheck}, {f.Authz.RESTConfig, authz.SelfCheck}} {
+		cfg, err := c.config()
 		if err != nil {
 			return err
 		}
 		switch err := c.check(ctx, cfg); {
-		case errors.Is(err, authn.ErrRefused):
+		case errors.Is(err, reviewauth.ErrRefused):
 			errs = append(errs, err)
 		case err != nil:
 			klog.FromContext(ctx).Error(err, "Starting anyway: requests will be answered 503 until the API server answers")

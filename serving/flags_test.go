@@ -17,7 +17,6 @@ import (
 	"k8s.io/klog/v2"
 
 	"github.com/reviewauth/reviewauth"
-	"github.com/reviewauth/reviewauth/authn"
 	"github.com/reviewauth/reviewauth/authtest"
 	"github.com/reviewauth/reviewauth/httpauth"
 	"github.com/reviewauth/reviewauth/serving"
@@ -69,7 +68,7 @@ func TestBuildChecksTheServiceCredentials(t *testing.T) {
 			var logs lines
 			b, err := f.Build(klog.NewContext(t.Context(), logs.logger()))
 			if len(tt.wantErr) > 0 {
-				if err == nil || !errors.Is(err, authn.ErrRefused) || errors.Is(err, reviewauth.ErrUnavailable) {
+				if err == nil || !errors.Is(err, reviewauth.ErrRefused) || errors.Is(err, reviewauth.ErrUnavailable) {
 					t.Fatalf("Build() = %v; want ErrRefused", err)
 				}
 				for _, want := range tt.wantErr {

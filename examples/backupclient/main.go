@@ -35,7 +35,6 @@ import (
 	"github.com/kubernetes-csi/external-snapshot-metadata/pkg/api"
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/credentials"
-	"k8s.io/client-go/kubernetes"
 	"k8s.io/client-go/rest"
 	"k8s.io/client-go/tools/clientcmd"
 
@@ -107,11 +106,8 @@ func run(ctx context.Context, args []string, out io.Writer) error {
 	if err != nil {
 		return fmt.Errorf("API server configuration: %w", err)
 	}
-	kube, err := kubernetes.NewForConfig(cfg)
-	if err != nil {
-		return err
-	}
-	tokens, err := grpcauth.NewTokenRequestSource(kube.CoreV1().ServiceAccounts(c.saNamespace), grpcauth.TokenRequestOptions{
+	tokens, err := grpcauth.NewTokenRequestSourceForConfig(cfg, grpcauth.TokenRequestOptions{
+		Namespace:      c.saNamespace,
 		ServiceAccount: c.saName,
 		Audiences:      []string{c.audience},
 		Lifetime:       c.lifetime,

@@ -24,6 +24,7 @@ import (
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/credentials"
 	"google.golang.org/grpc/status"
+	"k8s.io/apiserver/pkg/endpoints/request"
 
 	"github.com/reviewauth/reviewauth/authn"
 	"github.com/reviewauth/reviewauth/authtest"
@@ -52,7 +53,7 @@ type fakeSidecar struct {
 }
 
 func (f *fakeSidecar) record(ctx context.Context) {
-	u, _ := grpcauth.UserFrom(ctx)
+	u, _ := request.UserFrom(ctx)
 	f.mu.Lock()
 	f.users = append(f.users, u.GetName())
 	f.mu.Unlock()
@@ -123,7 +124,7 @@ func setup(t *testing.T) (*authtest.Server, *fakeSidecar, []string) {
 	}}
 	cert, caPEM := selfSigned(t)
 	srv := grpc.NewServer(grpc.Creds(credentials.NewTLS(&tls.Config{Certificates: []tls.Certificate{cert}})),
-		grpc.StreamInterceptor(grpcauth.StreamServerInterceptor(opts)))
+		grpc.StreamInterceptor(mustInterceptor(t, opts).StreamServerInterceptor()))
 	fake := &fakeSidecar{}
 	api.RegisterSnapshotMetadataServer(srv, fake)
 	lis, err := net.Listen("tcp", "127.0.0.1:0")
@@ -214,4 +215,14 @@ func TestFlags(t *testing.T) {
 			t.Errorf("parseFlags(%q) = %v; want an error containing %q", tt.args, err, tt.want)
 		}
 	}
+}
+
+// mustInterceptor is grpcauth.New, failing t on an error.
+func mustInterceptor(t *testing.T, opts grpcauth.Options) *grpcauth.Interceptor {
+	t.Helper()
+	ic, err := grpcauth.New(opts)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return ic
 }

@@ -122,7 +122,8 @@ func run(ctx context.Context, args []string, ready func(net.Addr)) error {
 		Skip:       grpcauth.HealthAndReflection,
 		Metrics:    built.Metrics,
 	}
-	if err := opts.Validate(); err != nil {
+	ic, err := grpcauth.New(opts)
+	if err != nil {
 		return err
 	}
 
@@ -151,8 +152,8 @@ func run(ctx context.Context, args []string, ready func(net.Addr)) error {
 	defer lis.Close()
 
 	srv := grpc.NewServer(append(serving.GRPCServerOptions(gopts),
-		grpc.ChainUnaryInterceptor(grpcauth.UnaryServerInterceptor(opts)),
-		grpc.ChainStreamInterceptor(grpcauth.StreamServerInterceptor(opts)))...)
+		grpc.ChainUnaryInterceptor(ic.UnaryServerInterceptor()),
+		grpc.ChainStreamInterceptor(ic.StreamServerInterceptor()))...)
 	srv.RegisterService(serviceDesc(prepareOn(c.review.Authz.NodeName)), nil)
 	healthSrv := health.NewServer()
 	healthpb.RegisterHealthServer(srv, healthSrv)

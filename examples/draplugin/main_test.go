@@ -131,7 +131,10 @@ func TestUnixSocket(t *testing.T) {
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
-			src := grpcauth.NewFileTokenSource(writeTokenFile(t, tt.token), grpcauth.FileOptions{})
+			src, err := grpcauth.NewFileTokenSource(writeTokenFile(t, tt.token), grpcauth.FileOptions{})
+			if err != nil {
+				t.Fatal(err)
+			}
 			conn, err := grpc.NewClient("unix://"+sock, grpc.WithTransportCredentials(local.NewCredentials()),
 				grpc.WithPerRPCCredentials(grpcauth.PerRPCCredentials(src)))
 			if err != nil {

@@ -17,6 +17,7 @@ import (
 	"google.golang.org/grpc/metadata"
 	"google.golang.org/grpc/status"
 	"google.golang.org/grpc/test/bufconn"
+	"k8s.io/apiserver/pkg/endpoints/request"
 
 	"github.com/reviewauth/reviewauth/authn"
 	"github.com/reviewauth/reviewauth/authtest"
@@ -53,19 +54,23 @@ func TestSelectorComposition(t *testing.T) {
 	var order []string
 	trace := func(name string) grpc.UnaryServerInterceptor {
 		return func(ctx context.Context, req any, info *grpc.UnaryServerInfo, h grpc.UnaryHandler) (any, error) {
-			_, authed := grpcauth.UserFrom(ctx)
+			_, authed := request.UserFrom(ctx)
 			order = append(order, name+map[bool]string{true: "(user)", false: "(no user)"}[authed])
 			return h(ctx, req)
 		}
+	}
+	ic, err := grpcauth.New(opts)
+	if err != nil {
+		t.Fatal(err)
 	}
 	lis := bufconn.Listen(1 << 16)
 	srv := grpc.NewServer(
 		grpc.ChainUnaryInterceptor(
 			trace("before"),
-			selector.UnaryServerInterceptor(grpcauth.UnaryServerInterceptor(opts), needsAuth),
+			selector.UnaryServerInterceptor(ic.UnaryServerInterceptor(), needsAuth),
 			trace("after"),
 		),
-		grpc.ChainStreamInterceptor(selector.StreamServerInterceptor(grpcauth.StreamServerInterceptor(opts), needsAuth)),
+		grpc.ChainStreamInterceptor(selector.StreamServerInterceptor(ic.StreamServerInterceptor(), needsAuth)),
 	)
 	srv.RegisterService(serviceDesc(prepareOn("node-a")), nil)
 	healthpb.RegisterHealthServer(srv, health.NewServer())

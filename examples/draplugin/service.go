@@ -10,6 +10,7 @@ import (
 	"google.golang.org/protobuf/reflect/protoreflect"
 	"google.golang.org/protobuf/types/descriptorpb"
 	"google.golang.org/protobuf/types/dynamicpb"
+	"k8s.io/apiserver/pkg/endpoints/request"
 	"k8s.io/klog/v2"
 
 	"github.com/reviewauth/reviewauth/grpcauth"
@@ -126,7 +127,7 @@ func prepareOn(node string) func(ctx context.Context, req *dynamicpb.Message) (*
 	return func(ctx context.Context, req *dynamicpb.Message) (*dynamicpb.Message, error) {
 		ns, _ := grpcauth.StringField(req, "namespace")
 		claim, _ := grpcauth.StringField(req, "claim_name")
-		u, _ := grpcauth.UserFrom(ctx)
+		u, _ := request.UserFrom(ctx)
 		klog.FromContext(ctx).V(2).Info("Prepare", "user", u.GetName(), "claim", ns+"/"+claim)
 		resp := NewPrepareResponse()
 		l := resp.Mutable(responseDesc.Fields().ByName("devices")).List()

@@ -44,7 +44,10 @@ func TestNoTokenAtAnyVerbosity(t *testing.T) {
 				"--node-name=node-a", "-v=10", "--logging-format="+format)
 			for _, tok := range tokens {
 				for _, ns := range []string{"gpu-jobs", "other"} {
-					src := grpcauth.NewFileTokenSource(writeTokenFile(t, tok), grpcauth.FileOptions{})
+					src, err := grpcauth.NewFileTokenSource(writeTokenFile(t, tok), grpcauth.FileOptions{})
+					if err != nil {
+						t.Fatal(err)
+					}
 					conn, err := grpc.NewClient("unix://"+sock, grpc.WithTransportCredentials(local.NewCredentials()),
 						grpc.WithPerRPCCredentials(grpcauth.PerRPCCredentials(src)))
 					if err != nil {

@@ -13,7 +13,7 @@ import (
 	"k8s.io/utils/clock"
 	sigsjson "sigs.k8s.io/json"
 
-	"github.com/reviewauth/reviewauth/cache"
+	"github.com/reviewauth/reviewauth/internal/cache"
 )
 
 // Bounds of the object checks.

@@ -64,7 +64,7 @@ type options struct {
 	NodeUID string
 	// Authenticator reviews the drivers' tokens (with draproxy's audience).
 	// Required.
-	Authenticator authenticator.Request
+	Authenticator authenticator.Token
 	// SAR asks the API server whether the driver itself may make the
 	// request (its RBAC). Required.
 	SAR authorizer.UnconditionalAuthorizer

@@ -64,7 +64,6 @@ import (
 	"k8s.io/apiserver/pkg/authorization/authorizer"
 	"k8s.io/klog/v2"
 
-	"github.com/reviewauth/reviewauth/authn"
 	"github.com/reviewauth/reviewauth/authz"
 	"github.com/reviewauth/reviewauth/examples/internal/cli"
 	"github.com/reviewauth/reviewauth/httpauth"
@@ -329,7 +328,7 @@ func (c *config) build(ctx context.Context, started *cli.Started) (srv, endpoint
 		certs.Close()
 		return nil, nil, nil, err
 	}
-	h, err := c.handler(started.Built, certs, transport, authn.Bearer(tokens), az, m)
+	h, err := c.handler(started.Built, certs, transport, tokens, az, m)
 	if err != nil {
 		certs.Close()
 		return nil, nil, nil, err
@@ -355,7 +354,7 @@ func (c *config) build(ctx context.Context, started *cli.Started) (srv, endpoint
 // handler is the proxy's handler for the given parts. It is the one place
 // httpauth.New is called.
 func (c *config) handler(built *serving.Built, certs *serving.Certificates, transport http.RoundTripper,
-	tokens authenticator.Request, az authorizer.Authorizer, m *mapper) (http.Handler, error) {
+	tokens authenticator.Token, az authorizer.Authorizer, m *mapper) (http.Handler, error) {
 	opts, err := built.HTTPOptions(m, certs)
 	if err != nil {
 		return nil, err

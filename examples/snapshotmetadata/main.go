@@ -238,13 +238,14 @@ func run(ctx context.Context, args []string, d deps, ready func(net.Addr)) error
 		Skip:          grpcauth.HealthAndReflection,
 		Metrics:       built.Metrics,
 	}
-	if err := opts.Validate(); err != nil {
+	ic, err := grpcauth.New(opts)
+	if err != nil {
 		return err
 	}
 	gopts := serving.GRPCOptions{Certificates: certs, MaxConnections: c.flags.MaxConnections}
 	srv := grpc.NewServer(append(serving.GRPCServerOptions(gopts),
-		grpc.ChainUnaryInterceptor(grpcauth.UnaryServerInterceptor(opts)),
-		grpc.ChainStreamInterceptor(logUnauthenticated(refusals), grpcauth.StreamServerInterceptor(opts)),
+		grpc.ChainUnaryInterceptor(ic.UnaryServerInterceptor()),
+		grpc.ChainStreamInterceptor(logUnauthenticated(refusals), ic.StreamServerInterceptor()),
 	)...)
 	api.RegisterSnapshotMetadataServer(srv, &server{backend: d.backend, snapshots: snaps})
 	healthSrv := health.NewServer()

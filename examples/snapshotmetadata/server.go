@@ -11,6 +11,7 @@ import (
 	"google.golang.org/grpc/status"
 	"k8s.io/apiserver/pkg/authentication/user"
 	"k8s.io/apiserver/pkg/authorization/authorizer"
+	"k8s.io/apiserver/pkg/endpoints/request"
 	"k8s.io/klog/v2"
 
 	"github.com/reviewauth/reviewauth"
@@ -190,7 +191,7 @@ func (s *server) GetMetadataAllocated(req *api.GetMetadataAllocatedRequest, stre
 	if err != nil {
 		return err
 	}
-	u, _ := grpcauth.UserFrom(ctx)
+	u, _ := request.UserFrom(ctx)
 	klog.FromContext(ctx).V(2).Info("GetMetadataAllocated", "user", u.GetName(), "namespace", req.GetNamespace(), "snapshot", req.GetSnapshotName(), "snapshotID", handle)
 	return backendStatus(s.backend.Allocated(ctx, handle, req.GetStartingOffset(), req.GetMaxResults(), stream.Send))
 }
@@ -204,7 +205,7 @@ func (s *server) GetMetadataDelta(req *api.GetMetadataDeltaRequest, stream grpc.
 	if err != nil {
 		return err
 	}
-	u, _ := grpcauth.UserFrom(ctx)
+	u, _ := request.UserFrom(ctx)
 	klog.FromContext(ctx).V(2).Info("GetMetadataDelta", "user", u.GetName(), "namespace", req.GetNamespace(), "base", req.GetBaseSnapshotId(), "target", req.GetTargetSnapshotName(), "targetID", handle)
 	return backendStatus(s.backend.Delta(ctx, req.GetBaseSnapshotId(), handle, req.GetStartingOffset(), req.GetMaxResults(), stream.Send))
 }

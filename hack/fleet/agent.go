@@ -12,7 +12,7 @@ import (
 
 // This file is the simulator's only use of the reviewauth library: one
 // Authenticator and one Authorizer per node agent, built as the examples
-// build them (examples/internal/serving: authn.Flags and authz.Flags with
+// build them (package serving: authn.Flags and authz.Flags with
 // their defaults, which are authn.NewForConfig and authz.NewForConfig with
 // zero Options but the audience), plus the simulation's clock.
 

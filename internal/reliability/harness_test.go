@@ -278,7 +278,7 @@ type healthServer struct {
 
 func (h healthServer) Check(ctx context.Context, _ *healthpb.HealthCheckRequest) (*healthpb.HealthCheckResponse, error) {
 	h.n.Add(1)
-	u, ok := grpcauth.UserFrom(ctx)
+	u, ok := request.UserFrom(ctx)
 	if !ok {
 		return nil, status.Error(codes.Internal, "no user")
 	}
@@ -303,10 +303,11 @@ func newGRPC(t testing.TB, st stack, tcp bool) *grpcTransport {
 	t.Helper()
 	g := &grpcTransport{}
 	opts := grpcauth.Options{Authenticator: st.authn, Authorizer: st.authz, Rules: map[string]grpcauth.Rule{healthCheck: thingsRule}}
-	if err := opts.Validate(); err != nil {
-		t.Fatalf("grpcauth.Options.Validate() = %v", err)
+	ic, err := grpcauth.New(opts)
+	if err != nil {
+		t.Fatalf("grpcauth.New() = %v", err)
 	}
-	g.srv = grpc.NewServer(grpc.ChainUnaryInterceptor(grpcauth.UnaryServerInterceptor(opts)))
+	g.srv = grpc.NewServer(grpc.ChainUnaryInterceptor(ic.UnaryServerInterceptor()))
 	healthpb.RegisterHealthServer(g.srv, healthServer{n: &g.n})
 	var (
 		lis    net.Listener

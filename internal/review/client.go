@@ -17,26 +17,18 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/runtime"
 	"k8s.io/apimachinery/pkg/runtime/schema"
-	"k8s.io/client-go/kubernetes/scheme"
 	"k8s.io/client-go/rest"
 	"k8s.io/client-go/util/flowcontrol"
+
+	"github.com/reviewauth/reviewauth"
+	"github.com/reviewauth/reviewauth/internal/scheme"
 )
 
-// MaxAnswerBytes bounds the body of an answer to a review, beyond the size
-// of the review sent (see [Client.Create]). A TokenReview or
-// SubjectAccessReview answer is a few KiB: the spec echoed, and a status
-// with a user's name, UID, groups and extra. 256 KiB leaves room for users
-// with thousands of groups, while 16 reviews in flight per kind can hold no
-// more than a few MiB of answers.
-const MaxAnswerBytes = 256 << 10
-
-// DefaultQPS and DefaultBurst are the client limits used when a rest.Config
-// leaves them zero, as in k8s.io/apiserver's delegated options: client-go's
-// own 5 QPS throttles reviews into multi-second waits (Istio #27945,
-// Authorino #568).
+// MaxAnswerBytes, DefaultQPS and DefaultBurst are reviewauth's: see there.
 const (
-	DefaultQPS   = 200
-	DefaultBurst = 400
+	MaxAnswerBytes = reviewauth.MaxAnswerBytes
+	DefaultQPS     = reviewauth.DefaultQPS
+	DefaultBurst   = reviewauth.DefaultBurst
 )
 
 // ErrAnswerTooLarge reports an answer larger than the client reads. It is
@@ -125,7 +117,7 @@ func Create[T runtime.Object](ctx context.Context, c *Client, path string, gvk s
 	if err != nil {
 		return zero, err
 	}
-	obj, got, err := scheme.Codecs.UniversalDeserializer().Decode(data, nil, nil)
+	obj, got, err := scheme.Decoder.Decode(data, nil, nil)
 	if runtime.IsMissingKind(err) || runtime.IsMissingVersion(err) {
 		// Their messages quote the whole answer, which echoes the token.
 		return zero, errors.New("decoding the answer: it has no kind or apiVersion")
@@ -143,10 +135,19 @@ func Create[T runtime.Object](ctx context.Context, c *Client, path string, gvk s
 // Get fetches path with GET and returns the body of a 2xx answer, read up
 // to limit bytes: a body of exactly limit bytes is returned, one byte more
 // is refused with [ErrAnswerTooLarge]. Other answers are errors, as in
-// [Create].
+// [Create]. It accepts any media type, JSON first: the API server serves
+// some documents only as their own type (the key set at /openid/v1/jwks as
+// application/jwk-set+json, refusing "Accept: application/json" with 406).
 func (c *Client) Get(ctx context.Context, path string, limit int64) ([]byte, error) {
 	return c.do(ctx, http.MethodGet, path, nil, limit)
 }
+
+// Accept headers: a review's answer is JSON; a document fetched with Get
+// may be of another type.
+const (
+	acceptReview   = "application/json"
+	acceptDocument = "application/json, */*"
+)
 
 // do sends one request and returns the body of a 2xx answer.
 func (c *Client) do(ctx context.Context, method, path string, body []byte, limit int64) ([]byte, error) {
@@ -168,8 +169,9 @@ func (c *Client) do(ctx context.Context, method, path string, body []byte, limit
 	if err != nil {
 		return nil, err
 	}
-	req.Header.Set("Accept", "application/json")
+	req.Header.Set("Accept", acceptDocument)
 	if body != nil {
+		req.Header.Set("Accept", acceptReview)
 		req.Header.Set("Content-Type", "application/json")
 	}
 	req.Header.Set("User-Agent", c.userAgent)
@@ -218,7 +220,7 @@ func (e *tooLargeError) Unwrap() error { return ErrAnswerTooLarge }
 // the answer's metav1.Status if it carries one, else a generic error of the
 // code. The body itself never becomes part of the message.
 func statusError(code int, method string, body []byte, retryAfter int) error {
-	if obj, _, err := scheme.Codecs.UniversalDeserializer().Decode(body, nil, nil); err == nil {
+	if obj, _, err := scheme.Decoder.Decode(body, nil, nil); err == nil {
 		if st, ok := obj.(*metav1.Status); ok && st.Status != metav1.StatusSuccess {
 			if st.Code == 0 {
 				st.Code = int32(code)
@@ -248,4 +250,25 @@ func retryAfterHeader(resp *http.Response) int {
 	// The API server never asks for more than a few seconds; a day bounds
 	// nonsense without overflowing time.Duration arithmetic.
 	return min(s, int(24*time.Hour/time.Second))
+}
+
+// Poster creates objects of one kind at one path with a [Client]. Its
+// Create has the shape of client-go's typed Create, so it satisfies
+// authn.TokenReviewer and authz.SubjectAccessReviewer.
+type Poster[T runtime.Object] struct {
+	Client *Client
+	Path   string
+	Kind   schema.GroupVersionKind
+}
+
+// NewPoster returns the Poster of kind at path on the API server cfg
+// describes, with a [NewClient].
+func NewPoster[T runtime.Object](cfg *rest.Config, path string, kind schema.GroupVersionKind) (Poster[T], error) {
+	c, err := NewClient(cfg)
+	return Poster[T]{Client: c, Path: path, Kind: kind}, err
+}
+
+// Create posts in as [Create] does.
+func (p Poster[T]) Create(ctx context.Context, in T, _ metav1.CreateOptions) (T, error) {
+	return Create(ctx, p.Client, p.Path, p.Kind, in)
 }

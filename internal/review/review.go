@@ -23,7 +23,8 @@ import (
 	"k8s.io/utils/clock"
 
 	"github.com/reviewauth/reviewauth"
-	"github.com/reviewauth/reviewauth/cache"
+	"github.com/reviewauth/reviewauth/internal/cache"
+	"github.com/reviewauth/reviewauth/internal/observe"
 )
 
 // DefaultBackoff is used when a Retrier's Backoff is zero: the first retry
@@ -98,6 +99,14 @@ type Observer struct {
 	// or 403: the service's own credentials are invalid or not allowed to
 	// create the review.
 	Refused func(kind string)
+}
+
+// ObserverOf returns the Observer that records into rec (nothing for nil).
+func ObserverOf(rec *observe.Recorder) Observer {
+	if rec == nil {
+		return Observer{}
+	}
+	return Observer{Attempt: rec.ReviewAttempt, Retry: rec.ReviewRetry, InFlight: rec.ReviewInFlight, Refused: rec.CredentialRefusal}
 }
 
 // New returns a Retrier for reviews of kind ("TokenReview" or
@@ -238,11 +247,8 @@ func (e *attemptTimeoutError) Error() string {
 
 func (e *attemptTimeoutError) Unwrap() error { return e.err }
 
-// ErrRefused matches a review the API server refused to perform for this
-// service: HTTP 401 (its credentials are invalid or expired) or 403 (they
-// lack the permission to create the review). For the caller it is still
-// "could not check" (reviewauth.ErrUnavailable).
-var ErrRefused = errors.New("the API server refused this service's own credentials")
+// ErrRefused is reviewauth.ErrRefused.
+var ErrRefused = reviewauth.ErrRefused
 
 // RBACHint names what a service that reviews tokens and access needs.
 const RBACHint = "it needs the system:auth-delegator ClusterRole (create tokenreviews.authentication.k8s.io, create subjectaccessreviews.authorization.k8s.io)"

@@ -33,7 +33,16 @@ const (
 // answer, 429 or 5xx after retries, a malformed answer), the error matches
 // reviewauth.ErrUnavailable and not ErrRefused: the service may start and
 // report reviews as unavailable until the API server answers.
-func SelfCheck(ctx context.Context, cfg *rest.Config, group, resource string) error {
+//
+// Errors are prefixed with pkg ("authn: self-check: ...").
+func SelfCheck(ctx context.Context, cfg *rest.Config, pkg, group, resource string) error {
+	if err := selfCheck(ctx, cfg, group, resource); err != nil {
+		return fmt.Errorf("%s: self-check: %w", pkg, err)
+	}
+	return nil
+}
+
+func selfCheck(ctx context.Context, cfg *rest.Config, group, resource string) error {
 	c, err := NewClient(cfg)
 	if err != nil {
 		return err

@@ -126,7 +126,7 @@ func (r *recorder) take() []attr {
 	return out
 }
 
-var asAlice = authenticator.RequestFunc(func(*http.Request) (*authenticator.Response, bool, error) {
+var asAlice = authenticator.TokenFunc(func(context.Context, string) (*authenticator.Response, bool, error) {
 	return &authenticator.Response{User: alice}, true, nil
 })
 
@@ -140,7 +140,9 @@ func ours(t *testing.T, m httpauth.AttributesMapper, method, target string) (int
 		t.Fatal(err)
 	}
 	w := httptest.NewRecorder()
-	mw(http.HandlerFunc(func(http.ResponseWriter, *http.Request) {})).ServeHTTP(w, httptest.NewRequest(method, "http://node"+target, nil))
+	req := httptest.NewRequest(method, "http://node"+target, nil)
+	req.Header.Set("Authorization", "Bearer alice")
+	mw(http.HandlerFunc(func(http.ResponseWriter, *http.Request) {})).ServeHTTP(w, req)
 	return w.Code, rec.take()
 }
 

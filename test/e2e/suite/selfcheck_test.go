@@ -43,13 +43,13 @@ func TestServiceWithoutAuthDelegator(t *testing.T) {
 	} {
 		err := check(ctx)
 		t.Logf("observed: %s.SelfCheck(unbound) = %v", name, err)
-		if !errors.Is(err, authn.ErrRefused) || errors.Is(err, reviewauth.ErrUnavailable) ||
+		if !errors.Is(err, reviewauth.ErrRefused) || errors.Is(err, reviewauth.ErrUnavailable) ||
 			!strings.Contains(err.Error(), `user "`+user+`" may not create`) || !strings.Contains(err.Error(), "system:auth-delegator") {
 			t.Errorf("%s.SelfCheck(unbound ServiceAccount) = %v; want ErrRefused naming %s and system:auth-delegator", name, err, user)
 		}
 	}
 	bad := c.TokenConfig("not-a-valid-token")
-	if err := authn.SelfCheck(ctx, bad); !errors.Is(err, authn.ErrRefused) || !strings.Contains(err.Error(), "HTTP 401") {
+	if err := authn.SelfCheck(ctx, bad); !errors.Is(err, reviewauth.ErrRefused) || !strings.Contains(err.Error(), "HTTP 401") {
 		t.Errorf("authn.SelfCheck(invalid token) = %v; want ErrRefused with HTTP 401", err)
 	}
 	bound := c.TokenConfig(c.RequestToken(t, ns, "sidecar", cluster.TokenOptions{ExpirationSeconds: 3600}))
@@ -74,7 +74,7 @@ func TestServiceWithoutAuthDelegator(t *testing.T) {
 	_, ok, err := an.AuthenticateToken(ctx, caller)
 	var re *reviewauth.ReviewError
 	t.Logf("observed: AuthenticateToken by an unbound service = %v", err)
-	if ok || !errors.As(err, &re) || re.Code != http.StatusForbidden || !errors.Is(err, authn.ErrRefused) || errors.Is(err, reviewauth.ErrUnauthenticated) {
+	if ok || !errors.As(err, &re) || re.Code != http.StatusForbidden || !errors.Is(err, reviewauth.ErrRefused) || errors.Is(err, reviewauth.ErrUnauthenticated) {
 		t.Errorf("AuthenticateToken by an unbound service = (%v, %v); want a 403 ReviewError matching ErrRefused (503), not 401", ok, err)
 	}
 

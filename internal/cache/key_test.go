@@ -14,7 +14,7 @@ import (
 	"golang.org/x/crypto/blake2b"
 	"golang.org/x/sys/cpu"
 
-	"github.com/reviewauth/reviewauth/cache"
+	"github.com/reviewauth/reviewauth/internal/cache"
 )
 
 var prfs = []string{cache.PRFSHA256, cache.PRFBLAKE2b}

@@ -11,6 +11,9 @@ func Waiters[V any](g *Group[V], k Key) int {
 	return 0
 }
 
+// Group returns the Group a Holder shares its fetches through.
+func (h *Holder[V]) Group() *Group[struct{}] { return &h.group }
+
 // NewKeyerPRF returns a Keyer for prf ([PRFSHA256] or [PRFBLAKE2b]) with
 // secret (64 bytes), whatever PRF the process chose: tests cover both.
 func NewKeyerPRF(prf string, secret []byte) *Keyer { return newKeyer(prf, secret) }

@@ -1,8 +1,10 @@
 // Package cache holds the bounded, expiring, coalescing cache that every
 // review result in reviewauth goes through, and the keyed hash that turns
-// secrets into cache keys.
+// secrets into cache keys. It is internal: a service author configures the
+// caches through the Options of authn, authz and httpauth, and sees their
+// counts through package metrics; the types here are not part of the API.
 //
-// Three pieces, each usable alone:
+// Four pieces, each usable alone:
 //
 //   - [Cache] is a sharded LRU map from [Key] to a value, bounded by a maximum
 //     number of entries, where each entry carries its own TTL. Expired entries
@@ -23,6 +25,11 @@
 //     its next attempt tells the callers ([Postpone]), and those whose
 //     deadline comes first leave at once with its error. A panic in the load
 //     is recovered and handed to every waiter as a *[PanicError].
+//
+//   - [Holder] keeps one value that has to be fetched (a token, a key set):
+//     served until its refresh point without a fetch, then refreshed while
+//     it is still served, never past its expiry, with fetches shared
+//     through a Group and bounded in how often they start.
 //
 //   - [Keyer] derives cache keys with a keyed pseudorandom function under a
 //     random per-process 512-bit secret: SHA-256 keyed by a secret block

@@ -10,7 +10,7 @@ import (
 
 	clocktesting "k8s.io/utils/clock/testing"
 
-	"github.com/reviewauth/reviewauth/cache"
+	"github.com/reviewauth/reviewauth/internal/cache"
 )
 
 // TestPeekHasNoSideEffects: Peek counts no hit or miss, leaves the LRU

@@ -9,7 +9,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/reviewauth/reviewauth/cache"
+	"github.com/reviewauth/reviewauth/internal/cache"
 )
 
 func TestGroupCoalescesConcurrentCalls(t *testing.T) {

@@ -1,0 +1,4 @@
+package httpauth
+
+// SetIdentityHeaders exposes setIdentityHeaders to FuzzIdentityHeaders.
+var SetIdentityHeaders = setIdentityHeaders

@@ -1,0 +1,4 @@
+package observe
+
+// Buckets are the latency buckets, for tests.
+var Buckets = buckets
