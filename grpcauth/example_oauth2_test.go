@@ -134,7 +134,9 @@ func ExampleTokenRequestSource_grpcOAuth() {
 
 // whoHealth is a health server that answers SERVING to the backup service
 // account only.
-type whoHealth struct{ healthpb.UnimplementedHealthServer }
+type whoHealth struct {
+	healthpb.UnimplementedHealthServer
+}
 
 func (*whoHealth) Check(ctx context.Context, _ *healthpb.HealthCheckRequest) (*healthpb.HealthCheckResponse, error) {
 	if u, ok := request.UserFrom(ctx); ok && u.GetName() == "system:serviceaccount:default:backup" {
