@@ -47,7 +47,9 @@
 // (a [TokenExtractor] whose FromMessage is true, or Attributes without
 // [Rule].AttributesIgnoreMessage). A rule that reads neither can be checked
 // from the metadata alone, which is all go-grpc-middleware's auth
-// interceptor (an AuthFunc, func(ctx) (ctx, error)) gives.
+// interceptor (an AuthFunc, func(ctx) (ctx, error)) gives: for servers that
+// chain that package's interceptors, [Interceptor.AuthFunc] is the same
+// check in that shape, with per-method skipping left to its selector.
 //
 // # Clients
 //
