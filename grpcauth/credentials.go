@@ -246,17 +246,18 @@ const maxRedirectChain = 100
 // one, as http.Client does.
 //
 // Unlike [PerRPCCredentials], it does not require https; send it to https
-// URLs only.
-//
-// For a client-go client, set rest.Config.WrapTransport to
-// func(rt http.RoundTripper) http.RoundTripper { return
-// grpcauth.RoundTripper(src, rt) }. client-go's own
-// transport.TokenSourceWrapTransport(src) takes the same sources (they are
-// oauth2.TokenSources) through x/oauth2's Transport, which sets the token
-// on every request it sends, whatever its host, redirects included, and
-// asks src without the request's context. The RoundTripper is safe for concurrent use if src and base
+// URLs only. The RoundTripper is safe for concurrent use if src and base
 // are. A nil src makes RoundTrip fail every request that would carry a
 // token.
+//
+// For a client-go client, set rest.Config.WrapTransport to
+//
+//	func(rt http.RoundTripper) http.RoundTripper { return grpcauth.RoundTripper(src, rt) }
+//
+// client-go's own transport.TokenSourceWrapTransport(src) takes the same
+// sources (they are oauth2.TokenSources) through x/oauth2's Transport,
+// which sets the token on every request it sends, whatever its host,
+// redirects included, and asks src without the request's context.
 func RoundTripper(src oauth2.TokenSource, base http.RoundTripper, opts ...CredentialsOption) http.RoundTripper {
 	if base == nil {
 		base = http.DefaultTransport

@@ -329,3 +329,48 @@ func TestCredentialsRefuseEmptyTokens(t *testing.T) {
 		t.Errorf("the HTTP server was reached %d times; want never", reached)
 	}
 }
+
+// TestClientGoRedirects: through rest.Config.WrapTransport, client-go
+// follows a redirect to another server. x/oauth2's Transport (client-go's
+// TokenSourceWrapTransport) hands that server the token; RoundTripper
+// does not, as its documentation says.
+func TestClientGoRedirects(t *testing.T) {
+	t.Parallel()
+	src := oauth2.StaticTokenSource(&oauth2.Token{AccessToken: "audience-bound-token"})
+	var (
+		mu   sync.Mutex
+		seen string
+	)
+	other := httptest.NewTLSServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		mu.Lock()
+		seen = r.Header.Get("Authorization")
+		mu.Unlock()
+		w.Header().Set("Content-Type", "application/json")
+		_, _ = io.WriteString(w, `{"gitVersion":"elsewhere"}`)
+	}))
+	t.Cleanup(other.Close)
+	api := httptest.NewTLSServer(http.RedirectHandler(other.URL+"/version", http.StatusFound))
+	t.Cleanup(api.Close)
+	for _, tt := range []struct {
+		name string
+		wrap func(http.RoundTripper) http.RoundTripper
+		want string
+	}{
+		{"transport.TokenSourceWrapTransport", transport.TokenSourceWrapTransport(src), "Bearer audience-bound-token"},
+		{"grpcauth.RoundTripper", func(rt http.RoundTripper) http.RoundTripper { return grpcauth.RoundTripper(src, rt) }, ""},
+	} {
+		cs, err := kubernetes.NewForConfig(&rest.Config{Host: api.URL, TLSClientConfig: rest.TLSClientConfig{Insecure: true}, WrapTransport: tt.wrap})
+		if err != nil {
+			t.Fatal(err)
+		}
+		v, err := cs.Discovery().ServerVersion()
+		if err != nil || v.GitVersion != "elsewhere" {
+			t.Fatalf("%s: ServerVersion() = %v, %v; want the redirect followed", tt.name, v, err)
+		}
+		mu.Lock()
+		if seen != tt.want {
+			t.Errorf("%s: the redirect's target saw Authorization %q; want %q", tt.name, seen, tt.want)
+		}
+		mu.Unlock()
+	}
+}
