@@ -41,6 +41,15 @@
 // observation ([Server.Count], [Server.InFlight], [Server.TokenReviews], ...)
 // let tests drive clients through failures and concurrency without sleeping.
 //
+// # Testing gRPC services
+//
+// [TransportCredentials] returns TLS transport credentials for a test
+// server and its clients, over google.golang.org/grpc/test/bufconn or
+// loopback, so that a client in a test sends its token with
+// grpcauth.PerRPCCredentials (or grpc's credentials/oauth), which refuse
+// insecure transports, exactly as in production, instead of setting the
+// authorization metadata by hand.
+//
 // Time comes from a [k8s.io/utils/clock.PassiveClock] ([WithClock]), so token
 // expiry can be tested with a fake clock. The server starts no goroutine of
 // its own besides the ones [net/http/httptest] runs, and [Server.Close] stops

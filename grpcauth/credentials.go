@@ -9,6 +9,7 @@ import (
 	"strings"
 	"sync/atomic"
 
+	"golang.org/x/oauth2"
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/credentials"
 	"google.golang.org/grpc/peer"
@@ -112,13 +113,24 @@ func newCredentialsOptions(opts []CredentialsOption) *credentialsOptions {
 
 // PerRPCCredentials returns gRPC call credentials that send a token from
 // src in the "authorization: Bearer <token>" metadata of every call, for
-// servers whose [Rule] reads the token with [FromMetadata].
+// servers whose [Rule] reads the token with [FromMetadata]. src is any
+// oauth2.TokenSource: a [FileTokenSource], a [TokenRequestSource], or
+// another; one that is a [ContextTokenSource] is asked with the call's
+// context. The header is the token's type (oauth2.Token.Type, "Bearer" for
+// the sources of this package) and its access token; a token source that
+// returns a nil token or an empty access token fails the call.
+//
+// grpc's google.golang.org/grpc/credentials/oauth.TokenSource{TokenSource:
+// src} sends the same header from the same sources and also requires
+// transport security; these credentials add the binding to one server
+// described below, and the call's context.
 //
 // The credentials require transport security: gRPC refuses to send them
 // over a connection with less than privacy and integrity. TLS qualifies,
 // and so do grpc's local credentials (google.golang.org/grpc/credentials/local)
 // over a Unix socket, so a node-local client does not need TLS; insecure
-// credentials and local credentials over TCP do not. A token source error
+// credentials and local credentials over TCP do not (in tests over
+// bufconn, use authtest.TransportCredentials). A token source error
 // fails the call with codes.Unavailable (or the code of a status error
 // returned by src).
 //
@@ -135,12 +147,12 @@ func newCredentialsOptions(opts []CredentialsOption) *credentialsOptions {
 //
 // The credentials are safe for concurrent use if src is. A nil src fails
 // every call that would carry a token with codes.Unavailable.
-func PerRPCCredentials(src TokenSource, opts ...CredentialsOption) credentials.PerRPCCredentials {
+func PerRPCCredentials(src oauth2.TokenSource, opts ...CredentialsOption) credentials.PerRPCCredentials {
 	return &perRPC{src: src, opts: newCredentialsOptions(opts)}
 }
 
 type perRPC struct {
-	src   TokenSource
+	src   oauth2.TokenSource
 	opts  *credentialsOptions
 	bound atomic.Pointer[string] // the first server, without OnlyTo
 }
@@ -156,14 +168,14 @@ func (p *perRPC) GetRequestMetadata(ctx context.Context, uri ...string) (map[str
 	if p.src == nil {
 		return nil, errors.New("grpcauth: PerRPCCredentials has no token source")
 	}
-	tok, err := p.src.Token(ctx)
+	tok, err := tokenFrom(ctx, p.src)
 	if err != nil {
 		if _, ok := status.FromError(err); ok {
 			return nil, err
 		}
 		return nil, status.Error(codes.Unavailable, "grpcauth: getting a token: "+err.Error())
 	}
-	return map[string]string{authorizationKey: "Bearer " + tok}, nil
+	return map[string]string{authorizationKey: tok.Type() + " " + tok.AccessToken}, nil
 }
 
 // checkServer refuses a call to a server the credentials are not bound to.
@@ -210,8 +222,10 @@ func (*perRPC) RequireTransportSecurity() bool { return true }
 const maxRedirectChain = 100
 
 // RoundTripper returns an http.RoundTripper that sets the Authorization
-// header of a request to "Bearer <token>", with a token from src, and
-// sends it with base (http.DefaultTransport when nil). A request that
+// header of a request to "Bearer <token>", with a token from src (asked
+// with the request's context when it is a [ContextTokenSource]; the header
+// is written as oauth2.Token.SetAuthHeader writes it), and sends it with
+// base (http.DefaultTransport when nil). A request that
 // already has an Authorization header is sent unchanged (http.Client
 // itself drops that header on redirects to other hosts). The request given
 // to RoundTrip is not modified: a clone carries the header. A token source
@@ -235,7 +249,16 @@ const maxRedirectChain = 100
 // URLs only. The RoundTripper is safe for concurrent use if src and base
 // are. A nil src makes RoundTrip fail every request that would carry a
 // token.
-func RoundTripper(src TokenSource, base http.RoundTripper, opts ...CredentialsOption) http.RoundTripper {
+//
+// For a client-go client, set rest.Config.WrapTransport to
+//
+//	func(rt http.RoundTripper) http.RoundTripper { return grpcauth.RoundTripper(src, rt) }
+//
+// client-go's own transport.TokenSourceWrapTransport(src) takes the same
+// sources (they are oauth2.TokenSources) through x/oauth2's Transport,
+// which sets the token on every request it sends, whatever its host,
+// redirects included, and asks src without the request's context.
+func RoundTripper(src oauth2.TokenSource, base http.RoundTripper, opts ...CredentialsOption) http.RoundTripper {
 	if base == nil {
 		base = http.DefaultTransport
 	}
@@ -243,7 +266,7 @@ func RoundTripper(src TokenSource, base http.RoundTripper, opts ...CredentialsOp
 }
 
 type roundTripper struct {
-	src  TokenSource
+	src  oauth2.TokenSource
 	base http.RoundTripper
 	opts *credentialsOptions
 }
@@ -256,13 +279,13 @@ func (rt *roundTripper) RoundTrip(req *http.Request) (*http.Response, error) {
 		closeBody(req)
 		return nil, errors.New("grpcauth: RoundTripper has no token source")
 	}
-	tok, err := rt.src.Token(req.Context())
+	tok, err := tokenFrom(req.Context(), rt.src)
 	if err != nil {
 		closeBody(req)
 		return nil, err
 	}
 	r := req.Clone(req.Context())
-	r.Header.Set("Authorization", "Bearer "+tok)
+	tok.SetAuthHeader(r)
 	return rt.base.RoundTrip(r)
 }
 

@@ -22,6 +22,7 @@ import (
 	"testing"
 	"time"
 
+	"golang.org/x/oauth2"
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/credentials"
@@ -34,8 +35,8 @@ import (
 	"github.com/reviewauth/reviewauth/grpcauth"
 )
 
-func staticToken(tok string) grpcauth.TokenSource {
-	return grpcauth.TokenSourceFunc(func(context.Context) (string, error) { return tok, nil })
+func staticToken(tok string) oauth2.TokenSource {
+	return oauth2.StaticTokenSource(&oauth2.Token{AccessToken: tok})
 }
 
 // serveUnix serves the test service on a Unix socket with creds and returns
@@ -72,12 +73,12 @@ func TestPerRPCCredentialsOverUnixSocketWithLocalCredentials(t *testing.T) {
 	tests := []struct {
 		name  string
 		creds credentials.TransportCredentials
-		src   grpcauth.TokenSource
+		src   oauth2.TokenSource
 		want  codes.Code
 	}{
 		{name: "local credentials", creds: local.NewCredentials(), src: staticToken(aliceToken), want: codes.OK},
-		{name: "token source error", creds: local.NewCredentials(), src: grpcauth.TokenSourceFunc(func(context.Context) (string, error) {
-			return "", errors.New("no token today")
+		{name: "token source error", creds: local.NewCredentials(), src: grpcauth.TokenSourceFunc(func(context.Context) (*oauth2.Token, error) {
+			return nil, errors.New("no token today")
 		}), want: codes.Unavailable},
 	}
 	for _, tt := range tests {
@@ -134,15 +135,15 @@ func TestRoundTripper(t *testing.T) {
 
 	tests := []struct {
 		name    string
-		src     grpcauth.TokenSource
+		src     oauth2.TokenSource
 		header  string
 		want    string
 		wantErr bool
 	}{
 		{name: "sets bearer", src: staticToken("tok-1"), want: "Bearer tok-1"},
 		{name: "keeps an explicit header", src: staticToken("tok-1"), header: "Bearer mine", want: "Bearer mine"},
-		{name: "source error sends nothing", src: grpcauth.TokenSourceFunc(func(context.Context) (string, error) {
-			return "", errors.New("no token")
+		{name: "source error sends nothing", src: grpcauth.TokenSourceFunc(func(context.Context) (*oauth2.Token, error) {
+			return nil, errors.New("no token")
 		}), wantErr: true},
 	}
 	for _, tt := range tests {

@@ -47,17 +47,26 @@
 // (a [TokenExtractor] whose FromMessage is true, or Attributes without
 // [Rule].AttributesIgnoreMessage). A rule that reads neither can be checked
 // from the metadata alone, which is all go-grpc-middleware's auth
-// interceptor (an AuthFunc, func(ctx) (ctx, error)) gives.
+// interceptor (an AuthFunc, func(ctx) (ctx, error)) gives: for servers that
+// chain that package's interceptors, [Interceptor.AuthFunc] is the same
+// check in that shape, with per-method skipping left to its selector.
 //
 // # Clients
 //
-// A [TokenSource] supplies tokens: [FileTokenSource] reads a projected
-// service-account token file and notices rotation, [TokenRequestSource]
-// asks the TokenRequest API for a token with the server's audience and
-// refreshes it before it expires. [PerRPCCredentials] sends the token on
-// gRPC calls (over TLS, or local credentials on a Unix socket) and
-// [RoundTripper] on HTTP requests. Neither sends a token to a server it was
-// not meant for: [PerRPCCredentials] binds itself to the first server it
-// is used with, [RoundTripper] refuses the token to redirects that leave
-// the caller's host, and [OnlyTo] names the servers explicitly.
+// The token sources are oauth2.TokenSources (golang.org/x/oauth2), the
+// interface grpc's credentials/oauth and client-go's
+// transport.TokenSourceWrapTransport take: [FileTokenSource] reads a
+// projected service-account token file and notices rotation,
+// [TokenRequestSource] asks the TokenRequest API for a token with the
+// server's audience and refreshes it before it expires; both return tokens
+// whose Expiry is the token's. A [ContextTokenSource] (TokenRequestSource,
+// [TokenSourceFunc]) can also be asked on behalf of a caller's context.
+// [PerRPCCredentials] sends the token on gRPC calls (over TLS, or local
+// credentials on a Unix socket; in tests, authtest.TransportCredentials over
+// bufconn) and [RoundTripper] on HTTP requests, client-go's included
+// (rest.Config.WrapTransport). Neither sends a token to a server it was not
+// meant for: [PerRPCCredentials] binds itself to the first server it is
+// used with, [RoundTripper] refuses the token to redirects that leave the
+// caller's host, and [OnlyTo] names the servers explicitly. See
+// [FileTokenSource] for when grpc's own credentials/jwt fits instead.
 package grpcauth

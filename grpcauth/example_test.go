@@ -13,6 +13,7 @@ import (
 	"strings"
 	"sync/atomic"
 
+	"golang.org/x/oauth2"
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/credentials/insecure"
 	"google.golang.org/grpc/metadata"
@@ -118,10 +119,14 @@ func ExampleNewFileTokenSource() {
 		fmt.Println(err)
 		return
 	}
-	tok, err := src.Token(context.Background())
-	fmt.Println(tok, err)
+	tok, err := src.Token()
+	if err != nil {
+		fmt.Println(err)
+		return
+	}
+	fmt.Println(tok.AccessToken, tok.Type(), tok.Expiry.IsZero())
 	// Output:
-	// projected-token <nil>
+	// projected-token Bearer true
 }
 
 // RoundTripper puts the token on HTTP requests.
@@ -130,7 +135,7 @@ func ExampleRoundTripper() {
 		_, _ = io.WriteString(w, "got "+r.Header.Get("Authorization"))
 	}))
 	defer srv.Close()
-	src := grpcauth.TokenSourceFunc(func(context.Context) (string, error) { return "t0k3n", nil })
+	src := oauth2.StaticTokenSource(&oauth2.Token{AccessToken: "t0k3n"})
 	client := &http.Client{Transport: grpcauth.RoundTripper(src, nil)}
 	resp, err := client.Get(srv.URL)
 	if err != nil {
@@ -148,7 +153,7 @@ func ExampleRoundTripper() {
 // redirects elsewhere: the redirected request goes out without the token.
 // For gRPC: grpcauth.PerRPCCredentials(src, grpcauth.OnlyTo("snap.example:443")).
 func ExampleOnlyTo() {
-	src := grpcauth.TokenSourceFunc(func(context.Context) (string, error) { return "t0k3n", nil })
+	src := oauth2.StaticTokenSource(&oauth2.Token{AccessToken: "t0k3n"})
 	base := &hostsTransport{} // answers in memory, redirecting to ?next=
 	client := &http.Client{Transport: grpcauth.RoundTripper(src, base, grpcauth.OnlyTo("api.example"))}
 	resp, err := client.Get("https://api.example/start?next=https://elsewhere.example/")

@@ -152,7 +152,7 @@ func TestIntegrationTokenRequestSource(t *testing.T) {
 	}
 	conn := serve(t, realOptions(t, s, nil))
 	for i := 0; i < 3; i++ {
-		tok, err := src.Token(t.Context())
+		tok, err := tokenOf(t.Context(), src)
 		if err != nil {
 			t.Fatalf("Token() = %v", err)
 		}
@@ -239,7 +239,7 @@ func TestIntegrationTokenRequestRefresh(t *testing.T) {
 		if st.fault {
 			s.InjectFault(authtest.TokenRequests, authtest.Fault{Status: 503})
 		}
-		tok, err := src.Token(ctx)
+		tok, err := tokenOf(ctx, src)
 		if (err != nil) != st.wantErr {
 			t.Fatalf("%s: Token() = _, %v; want error %v", st.name, err, st.wantErr)
 		}

@@ -10,6 +10,7 @@ import (
 	"sync"
 	"time"
 
+	"golang.org/x/oauth2"
 	authenticationv1 "k8s.io/api/authentication/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/client-go/rest"
@@ -21,18 +22,61 @@ import (
 	"github.com/reviewauth/reviewauth/internal/review"
 )
 
-// TokenSource supplies the bearer token a client presents. Token returns a
-// token that has not expired, or an error; never an expired token. Token
-// must be safe for concurrent use by multiple goroutines.
-type TokenSource interface {
-	Token(ctx context.Context) (string, error)
+// ContextTokenSource is an [oauth2.TokenSource] that can also get a token
+// on behalf of a caller's context: TokenContext stops waiting when ctx is
+// done and logs through klog.FromContext(ctx). [PerRPCCredentials] and
+// [RoundTripper] call TokenContext, with the call's or the request's
+// context, on a source that has it, and Token on any other
+// oauth2.TokenSource. [TokenRequestSource] and [TokenSourceFunc] implement
+// it.
+//
+// As oauth2.TokenSource says, Token (and TokenContext) must be safe for
+// concurrent use by multiple goroutines, and the returned token must not be
+// modified. The sources of this package return a token that has not
+// expired, or an error; never an expired token.
+type ContextTokenSource interface {
+	oauth2.TokenSource
+	TokenContext(ctx context.Context) (*oauth2.Token, error)
 }
 
-// TokenSourceFunc adapts a function to [TokenSource].
-type TokenSourceFunc func(ctx context.Context) (string, error)
+// TokenSourceFunc adapts a function to [ContextTokenSource]: TokenContext
+// calls f(ctx), and Token calls f(context.Background()).
+type TokenSourceFunc func(ctx context.Context) (*oauth2.Token, error)
 
-// Token calls f.
-func (f TokenSourceFunc) Token(ctx context.Context) (string, error) { return f(ctx) }
+// Token calls f with context.Background().
+func (f TokenSourceFunc) Token() (*oauth2.Token, error) { return f(context.Background()) }
+
+// TokenContext calls f(ctx).
+func (f TokenSourceFunc) TokenContext(ctx context.Context) (*oauth2.Token, error) { return f(ctx) }
+
+// tokenFrom asks src for a token on behalf of ctx: with TokenContext when
+// src has it. A nil token, or one without an access token, is an error, so
+// that no caller sends an empty credential.
+func tokenFrom(ctx context.Context, src oauth2.TokenSource) (*oauth2.Token, error) {
+	var (
+		tok *oauth2.Token
+		err error
+	)
+	if cs, ok := src.(ContextTokenSource); ok {
+		tok, err = cs.TokenContext(ctx)
+	} else {
+		tok, err = src.Token()
+	}
+	if err != nil {
+		return nil, err
+	}
+	if tok == nil || tok.AccessToken == "" {
+		return nil, errors.New("grpcauth: the token source returned no token")
+	}
+	return tok, nil
+}
+
+// bearerToken returns the oauth2.Token of a bearer token that expires at exp
+// (zero: no exp claim): a new one on every call, so that no caller can
+// change another's.
+func bearerToken(token string, exp time.Time) *oauth2.Token {
+	return &oauth2.Token{AccessToken: token, TokenType: "Bearer", Expiry: exp}
+}
 
 // refreshFraction is the fraction of a token's lifetime after which a new
 // one is fetched: the kubelet rotates projected tokens at 80% too.
@@ -58,15 +102,36 @@ type FileOptions struct {
 	Clock clock.PassiveClock
 }
 
-// FileTokenSource is a [TokenSource] that reads a projected service-account
-// token from a file, such as the one the kubelet mounts and rotates. It
-// caches the token and does not touch the file on every call: it checks the
-// file again (a stat) after [FileOptions.RecheckInterval], or on every call
-// once the token is past 80% of the lifetime stated by its JWT claims, and
-// reads it again only when it changed. It never returns a token whose exp
-// claim has passed. It starts no goroutine and is safe for concurrent use.
-// Build one with [NewFileTokenSource]; the zero FileTokenSource is not
-// usable.
+// FileTokenSource is an [oauth2.TokenSource] that reads a projected
+// service-account token from a file, such as the one the kubelet mounts and
+// rotates. It caches the token and does not touch the file on every call:
+// it checks the file again (a stat) after [FileOptions.RecheckInterval], or
+// on every call once the token is past 80% of the lifetime stated by its
+// JWT claims, and reads it again only when it changed. It never returns a
+// token whose exp claim has passed. It starts no goroutine and is safe for
+// concurrent use. Build one with [NewFileTokenSource]; the zero
+// FileTokenSource is not usable.
+//
+// Being an oauth2.TokenSource, it plugs into grpc's
+// credentials/oauth.TokenSource and client-go's
+// transport.TokenSourceWrapTransport as it is; [PerRPCCredentials] and
+// [RoundTripper] add what those lack (the token goes to one server only).
+// Do not wrap it in oauth2.ReuseTokenSource: it caches already, and a token
+// without an exp claim has a zero Expiry, which ReuseTokenSource reads as
+// "never expires", so that it would never see the file rotate.
+//
+// grpc's own google.golang.org/grpc/credentials/jwt (experimental in grpc
+// v1.85.0) also sends a token file on gRPC calls. It fits a gRPC-only
+// client whose token file always holds a JWT with an exp claim and which
+// talks to a single server, or whose call credentials come from xDS (gRFC
+// A97): it needs no code of this package. It reads the file again only
+// within a minute of exp (so a rotated token is picked up late, which is
+// harmless while the old one is valid), refreshes on a goroutine of its
+// own, and binds the token to no server. Prefer FileTokenSource with
+// [PerRPCCredentials] when the same credentials value may reach more than
+// one server, when the token may not be a JWT, when HTTP clients need the
+// same token ([RoundTripper], client-go), or when tests need an injectable
+// clock; and [TokenRequestSource] when there is no file to read.
 type FileTokenSource struct {
 	path     string
 	interval time.Duration
@@ -80,7 +145,7 @@ type FileTokenSource struct {
 	exp       time.Time // zero when the token has no exp claim
 }
 
-var _ TokenSource = (*FileTokenSource)(nil)
+var _ oauth2.TokenSource = (*FileTokenSource)(nil)
 
 // NewFileTokenSource returns a [FileTokenSource] for the token file at path.
 // The file is read on the first call to Token, not here. An empty path is
@@ -99,9 +164,10 @@ func NewFileTokenSource(path string, opts FileOptions) (*FileTokenSource, error)
 }
 
 // Token returns the token in the file, reading the file again if it was
-// rotated. It returns an error if the file cannot be read, is empty, or holds
-// an expired token.
-func (s *FileTokenSource) Token(_ context.Context) (string, error) {
+// rotated, as a bearer oauth2.Token whose Expiry is the token's exp claim
+// (zero when it has none). It returns an error if the file cannot be read,
+// is empty, or holds an expired token. Token implements oauth2.TokenSource.
+func (s *FileTokenSource) Token() (*oauth2.Token, error) {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	now := s.clock.Now()
@@ -109,13 +175,13 @@ func (s *FileTokenSource) Token(_ context.Context) (string, error) {
 		(!s.refreshAt.IsZero() && !now.Before(s.refreshAt))
 	if due {
 		if err := s.reload(now); err != nil {
-			return "", err
+			return nil, err
 		}
 	}
 	if !s.exp.IsZero() && !now.Before(s.exp) {
-		return "", fmt.Errorf("grpcauth: token file %s holds a token that expired at %s and was not rotated", s.path, s.exp.UTC().Format(time.RFC3339))
+		return nil, fmt.Errorf("grpcauth: token file %s holds a token that expired at %s and was not rotated", s.path, s.exp.UTC().Format(time.RFC3339))
 	}
-	return s.token, nil
+	return bearerToken(s.token, s.exp), nil
 }
 
 func (s *FileTokenSource) reload(now time.Time) error {
@@ -193,8 +259,9 @@ type TokenRequestOptions struct {
 	Clock clock.PassiveClock
 }
 
-// TokenRequestSource is a [TokenSource] that gets tokens for a service
-// account from the TokenRequest API and caches them. A token is refreshed
+// TokenRequestSource is a [ContextTokenSource] (an [oauth2.TokenSource])
+// that gets tokens for a service account from the TokenRequest API and
+// caches them. A token is refreshed
 // once 80% of its granted lifetime has passed. If that refresh fails while
 // the cached token is still valid, the cached token is served, the failure
 // is logged through the context's logger, and the refresh is tried again
@@ -218,10 +285,16 @@ type TokenRequestSource struct {
 	// token holds the granted token: refreshed at 80% of its lifetime,
 	// retried after RetryInterval while it is valid, never served past its
 	// expiry.
-	token cache.Holder[string]
+	token cache.Holder[granted]
 }
 
-var _ TokenSource = (*TokenRequestSource)(nil)
+// granted is a token the API server granted, and its expiry.
+type granted struct {
+	token string
+	exp   time.Time
+}
+
+var _ ContextTokenSource = (*TokenRequestSource)(nil)
 
 // NewTokenRequestSourceForConfig returns a [TokenRequestSource] that asks
 // the API server cfg describes for tokens of opts.ServiceAccount in
@@ -277,40 +350,52 @@ func NewTokenRequestSource(client TokenCreator, opts TokenRequestOptions) (*Toke
 		opts.Clock = clock.RealClock{}
 	}
 	opts.Audiences = append([]string(nil), opts.Audiences...)
-	return &TokenRequestSource{client: client, opts: opts, token: cache.Holder[string]{
+	return &TokenRequestSource{client: client, opts: opts, token: cache.Holder[granted]{
 		Timeout: opts.Timeout, RetryInterval: opts.RetryInterval, Clock: opts.Clock}}, nil
 }
 
 // Token returns a valid token, fetching a new one when the cached one is
-// past 80% of its lifetime.
-func (s *TokenRequestSource) Token(ctx context.Context) (string, error) {
-	tok, ok, err := s.token.Get(ctx, false, s.refresh)
+// past 80% of its lifetime, as a bearer oauth2.Token whose Expiry is the
+// granted expiration. It is TokenContext with context.Background(): it waits
+// for a TokenRequest at most [TokenRequestOptions].Timeout, and a refresh
+// failure it covers with the cached token is logged through klog's global
+// logger. Token implements oauth2.TokenSource, for callers that have no
+// context to give (grpc's credentials/oauth, client-go's
+// transport.TokenSourceWrapTransport).
+func (s *TokenRequestSource) Token() (*oauth2.Token, error) {
+	return s.TokenContext(context.Background())
+}
+
+// TokenContext is Token on behalf of a caller: it stops waiting when ctx is
+// done (see [TokenRequestSource]), and logs through klog.FromContext(ctx).
+func (s *TokenRequestSource) TokenContext(ctx context.Context) (*oauth2.Token, error) {
+	g, ok, err := s.token.Get(ctx, false, s.refresh)
 	switch {
 	case ok && err != nil && ctx.Err() == nil:
 		klog.FromContext(ctx).Error(err, "Refreshing the service account token failed; using the cached token until it expires",
 			"serviceAccount", s.opts.ServiceAccount)
-		return tok, nil
+		return bearerToken(g.token, g.exp), nil
 	case ok:
-		return tok, nil
+		return bearerToken(g.token, g.exp), nil
 	case err == nil:
 		// Cannot happen: without a valid token every caller may fetch.
-		return "", fmt.Errorf("grpcauth: no token for service account %q", s.opts.ServiceAccount)
+		return nil, fmt.Errorf("grpcauth: no token for service account %q", s.opts.ServiceAccount)
 	}
 	if ctxErr := ctx.Err(); ctxErr != nil && errors.Is(err, ctxErr) {
-		return "", fmt.Errorf("grpcauth: waiting for TokenRequest: %w", err)
+		return nil, fmt.Errorf("grpcauth: waiting for TokenRequest: %w", err)
 	}
-	return "", err
+	return nil, err
 }
 
 // refresh makes one TokenRequest on behalf of every caller waiting for it.
 // ctx is the Holder's detached context.
-func (s *TokenRequestSource) refresh(ctx context.Context) (cache.Fetched[string], error) {
+func (s *TokenRequestSource) refresh(ctx context.Context) (cache.Fetched[granted], error) {
 	now := s.opts.Clock.Now()
 	tok, exp, err := s.request(ctx, now)
 	if err != nil {
-		return cache.Fetched[string]{}, err
+		return cache.Fetched[granted]{}, err
 	}
-	return cache.Fetched[string]{Value: tok, RefreshAt: refreshPoint(now, exp), Expires: exp}, nil
+	return cache.Fetched[granted]{Value: granted{token: tok, exp: exp}, RefreshAt: refreshPoint(now, exp), Expires: exp}, nil
 }
 
 func (s *TokenRequestSource) request(ctx context.Context, now time.Time) (string, time.Time, error) {

@@ -15,6 +15,7 @@ import (
 	"time"
 
 	"github.com/go-logr/logr"
+	"golang.org/x/oauth2"
 	authenticationv1 "k8s.io/api/authentication/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/klog/v2"
@@ -72,7 +73,7 @@ func TestFileTokenSourceRotation(t *testing.T) {
 
 	want := func(step string, tok string) {
 		t.Helper()
-		got, err := src.Token(t.Context())
+		got, err := tokenOf(t.Context(), src)
 		if err != nil {
 			t.Fatalf("%s: Token() = %v", step, err)
 		}
@@ -101,16 +102,16 @@ func TestFileTokenSourceRechecksPastEightyPercent(t *testing.T) {
 	// A recheck interval longer than the lifetime: only the 80% rule can
 	// find the rotated token.
 	src := mustFileSource(t, filepath.Join(dir, "token"), grpcauth.FileOptions{RecheckInterval: time.Hour, Clock: clk})
-	if _, err := src.Token(t.Context()); err != nil {
+	if _, err := tokenOf(t.Context(), src); err != nil {
 		t.Fatal(err)
 	}
 	writeToken(t, dir, second)
 	clk.SetTime(t0.Add(8*time.Minute - time.Nanosecond))
-	if got, _ := src.Token(t.Context()); got != first {
+	if got, _ := tokenOf(t.Context(), src); got != first {
 		t.Errorf("Token() at 80%% - 1ns = %.20q...; want the first token", got)
 	}
 	clk.SetTime(t0.Add(8 * time.Minute))
-	if got, _ := src.Token(t.Context()); got != second {
+	if got, _ := tokenOf(t.Context(), src); got != second {
 		t.Errorf("Token() at 80%% = %.20q...; want the rotated token", got)
 	}
 }
@@ -123,11 +124,11 @@ func TestFileTokenSourceNeverReturnsExpiredToken(t *testing.T) {
 	writeToken(t, dir, tok)
 	src := mustFileSource(t, filepath.Join(dir, "token"), grpcauth.FileOptions{Clock: clk})
 	clk.SetTime(t0.Add(10*time.Minute - time.Nanosecond))
-	if got, err := src.Token(t.Context()); err != nil || got != tok {
+	if got, err := tokenOf(t.Context(), src); err != nil || got != tok {
 		t.Errorf("Token() 1ns before exp = %.20q, %v; want the token", got, err)
 	}
 	clk.SetTime(t0.Add(10 * time.Minute))
-	got, err := src.Token(t.Context())
+	got, err := tokenOf(t.Context(), src)
 	if err == nil || got != "" {
 		t.Fatalf("Token() at exp, not rotated = %.20q, %v; want an error and no token", got, err)
 	}
@@ -137,7 +138,7 @@ func TestFileTokenSourceNeverReturnsExpiredToken(t *testing.T) {
 	// Rotation heals it.
 	next := jwt("next", t0.Add(10*time.Minute), t0.Add(20*time.Minute))
 	writeToken(t, dir, next)
-	if got, err := src.Token(t.Context()); err != nil || got != next {
+	if got, err := tokenOf(t.Context(), src); err != nil || got != next {
 		t.Errorf("Token() after rotation = %.20q, %v; want the new token", got, err)
 	}
 }
@@ -169,7 +170,7 @@ func TestFileTokenSourceErrors(t *testing.T) {
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
 			t.Parallel()
-			got, err := mustFileSource(t, tt.path, grpcauth.FileOptions{}).Token(t.Context())
+			got, err := tokenOf(t.Context(), mustFileSource(t, tt.path, grpcauth.FileOptions{}))
 			if (err != nil) != tt.wantErr || got != tt.want {
 				t.Errorf("Token() = %q, %v; want %q, error %v", got, err, tt.want, tt.wantErr)
 			}
@@ -264,7 +265,7 @@ func TestTokenRequestSourceRefresh(t *testing.T) {
 	for _, s := range steps {
 		clk.SetTime(t0.Add(s.at))
 		fc.fail.Store(s.fail)
-		got, err := src.Token(ctx)
+		got, err := tokenOf(ctx, src)
 		if (err != nil) != s.err || got != s.want {
 			t.Errorf("%s: Token() = %q, %v; want %q, error %v", s.name, got, err, s.want, s.err)
 		}
@@ -292,7 +293,7 @@ func TestTokenRequestSourceSharesOneRequest(t *testing.T) {
 	got := make([]string, callers)
 	for i := range callers {
 		wg.Go(func() {
-			got[i], _ = src.Token(t.Context())
+			got[i], _ = tokenOf(t.Context(), src)
 		})
 	}
 	// Let the leader reach CreateToken, then release it.
@@ -300,7 +301,7 @@ func TestTokenRequestSourceSharesOneRequest(t *testing.T) {
 	// A caller whose context ends stops waiting.
 	ctx, cancel := context.WithCancel(t.Context())
 	cancel()
-	if tok, err := src.Token(ctx); err == nil {
+	if tok, err := tokenOf(ctx, src); err == nil {
 		t.Errorf("Token(cancelled ctx) while a request is in flight = %q, nil; want an error", tok)
 	}
 	close(fc.block)
@@ -358,7 +359,7 @@ func TestTokenRequestSourceLeaderCancelled(t *testing.T) {
 	actx, cancelA := context.WithCancel(t.Context())
 	aDone := make(chan error, 1)
 	go func() {
-		_, err := src.Token(actx)
+		_, err := tokenOf(actx, src)
 		aDone <- err
 	}()
 	<-fc.entered // A's TokenRequest is in flight
@@ -370,7 +371,7 @@ func TestTokenRequestSourceLeaderCancelled(t *testing.T) {
 	}
 	bDone := make(chan result, 1)
 	go func() {
-		tok, err := src.Token(bctx)
+		tok, err := tokenOf(bctx, src)
 		bDone <- result{tok, err}
 	}()
 	<-bctx.waiting // B waits for A's request
@@ -403,7 +404,7 @@ func TestTokenRequestSourceAbandonedRequestIsCancelled(t *testing.T) {
 	ctx, cancel := context.WithCancel(t.Context())
 	done := make(chan error, 1)
 	go func() {
-		_, err := src.Token(ctx)
+		_, err := tokenOf(ctx, src)
 		done <- err
 	}()
 	<-fc.entered
@@ -443,7 +444,7 @@ func TestTokenRequestSourceTimeout(t *testing.T) {
 				t.Fatal(err)
 			}
 			// The caller has no deadline at all.
-			if _, err := src.Token(context.Background()); err != nil {
+			if _, err := tokenOf(context.Background(), src); err != nil {
 				t.Fatal(err)
 			}
 			if !hasDeadline || left > tt.want || left < tt.want-time.Second {
@@ -477,7 +478,7 @@ func TestTokenRequestSourceLateCallers(t *testing.T) {
 		var wg sync.WaitGroup
 		for range 8 {
 			wg.Go(func() {
-				if tok, err := src.Token(t.Context()); tok != "token-1" {
+				if tok, err := tokenOf(t.Context(), src); tok != "token-1" {
 					t.Errorf("round %d: Token() = %q, %v; want token-1", round, tok, err)
 				}
 			})
@@ -499,4 +500,30 @@ func mustFileSource(t *testing.T, path string, opts grpcauth.FileOptions) *grpca
 		t.Fatal(err)
 	}
 	return src
+}
+
+// tokenOf asks src for a token as PerRPCCredentials does (TokenContext when
+// src has it) and returns its access token, "" with an error. It checks
+// the token's type.
+func tokenOf(ctx context.Context, src oauth2.TokenSource) (string, error) {
+	var (
+		tok *oauth2.Token
+		err error
+	)
+	if cs, ok := src.(grpcauth.ContextTokenSource); ok {
+		tok, err = cs.TokenContext(ctx)
+	} else {
+		tok, err = src.Token()
+	}
+	switch {
+	case err != nil && tok != nil:
+		return "", fmt.Errorf("a token with the error %w", err)
+	case err != nil:
+		return "", err
+	case tok == nil:
+		return "", errors.New("no token and no error")
+	case tok.Type() != "Bearer":
+		return "", fmt.Errorf("token type %q; want Bearer", tok.Type())
+	}
+	return tok.AccessToken, nil
 }

@@ -19,7 +19,7 @@ failures=0
 step() { steps=$((steps + 1)); printf '\n== %s\n' "$*"; }
 fail() { echo "FAILED: $*"; status=1; failures=$((failures + 1)); }
 
-modules=(. examples hack/fleet)
+modules=(. examples examples/controllerruntime hack/fleet)
 
 step "gofmt"
 unformatted=$(gofmt -l $(git ls-files '*.go' 2>/dev/null || find . -name '*.go'))

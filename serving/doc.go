@@ -28,6 +28,18 @@
 //	srv, err := serving.NewHTTPServer(protect(handler), serving.ServerOptions{Certificates: certs})
 //	err = srv.Serve(ctx, ln)
 //
+// # controller-runtime
+//
+// [MetricsFilterProvider] is a metricsserver.Options.FilterProvider for a
+// controller-runtime manager (kubebuilder protects every operator's
+// /metrics with controller-runtime's filters.WithAuthenticationAndAuthorization):
+// the same RBAC contract (get on the nonResourceURL /metrics), reviewauth's
+// caches, coalescing and answers (503, not 500, when the API server cannot
+// be asked), the audience reviewauth requires ([MetricsFilterOptions] says
+// how to give Prometheus a token for it), and reviewauth's metrics on
+// controller-runtime's registry. This package does not import
+// controller-runtime; examples/controllerruntime runs a manager with it.
+//
 // # Servers
 //
 // [HTTPServer] bounds what one client can hold: connections

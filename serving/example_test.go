@@ -7,14 +7,18 @@ import (
 	"io"
 	"net"
 	"net/http"
+	"net/http/httptest"
 	"os"
 	"path/filepath"
 	"time"
 
+	"github.com/go-logr/logr"
+	"github.com/prometheus/client_golang/prometheus/promhttp"
 	"github.com/spf13/pflag"
 	"k8s.io/apiserver/pkg/authentication/user"
 	"k8s.io/apiserver/pkg/endpoints/request"
 
+	"github.com/reviewauth/reviewauth/authn"
 	"github.com/reviewauth/reviewauth/authtest"
 	"github.com/reviewauth/reviewauth/httpauth"
 	"github.com/reviewauth/reviewauth/serving"
@@ -108,4 +112,61 @@ func Example() {
 	// 401
 	// 403
 	// stopped: <nil>
+}
+
+// metricsserverFilter stands for controller-runtime's metricsserver.Filter
+// (sigs.k8s.io/controller-runtime/pkg/metrics/server), which this module
+// does not import; examples/controllerruntime runs the real one.
+type metricsserverFilter func(logr.Logger, http.Handler) (http.Handler, error)
+
+// ExampleMetricsFilterProvider protects an operator's /metrics as
+// controller-runtime's filters.WithAuthenticationAndAuthorization does
+// (RBAC: get on the nonResourceURL /metrics), with the audience reviewauth
+// requires. In an operator's main.go, the one line is
+//
+//	metricsServerOptions.FilterProvider = serving.MetricsFilterProvider[metricsserver.Filter](serving.MetricsFilterOptions{
+//		Authentication: authn.Options{Audiences: []string{"my-operator-metrics"}},
+//		Registerer:     metrics.Registry, // controller-runtime's
+//	})
+//
+// and controller-runtime calls the provider with the manager's rest.Config,
+// then the filter for /metrics and each extra handler. Here a fake API
+// server stands in for the cluster.
+func ExampleMetricsFilterProvider() {
+	api := authtest.NewServer()
+	defer api.Close()
+	api.SetPolicy(authtest.Rules(authtest.Rule{Users: []string{"system:serviceaccount:monitoring:prometheus"},
+		Verbs: []string{"get"}, NonResourceURLs: []string{"/metrics"}}))
+
+	provider := serving.MetricsFilterProvider[metricsserverFilter](serving.MetricsFilterOptions{
+		Authentication: authn.Options{Audiences: []string{"my-operator-metrics"}},
+	})
+	filter, err := provider(api.Config(), nil) // what controller-runtime does
+	if err != nil {
+		fmt.Println(err)
+		return
+	}
+	h, err := filter(logr.Discard(), promhttp.Handler())
+	if err != nil {
+		fmt.Println(err)
+		return
+	}
+
+	prometheus := &user.DefaultInfo{Name: "system:serviceaccount:monitoring:prometheus"}
+	exp := time.Now().Add(time.Hour)
+	for _, tc := range []struct{ name, token string }{
+		{"projected token for my-operator-metrics", api.MintToken(prometheus, []string{"my-operator-metrics"}, exp)},
+		{"Prometheus' own token (API server audience)", api.MintToken(prometheus, nil, exp)},
+		{"another service account", api.MintToken(&user.DefaultInfo{Name: "system:serviceaccount:default:app"}, []string{"my-operator-metrics"}, exp)},
+	} {
+		r := httptest.NewRequest(http.MethodGet, "/metrics", nil)
+		r.Header.Set("Authorization", "Bearer "+tc.token)
+		w := httptest.NewRecorder()
+		h.ServeHTTP(w, r)
+		fmt.Printf("%s: %d\n", tc.name, w.Code)
+	}
+	// Output:
+	// projected token for my-operator-metrics: 200
+	// Prometheus' own token (API server audience): 401
+	// another service account: 403
 }

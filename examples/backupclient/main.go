@@ -137,10 +137,11 @@ func run(ctx context.Context, args []string, out io.Writer) error {
 	// The token goes in the message, not in the metadata: the API says so.
 	// A TokenRequestSource never hands out an expired token; a long backup
 	// asks it again for each call and gets the refreshed one.
-	token, err := tokens.Token(ctx)
+	tok, err := tokens.TokenContext(ctx)
 	if err != nil {
 		return fmt.Errorf("getting a token: %w", err)
 	}
+	token := tok.AccessToken
 	if c.baseSnapshotID == "" {
 		stream, err := client.GetMetadataAllocated(ctx, &api.GetMetadataAllocatedRequest{
 			SecurityToken: token, Namespace: c.namespace, SnapshotName: c.snapshot, MaxResults: int32(c.maxResults),

@@ -13,6 +13,7 @@ import (
 	"time"
 
 	"go.uber.org/goleak"
+	"golang.org/x/oauth2"
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/credentials"
@@ -185,7 +186,7 @@ func TestTCPWithTLS(t *testing.T) {
 	pool := x509.NewCertPool()
 	pool.AppendCertsFromPEM(caPEM)
 	tok := s.MintToken(driverOn("node-a"), []string{testAudience}, time.Now().Add(time.Hour))
-	src := grpcauth.TokenSourceFunc(func(context.Context) (string, error) { return tok, nil })
+	src := oauth2.StaticTokenSource(&oauth2.Token{AccessToken: tok})
 	conn, err := grpc.NewClient(addr.String(), grpc.WithTransportCredentials(credentials.NewTLS(&tls.Config{RootCAs: pool})),
 		grpc.WithPerRPCCredentials(grpcauth.PerRPCCredentials(src)))
 	if err != nil {

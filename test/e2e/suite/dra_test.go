@@ -7,6 +7,7 @@ import (
 	"strings"
 	"testing"
 
+	"golang.org/x/oauth2"
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/credentials/local"
@@ -95,7 +96,7 @@ func startPlugin(t testing.TB, c *cluster.Cluster, node, nodeUID string) *plugin
 // with grpcauth.PerRPCCredentials; the connection closes when the test ends.
 func (p *plugin) dial(t testing.TB, token string) *grpc.ClientConn {
 	t.Helper()
-	src := grpcauth.TokenSourceFunc(func(context.Context) (string, error) { return token, nil })
+	src := oauth2.StaticTokenSource(&oauth2.Token{AccessToken: token})
 	conn, err := grpc.NewClient("unix://"+p.socket, grpc.WithTransportCredentials(local.NewCredentials()),
 		grpc.WithPerRPCCredentials(grpcauth.PerRPCCredentials(src)))
 	if err != nil {
