@@ -13,7 +13,6 @@ import (
 	"net/url"
 	"strconv"
 	"strings"
-	"sync"
 	"sync/atomic"
 	"time"
 
@@ -31,6 +30,7 @@ import (
 	"k8s.io/utils/clock"
 
 	"github.com/reviewauth/reviewauth/authz"
+	"github.com/reviewauth/reviewauth/examples/internal/cli"
 	"github.com/reviewauth/reviewauth/httpauth"
 	"github.com/reviewauth/reviewauth/metrics"
 )
@@ -155,7 +155,7 @@ func newProxy(o options) (http.Handler, error) {
 		FlushInterval:  0,
 		ModifyResponse: p.modifyResponse,
 		ErrorHandler:   p.upstreamError,
-		BufferPool:     copyBuffers{},
+		BufferPool:     cli.ProxyBuffers,
 	}
 	scope, err := authz.NodeScope(authz.NodeScopeOptions{}) // resourceslices by spec.nodeName
 	if err != nil {
@@ -542,16 +542,6 @@ var extraHeaders = func() []string {
 	}
 	return names
 }()
-
-// copyBuffers lends the reverse proxy its response copy buffers, which it
-// would otherwise allocate (32 KiB) for every response
-// (BenchmarkDRAProxy/get-handler).
-type copyBuffers struct{}
-
-var copyBufferPool = sync.Pool{New: func() any { return new([32 << 10]byte) }}
-
-func (copyBuffers) Get() []byte  { return copyBufferPool.Get().(*[32 << 10]byte)[:] }
-func (copyBuffers) Put(b []byte) { copyBufferPool.Put((*[32 << 10]byte)(b)) }
 
 type roundTripperFunc func(*http.Request) (*http.Response, error)
 
