@@ -236,10 +236,13 @@ func (p *proxy) serve(w http.ResponseWriter, r *http.Request) {
 
 	// Forward exactly what the API server will read: a query that parses
 	// (re-encoded from the parse RequestInfo used) and the body read here.
-	query, err := url.ParseQuery(r.URL.RawQuery)
-	if err != nil {
-		writeStatus(w, apierrors.NewBadRequest("draproxy: the query does not parse: "+err.Error()))
-		return
+	var query url.Values
+	if r.URL.RawQuery != "" {
+		var err error
+		if query, err = url.ParseQuery(r.URL.RawQuery); err != nil {
+			writeStatus(w, apierrors.NewBadRequest("draproxy: the query does not parse: "+err.Error()))
+			return
+		}
 	}
 	if r.Header.Get("Upgrade") != "" {
 		writeStatus(w, apierrors.NewBadRequest("draproxy does not forward protocol upgrades (exec, attach, port-forward, websocket watches)"))
