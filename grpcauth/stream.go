@@ -150,7 +150,7 @@ func inputType(method string) protoreflect.MessageType {
 // protoCodec reports whether the call's content-type names the proto codec:
 // "application/grpc", optionally with the subtype "proto".
 func protoCodec(ctx context.Context) bool {
-	v := metadata.ValueFromIncomingContext(ctx, "content-type")
+	v := incomingValue(ctx, "content-type")
 	if len(v) == 0 {
 		return true // grpc's default
 	}

@@ -11,10 +11,9 @@ import (
 	"net/http"
 	"net/http/httputil"
 	"net/url"
-	"slices"
 	"strconv"
 	"strings"
-	"sync"
+	"sync/atomic"
 	"time"
 
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
@@ -31,6 +30,7 @@ import (
 	"k8s.io/utils/clock"
 
 	"github.com/reviewauth/reviewauth/authz"
+	"github.com/reviewauth/reviewauth/examples/internal/cli"
 	"github.com/reviewauth/reviewauth/httpauth"
 	"github.com/reviewauth/reviewauth/metrics"
 )
@@ -95,6 +95,7 @@ type proxy struct {
 	objects  *objects
 	maxBody  int64
 	upstream *url.URL
+	bearer   *upstreamBearer // nil: the transport's own credentials
 	rp       *httputil.ReverseProxy
 }
 
@@ -131,6 +132,10 @@ func newProxy(o options) (http.Handler, error) {
 	if err != nil {
 		return nil, fmt.Errorf("draproxy: the API server's transport: %w", err)
 	}
+	bearer, err := newUpstreamBearer(o.Upstream)
+	if err != nil {
+		return nil, fmt.Errorf("draproxy: the API server's credentials: %w", err)
+	}
 	p := &proxy{
 		node:     o.NodeName,
 		mapper:   httpauth.RequestInfo(),
@@ -138,6 +143,7 @@ func newProxy(o options) (http.Handler, error) {
 		objects:  newObjects(&http.Client{Transport: base}, host, o.Clock, o.SliceTTL, o.PodTTL),
 		maxBody:  o.MaxBodyBytes,
 		upstream: host,
+		bearer:   bearer,
 	}
 	p.rp = &httputil.ReverseProxy{
 		Rewrite:   p.rewrite,
@@ -149,7 +155,7 @@ func newProxy(o options) (http.Handler, error) {
 		FlushInterval:  0,
 		ModifyResponse: p.modifyResponse,
 		ErrorHandler:   p.upstreamError,
-		BufferPool:     copyBuffers{},
+		BufferPool:     cli.ProxyBuffers,
 	}
 	scope, err := authz.NodeScope(authz.NodeScopeOptions{}) // resourceslices by spec.nodeName
 	if err != nil {
@@ -172,8 +178,14 @@ func newProxy(o options) (http.Handler, error) {
 }
 
 // mapped carries the attributes the middleware authorized to the handler
-// behind it, which checks and forwards the request they describe.
-type mapped struct{ attrs authorizer.Attributes }
+// behind it, which checks and forwards the request they describe, and
+// what serve tells the reverse proxy's hooks about the request it forwards.
+// One per request, created before the middleware runs.
+type mapped struct {
+	attrs      authorizer.Attributes
+	forwarding bool // serve has set fwd and forwards the request
+	fwd        forwarded
+}
 
 type mappedKey struct{}
 
@@ -187,14 +199,17 @@ func (p *proxy) mapAttributes(r *http.Request, u user.Info) ([]authorizer.Attrib
 	return attrs, err
 }
 
-// forwarded is what the response hook needs to know about a request.
+// forwarded is what rewrite and the response hook need to know about a
+// request. It lives in its request's mapped.
 type forwarded struct {
 	check check
 	verb  string
 	name  string
+	// header is the driver's request header, which rewrite picks the
+	// forwarded headers from. The reverse proxy is handed a request
+	// without it, so that it does not clone what rewrite drops.
+	header http.Header
 }
-
-type forwardedKey struct{}
 
 // serve runs after authentication and authorization: it checks what the
 // attributes cannot tell (request bodies, stored objects) and forwards
@@ -221,10 +236,13 @@ func (p *proxy) serve(w http.ResponseWriter, r *http.Request) {
 
 	// Forward exactly what the API server will read: a query that parses
 	// (re-encoded from the parse RequestInfo used) and the body read here.
-	query, err := url.ParseQuery(r.URL.RawQuery)
-	if err != nil {
-		writeStatus(w, apierrors.NewBadRequest("draproxy: the query does not parse: "+err.Error()))
-		return
+	var query url.Values
+	if r.URL.RawQuery != "" {
+		var err error
+		if query, err = url.ParseQuery(r.URL.RawQuery); err != nil {
+			writeStatus(w, apierrors.NewBadRequest("draproxy: the query does not parse: "+err.Error()))
+			return
+		}
 	}
 	if r.Header.Get("Upgrade") != "" {
 		writeStatus(w, apierrors.NewBadRequest("draproxy does not forward protocol upgrades (exec, attach, port-forward, websocket watches)"))
@@ -250,7 +268,9 @@ func (p *proxy) serve(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 
-	out := r.WithContext(context.WithValue(ctx, forwardedKey{}, &forwarded{check: rl.check, verb: a.GetVerb(), name: a.GetName()}))
+	m.fwd, m.forwarding = forwarded{check: rl.check, verb: a.GetVerb(), name: a.GetName(), header: r.Header}, true
+	out := r.WithContext(ctx)
+	out.Header = nil
 	uu := *r.URL
 	uu.RawQuery = query.Encode()
 	out.URL = &uu
@@ -334,21 +354,101 @@ func (p *proxy) checkObject(ctx context.Context, r *http.Request, a authorizer.A
 }
 
 // rewrite builds the request to the API server: its URL plus the cleaned
-// path and the re-encoded query, only the forwarded headers, and the
-// impersonation of the authenticated driver (the transport adds draproxy's
-// own credentials).
+// path and the re-encoded query, only the forwarded headers, the
+// impersonation of the authenticated driver, and draproxy's own bearer
+// token (or, with other credentials, none: the transport adds them).
 func (p *proxy) rewrite(pr *httputil.ProxyRequest) {
 	pr.SetURL(p.upstream)
-	h := make(http.Header, len(forwardedHeaders)+4+len(forwardedExtras))
-	for _, k := range forwardedHeaders {
-		if v, ok := pr.In.Header[k]; ok {
-			h[k] = slices.Clone(v)
+	h := make(http.Header, len(forwardedHeaders)+5+len(forwardedExtras))
+	if f := forwardedOf(pr.In); f != nil {
+		for _, k := range forwardedHeaders {
+			if v, ok := f.header[k]; ok {
+				// Shared, not copied: header values are read, never
+				// written, by the reverse proxy and the transports.
+				h[k] = v
+			}
 		}
 	}
 	if u, ok := request.UserFrom(pr.In.Context()); ok {
 		setImpersonation(h, u)
 	}
+	if p.bearer != nil {
+		h["Authorization"] = p.bearer.header()
+	}
 	pr.Out.Header = h
+}
+
+// upstreamBearer is the Authorization header of draproxy's own bearer token,
+// which rewrite sets on every forwarded request, computed as client-go's
+// bearer round tripper (transport.NewBearerAuthWithRefreshRoundTripper)
+// computes it from the same rest.Config: the contents of BearerTokenFile,
+// re-read at most once a minute through the same token source
+// (transport.NewCachedFileTokenSource), so that a rotated token is picked
+// up, or BearerToken (or the file's first contents) while the file cannot
+// be read, or BearerToken without a file. Set in rewrite, the header makes
+// that round tripper pass the request through instead of cloning it (the
+// request and every header value) to set it: a tenth of draproxy's own
+// work per request (BenchmarkDRAProxy/get-handler). The object lookups still
+// get their credentials from the transport.
+type upstreamBearer struct {
+	bearer string                          // BearerToken, or the file's first contents
+	source transport.ResettableTokenSource // the file's; nil without a file
+	last   atomic.Pointer[bearerHeader]
+}
+
+// bearerHeader is the header value of one token, built once.
+type bearerHeader struct {
+	token string
+	value []string
+}
+
+// newUpstreamBearer returns the bearer token of c, nil when c has none
+// (client certificates, basic authentication, an exec or auth provider:
+// the transport handles them). As client-go, it reads the token file at
+// once when c has no BearerToken, and fails if it cannot.
+func newUpstreamBearer(c *rest.Config) (*upstreamBearer, error) {
+	if c.BearerToken == "" && c.BearerTokenFile == "" {
+		return nil, nil
+	}
+	b := &upstreamBearer{bearer: c.BearerToken}
+	if c.BearerTokenFile != "" {
+		b.source = transport.NewCachedFileTokenSource(c.BearerTokenFile)
+		if b.bearer == "" {
+			tok, err := b.source.Token()
+			if err != nil {
+				return nil, err
+			}
+			b.bearer = tok.AccessToken
+		}
+	}
+	return b, nil
+}
+
+// header returns the Authorization header value of the current token. It
+// is shared: the transports read header values and never write them.
+func (b *upstreamBearer) header() []string {
+	token := b.bearer
+	if b.source != nil {
+		if tok, err := b.source.Token(); err == nil {
+			token = tok.AccessToken
+		}
+	}
+	if l := b.last.Load(); l != nil && l.token == token {
+		return l.value
+	}
+	l := &bearerHeader{token: token, value: []string{"Bearer " + token}}
+	b.last.Store(l)
+	return l.value
+}
+
+// forwardedOf returns what serve said about the request it forwards, or
+// nil.
+func forwardedOf(r *http.Request) *forwarded {
+	m, ok := r.Context().Value(mappedKey{}).(*mapped)
+	if !ok || !m.forwarding {
+		return nil
+	}
+	return &m.fwd
 }
 
 // modifyResponse forgets a slice's node once the API server says the slice
@@ -358,8 +458,8 @@ func (p *proxy) modifyResponse(resp *http.Response) error {
 	if resp.StatusCode == http.StatusUnauthorized {
 		return errUpstreamUnauthorized
 	}
-	f, ok := resp.Request.Context().Value(forwardedKey{}).(*forwarded)
-	if ok && f.check == sliceOnNode && f.name != "" &&
+	f := forwardedOf(resp.Request)
+	if f != nil && f.check == sliceOnNode && f.name != "" &&
 		(resp.StatusCode == http.StatusNotFound || (f.verb == "delete" && resp.StatusCode < 300)) {
 		p.objects.forgetSlice(f.name)
 	}
@@ -445,16 +545,6 @@ var extraHeaders = func() []string {
 	}
 	return names
 }()
-
-// copyBuffers lends the reverse proxy its response copy buffers, which it
-// would otherwise allocate (32 KiB) for every response
-// (BenchmarkDRAProxy/get-handler).
-type copyBuffers struct{}
-
-var copyBufferPool = sync.Pool{New: func() any { return new([32 << 10]byte) }}
-
-func (copyBuffers) Get() []byte  { return copyBufferPool.Get().(*[32 << 10]byte)[:] }
-func (copyBuffers) Put(b []byte) { copyBufferPool.Put((*[32 << 10]byte)(b)) }
 
 type roundTripperFunc func(*http.Request) (*http.Response, error)
 

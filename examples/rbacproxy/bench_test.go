@@ -19,8 +19,11 @@ import (
 	"os"
 	"path/filepath"
 	"strings"
+	"sync/atomic"
 	"testing"
 	"time"
+
+	"golang.org/x/sys/unix"
 
 	"k8s.io/apimachinery/pkg/runtime"
 	"k8s.io/apimachinery/pkg/runtime/serializer"
@@ -45,13 +48,18 @@ import (
 // metricsBody is what the upstream answers: a small Prometheus exposition.
 var metricsBody = strings.Repeat("# TYPE http_requests_total counter\nhttp_requests_total{code=\"200\"} 1027\n", 16)
 
-// BenchmarkProxy measures one authorized GET /metrics, from a client over
-// TLS (HTTP/1.1, keep-alive), with warm caches, on one authtest server:
+// BenchmarkProxy measures one authorized GET /metrics from a client over
+// TLS (HTTP/1.1, keep-alive), with warm caches, on one authtest server, in
+// kube-rbac-proxy's usual topology: a sidecar in the upstream's pod, which
+// reaches the upstream over plain HTTP on loopback, the upstream serving
+// TLS to nobody else. The variants:
 //
-//   - direct: the client to the upstream (TLS), no proxy;
+//   - direct: the client to the upstream serving the same TLS itself, no
+//     proxy: what the upstream would cost if it authenticated nobody;
 //   - proxy: the same httputil.ReverseProxy the other two use, with
-//     rbacproxy's upstream transport, without authentication, on a plain
-//     net/http TLS server: the cost of the hop alone;
+//     rbacproxy's upstream transport and buffer pool, without
+//     authentication, on a plain net/http TLS server: the cost of the hop
+//     alone;
 //   - reviewauth: rbacproxy itself, started by run with
 //     kube-rbac-proxy's flags (non-resource review of the path), serving
 //     through serving.HTTPServer;
@@ -60,11 +68,31 @@ var metricsBody = strings.Repeat("# TYPE http_requests_total counter\nhttp_reque
 //     delegated token authenticator (token cache over the TokenReview
 //     webhook, bearertoken) and its SubjectAccessReview webhook authorizer
 //     with kube-rbac-proxy's TTLs (2m; 5m/30s), on a plain net/http TLS
-//     server.
+//     server;
+//   - interleaved: one GET of each of the four per iteration, so that the
+//     load of the machine weighs on all alike; it reports each one's
+//     ns/op (direct-ns/op, ...), what each proxy adds to direct
+//     (hop-ns/op for proxy, reviewauth-added-ns/op,
+//     apiserver-added-ns/op), x-apiserver (reviewauth's added latency
+//     over apiserver's, the issue's ratio), and the same for the process's
+//     CPU time per request (client, proxy and upstream all run in this
+//     process: *-cpu-ns/op, x-apiserver-cpu), and x-apiserver-over-hop,
+//     the ratio of what each adds over the bare hop.
 //
-// All servers present the same certificate. A variant's added latency is
-// its ns/op minus direct's.
-func BenchmarkProxy(b *testing.B) {
+// All servers present the same certificate. Every variant's ns/op includes
+// the client and the upstream; a variant's added latency is its ns/op
+// minus direct's. new-conns/op counts the connections the upstream
+// accepted while a variant ran: 0 when keep-alive connections are reused.
+// BenchmarkProxyTLSUpstream is the same with the upstream reached over
+// TLS.
+func BenchmarkProxy(b *testing.B) { benchmarkProxy(b, false) }
+
+// BenchmarkProxyTLSUpstream is BenchmarkProxy with the proxies reaching the
+// upstream over TLS (rbacproxy's --upstream-ca-file), as direct does: the
+// topology of an upstream that serves TLS itself.
+func BenchmarkProxyTLSUpstream(b *testing.B) { benchmarkProxy(b, true) }
+
+func benchmarkProxy(b *testing.B, tlsUpstream bool) {
 	api := authtest.Start(b)
 	api.SetPolicy(authtest.Rules(authtest.Rule{Users: []string{scraperName}, Verbs: []string{"get"}, NonResourceURLs: []string{"/metrics"}}))
 	token := api.MintToken(&user.DefaultInfo{Name: scraperName, Groups: []string{"system:serviceaccounts", "system:authenticated"}},
@@ -82,17 +110,36 @@ func BenchmarkProxy(b *testing.B) {
 		b.Fatal(err)
 	}
 	serverTLS := &tls.Config{Certificates: []tls.Certificate{pair}, MinVersion: tls.VersionTLS12}
-	startTLS := func(h http.Handler) string {
+	start := func(h http.Handler, tls bool, conns *atomic.Int64) string {
 		s := httptest.NewUnstartedServer(h)
-		s.TLS = serverTLS.Clone()
-		s.StartTLS()
+		if conns != nil {
+			s.Config.ConnState = func(_ net.Conn, st http.ConnState) {
+				if st == http.StateNew {
+					conns.Add(1)
+				}
+			}
+		}
+		if tls {
+			s.TLS = serverTLS.Clone()
+			s.StartTLS()
+		} else {
+			s.Start()
+		}
 		b.Cleanup(s.Close)
 		return s.URL
 	}
 
-	upURL := startTLS(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+	// The upstream, over TLS for direct, and over plain HTTP on loopback
+	// for the proxies unless tlsUpstream.
+	var upConns atomic.Int64
+	metrics := http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		_, _ = io.WriteString(w, metricsBody)
-	}))
+	})
+	directURL := start(metrics, true, &upConns)
+	upURL := directURL
+	if !tlsUpstream {
+		upURL = start(metrics, false, &upConns)
+	}
 	upstream, _ := url.Parse(upURL)
 	newReverseProxy := func() *httputil.ReverseProxy {
 		return &httputil.ReverseProxy{
@@ -100,7 +147,8 @@ func BenchmarkProxy(b *testing.B) {
 				pr.SetURL(upstream)
 				pr.SetXForwarded()
 			},
-			Transport: cli.UpstreamTransport(&tls.Config{InsecureSkipVerify: true}),
+			Transport:  cli.UpstreamTransport(&tls.Config{InsecureSkipVerify: true}),
+			BufferPool: cli.ProxyBuffers,
 		}
 	}
 
@@ -108,10 +156,14 @@ func BenchmarkProxy(b *testing.B) {
 	ctx, cancel := context.WithCancel(context.Background())
 	pr, pw := io.Pipe()
 	done := make(chan error, 1)
+	args := []string{"--secure-listen-address=127.0.0.1:0", "--upstream=" + upURL, "--kubeconfig=" + kubeconfig,
+		"--auth-token-audiences=" + audience, "--tls-cert-file=" + caFile, "--tls-private-key-file=" + keyFile,
+		"--http2-disable"}
+	if tlsUpstream {
+		args = append(args, "--upstream-ca-file="+caFile)
+	}
 	go func() {
-		done <- run(ctx, []string{"--secure-listen-address=127.0.0.1:0", "--upstream=" + upURL, "--kubeconfig=" + kubeconfig,
-			"--auth-token-audiences=" + audience, "--tls-cert-file=" + caFile, "--tls-private-key-file=" + keyFile,
-			"--upstream-ca-file=" + caFile, "--http2-disable"}, pw, io.Discard)
+		done <- run(ctx, args, pw, io.Discard)
 		pw.Close()
 	}()
 	b.Cleanup(func() {
@@ -163,10 +215,10 @@ func BenchmarkProxy(b *testing.B) {
 	theirs = filters.WithRequestInfo(theirs, &request.RequestInfoFactory{APIPrefixes: sets.NewString("api", "apis"), GrouplessAPIPrefixes: sets.NewString("api")})
 
 	variants := []struct{ name, url string }{
-		{"direct", upURL},
-		{"proxy", startTLS(newReverseProxy())},
+		{"direct", directURL},
+		{"proxy", start(newReverseProxy(), true, nil)},
 		{"reviewauth", reviewauthURL},
-		{"apiserver", startTLS(theirs)},
+		{"apiserver", start(theirs, true, nil)},
 	}
 	client := &http.Client{Transport: &http.Transport{
 		TLSClientConfig:     &tls.Config{InsecureSkipVerify: true},
@@ -174,21 +226,32 @@ func BenchmarkProxy(b *testing.B) {
 		DialContext:         (&net.Dialer{}).DialContext,
 	}}
 	b.Cleanup(client.CloseIdleConnections)
-	get := func(b *testing.B, base string) {
-		req, _ := http.NewRequest("GET", base+"/metrics", nil)
-		req.Header.Set("Authorization", "Bearer "+token)
+	auth := []string{"Bearer " + token}
+	requests := make([]*http.Request, len(variants))
+	for i, v := range variants {
+		requests[i], _ = http.NewRequest("GET", v.url+"/metrics", nil)
+	}
+	// get sends one GET to variant i and returns its latency and the
+	// process's CPU time meanwhile.
+	get := func(b *testing.B, i int) (time.Duration, time.Duration) {
+		req := requests[i]
+		req.Header = http.Header{"Authorization": auth}
+		cpu := processCPU()
+		t := time.Now()
 		resp, err := client.Do(req)
 		if err != nil {
 			b.Fatal(err)
 		}
 		n, _ := io.Copy(io.Discard, resp.Body)
 		resp.Body.Close()
+		d, c := time.Since(t), processCPU()-cpu
 		if resp.StatusCode != 200 || n != int64(len(metricsBody)) {
-			b.Fatalf("GET %s/metrics = %d, %d bytes", base, resp.StatusCode, n)
+			b.Fatalf("GET %s = %d, %d bytes", req.URL, resp.StatusCode, n)
 		}
+		return d, c
 	}
-	for _, v := range variants {
-		get(b, v.url) // warm the caches and the connections
+	for i := range variants {
+		get(b, i) // warm the caches and the connections
 	}
 	tr, sars := api.Count(authtest.TokenReviews), api.Count(authtest.SubjectAccessReviews)
 	b.Cleanup(func() {
@@ -196,14 +259,51 @@ func BenchmarkProxy(b *testing.B) {
 			b.Errorf("the warm benchmark sent %d TokenReviews and %d SubjectAccessReviews; want 0", n, m)
 		}
 	})
-	for _, v := range variants {
+	for i, v := range variants {
 		b.Run(v.name, func(b *testing.B) {
+			conns := upConns.Load()
+			var cpu time.Duration
 			b.ReportAllocs()
 			for b.Loop() {
-				get(b, v.url)
+				_, c := get(b, i)
+				cpu += c
 			}
+			b.ReportMetric(float64(cpu)/float64(b.N), "cpu-ns/op")
+			b.ReportMetric(float64(upConns.Load()-conns)/float64(b.N), "new-conns/op")
 		})
 	}
+	b.Run("interleaved", func(b *testing.B) {
+		var wall, cpu [4]time.Duration
+		for b.Loop() {
+			for i := range variants {
+				d, c := get(b, i)
+				wall[i] += d
+				cpu[i] += c
+			}
+		}
+		n := float64(b.N)
+		report := func(d [4]time.Duration, unit string) {
+			added := func(i int) float64 { return float64(d[i]-d[0]) / n }
+			b.ReportMetric(float64(d[0])/n, "direct-"+unit)
+			b.ReportMetric(added(1), "hop-"+unit)
+			b.ReportMetric(added(2), "reviewauth-added-"+unit)
+			b.ReportMetric(added(3), "apiserver-added-"+unit)
+		}
+		report(wall, "ns/op")
+		report(cpu, "cpu-ns/op")
+		b.ReportMetric(float64(wall[2]-wall[0])/float64(wall[3]-wall[0]), "x-apiserver")
+		b.ReportMetric(float64(cpu[2]-cpu[0])/float64(cpu[3]-cpu[0]), "x-apiserver-cpu")
+		b.ReportMetric(float64(wall[2]-wall[1])/float64(wall[3]-wall[1]), "x-apiserver-over-hop")
+	})
+}
+
+// processCPU is the CPU time (user and system) of this process so far.
+func processCPU() time.Duration {
+	var ru unix.Rusage
+	if err := unix.Getrusage(unix.RUSAGE_SELF, &ru); err != nil {
+		panic(err)
+	}
+	return time.Duration(ru.Utime.Nano() + ru.Stime.Nano())
 }
 
 // serverCert writes a self-signed ECDSA P-256 certificate for 127.0.0.1

@@ -13,6 +13,7 @@ import (
 	"k8s.io/apiserver/pkg/endpoints/request"
 	"k8s.io/klog/v2"
 
+	"github.com/reviewauth/reviewauth/examples/internal/cli"
 	"github.com/reviewauth/reviewauth/httpauth"
 	"github.com/reviewauth/reviewauth/internal/loglimit"
 )
@@ -84,7 +85,8 @@ func newHandler(o proxyOptions, protect, ignore func(http.Handler) http.Handler)
 				pr.Out.URL.RawQuery = pr.In.URL.Query().Encode()
 			}
 		},
-		Transport: o.transport,
+		Transport:  o.transport,
+		BufferPool: cli.ProxyBuffers,
 		ErrorHandler: func(w http.ResponseWriter, r *http.Request, err error) {
 			if ok, suppressed := h.log.Allow(); ok {
 				klog.FromContext(r.Context()).Error(err, "Upstream request failed", "path", r.URL.Path, "suppressed", suppressed)

@@ -129,28 +129,37 @@ func TestReport(t *testing.T) {
 	t.Parallel()
 	dir := t.TempDir()
 	pngPath := filepath.Join(dir, "fleet.png")
+	sweepPath := filepath.Join(dir, "fleet-sweep.png")
 	var out bytes.Buffer
 	err := mainErr([]string{"-sample", "1", "-callers", "3", "-duration", "3m", "-start-spread", "10s", "-warmup", "1m", "-restart-at", "2m",
-		"-configs", "reviewauth,apiserver", "-png", pngPath}, &out)
+		"-configs", "reviewauth,apiserver", "-png", pngPath,
+		"-sweep", "1s,10s", "-sweep-sample", "1", "-sweep-configs", "reviewauth,apiserver", "-sweep-png", sweepPath}, &out)
 	if err != nil {
 		t.Fatalf("mainErr() = %v\n%s", err, out.String())
 	}
-	for _, want := range []string{"| configuration |", "| reviewauth |", "| apiserver |", "counts scaled ×5000", "1.00×"} {
+	for _, want := range []string{"| configuration |", "| reviewauth |", "| apiserver |", "counts scaled ×5000", "1.00×",
+		// The storm model, with the API server's limits as k8s.io/apiserver
+		// v0.37.2 sets them: 400 non-mutating, 200 mutating (reviews).
+		"## Restart storm", "--max-requests-inflight=400 bounds non-mutating requests", "--max-mutating-requests-inflight=200 mutating ones (reviews are creates: 200 applies)",
+		"| 1s | 30000 | 30000 | 0 | 0 | 0 | 0s | 1 |",
+		"## Steady state by request interval", "| 10s |"} {
 		if !strings.Contains(out.String(), want) {
 			t.Errorf("report lacks %q:\n%s", want, out.String())
 		}
 	}
-	f, err := os.Open(pngPath)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer f.Close()
-	img, err := png.Decode(f)
-	if err != nil {
-		t.Fatalf("png.Decode() = %v", err)
-	}
-	if b := img.Bounds(); b.Dx() < 800 || b.Dy() < 400 {
-		t.Errorf("plot is %v; want at least 800×400", b)
+	for _, path := range []string{pngPath, sweepPath} {
+		f, err := os.Open(path)
+		if err != nil {
+			t.Fatal(err)
+		}
+		img, err := png.Decode(f)
+		f.Close()
+		if err != nil {
+			t.Fatalf("png.Decode(%s) = %v", path, err)
+		}
+		if b := img.Bounds(); b.Dx() < 800 || b.Dy() < 400 {
+			t.Errorf("plot %s is %v; want at least 800×400", path, b)
+		}
 	}
 }
 

@@ -32,6 +32,11 @@
 // Usage:
 //
 //	go run . [-nodes 5000] [-sample 50] [-callers 10] [-interval 10s] [-png fleet.png]
+//	         [-sweep 1s,5s,10s,30s,60s] [-sweep-png fleet-sweep.png]
+//
+// Besides the main run, the report has a model of the restart storm
+// against the API server's concurrency limit (storm.go), and a sweep of
+// the steady state over request intervals (sweep.go).
 package main
 
 import (
@@ -75,23 +80,34 @@ func mainErr(args []string, out io.Writer) error {
 	names := fs.String("configs", "", "comma-separated configurations to run (default all): "+configNames())
 	parallel := fs.Int("parallel", runtime.GOMAXPROCS(0), "configurations simulated at once")
 	png := fs.String("png", "", "write a plot of fleet reviews/s over time to this PNG file")
+	sweep := fs.String("sweep", "1s,5s,10s,30s,60s", "comma-separated request intervals at which to run the steady state again (no restart), for the ratio by interval; empty: none")
+	sweepSample := fs.Int("sweep-sample", 10, "nodes simulated in full in each run of the sweep")
+	sweepNames := fs.String("sweep-configs", "reviewauth,apiserver,kubelet", "configurations of the sweep")
+	sweepPNG := fs.String("sweep-png", "", "write a plot of the sweep's ratios to this PNG file")
+	limit := apiLimit{Latency: p.Latency}
+	fs.IntVar(&limit.Seats, "apiserver-seats", 245, "the API server's seats for the agents' reviews (APF: workload-low's share of 600), for the restart storm model")
+	fs.IntVar(&limit.Queue, "apiserver-queue", 300, "reviews the API server queues for a seat (APF: 6 queues × 50 of one flow), for the restart storm model")
 	if err := fs.Parse(args); err != nil {
 		return err
 	}
-	var cfgs []config
-	if *names == "" {
-		cfgs = configs
-	} else {
-		for _, n := range strings.Split(*names, ",") {
-			c, ok := configNamed(strings.TrimSpace(n))
-			if !ok {
-				return fmt.Errorf("unknown configuration %q (known: %s)", n, configNames())
-			}
-			cfgs = append(cfgs, c)
-		}
+	limit.Latency = p.Latency
+	cfgs, err := parseConfigs(*names)
+	if err != nil {
+		return err
+	}
+	sweepCfgs, err := parseConfigs(*sweepNames)
+	if err != nil {
+		return err
+	}
+	intervals, err := parseIntervals(*sweep)
+	if err != nil {
+		return err
 	}
 	if err := p.validate(); err != nil {
 		return err
+	}
+	if limit.Seats < 1 || limit.Queue < 0 {
+		return fmt.Errorf("need -apiserver-seats >= 1 and -apiserver-queue >= 0")
 	}
 	start := time.Now()
 	results, err := runAll(p, cfgs, *parallel)
@@ -105,7 +121,62 @@ func mainErr(args []string, out io.Writer) error {
 		}
 		fmt.Fprintf(out, "\nplot: %s\n", *png)
 	}
+	if p.RestartAt > 0 {
+		writeStorm(out, p, limit)
+	}
+	if len(intervals) > 0 {
+		start := time.Now()
+		rows, err := runSweep(p, intervals, *sweepSample, sweepCfgs, *parallel)
+		if err != nil {
+			return err
+		}
+		writeSweep(out, p, rows, *sweepSample)
+		fmt.Fprintf(out, "\nSweep wall time %v.\n", time.Since(start).Round(time.Second))
+		if *sweepPNG != "" {
+			if err := writeSweepPlot(*sweepPNG, rows); err != nil {
+				return err
+			}
+			fmt.Fprintf(out, "\nplot: %s\n", *sweepPNG)
+		}
+	}
 	return nil
+}
+
+// parseConfigs returns the configurations named in a comma-separated list,
+// or all of them for "".
+func parseConfigs(names string) ([]config, error) {
+	if names == "" {
+		return configs, nil
+	}
+	var cfgs []config
+	for _, n := range strings.Split(names, ",") {
+		c, ok := configNamed(strings.TrimSpace(n))
+		if !ok {
+			return nil, fmt.Errorf("unknown configuration %q (known: %s)", n, configNames())
+		}
+		cfgs = append(cfgs, c)
+	}
+	return cfgs, nil
+}
+
+// parseIntervals parses the sweep's comma-separated intervals, in
+// increasing order.
+func parseIntervals(s string) ([]time.Duration, error) {
+	var out []time.Duration
+	for _, f := range strings.Split(s, ",") {
+		if f = strings.TrimSpace(f); f == "" {
+			continue
+		}
+		d, err := time.ParseDuration(f)
+		if err != nil || d < time.Second {
+			return nil, fmt.Errorf("-sweep: %q is not an interval of at least 1s", f)
+		}
+		if len(out) > 0 && d <= out[len(out)-1] {
+			return nil, fmt.Errorf("-sweep: intervals must increase (%v after %v)", d, out[len(out)-1])
+		}
+		out = append(out, d)
+	}
+	return out, nil
 }
 
 func configNames() string {
@@ -156,7 +227,7 @@ func writeReport(w io.Writer, p params, results []*result, wall time.Duration) {
 		}
 		fmt.Fprintf(w, "; every agent restarts cold at %v (%s); peak = the busiest %ds after it, per second", p.RestartAt, spread, p.peakWindow())
 	}
-	fmt.Fprintf(w, ".\nIn flight at the peak: peak reviews/s × %v assumed API-server latency (Little's law). Wall time %v.\n\n", p.Latency, wall.Round(time.Second))
+	fmt.Fprintf(w, ".\nIn flight at the peak: peak reviews/s × %v assumed API-server latency (Little's law), to compare with the API server's limit (see the storm model below). Wall time %v.\n\n", p.Latency, wall.Round(time.Second))
 
 	var base float64
 	for _, r := range results {
