@@ -271,9 +271,11 @@ func (p *proxy) serve(w http.ResponseWriter, r *http.Request) {
 	m.fwd, m.forwarding = forwarded{check: rl.check, verb: a.GetVerb(), name: a.GetName(), header: r.Header}, true
 	out := r.WithContext(ctx)
 	out.Header = nil
-	uu := *r.URL
-	uu.RawQuery = query.Encode()
-	out.URL = &uu
+	if query != nil { // a query that parsed: forward its re-encoding
+		uu := *r.URL
+		uu.RawQuery = query.Encode()
+		out.URL = &uu
+	} // else no query (the reverse proxy copies the URL it forwards)
 	out.Body = http.NoBody
 	out.ContentLength = int64(len(body))
 	if len(body) > 0 {
