@@ -37,14 +37,7 @@ func writePlot(path string, p params, results []*result) error {
 		left, right   = 80, 250 // the legend is in the right margin
 		top, bottom   = 40, 60
 	)
-	img := image.NewRGBA(image.Rect(0, 0, width, height))
-	draw.Draw(img, img.Bounds(), image.White, image.Point{}, draw.Src)
-	face := basicfont.Face7x13
-	text := func(x, y int, s string, c color.Color) {
-		d := &font.Drawer{Dst: img, Src: image.NewUniform(c), Face: face, Dot: fixed.P(x, y)}
-		d.DrawString(s)
-	}
-	textWidth := func(s string) int { return font.MeasureString(face, s).Round() }
+	img, text := newCanvas(width, height)
 
 	var series [][]float64
 	ymax := 0.0
@@ -109,6 +102,30 @@ func writePlot(path string, p params, results []*result) error {
 		text(lx+36, y, r.config.name, ink)
 	}
 
+	return writePNG(path, img)
+}
+
+// style is how a series is drawn.
+type style struct {
+	c     color.Color
+	thick int
+	dash  int // pixels on, then off; 0: solid
+}
+
+// newCanvas returns a white image of width × height and a function that
+// writes text on it at (x, y) (the baseline) in basicfont's 7×13 face, the
+// one both plots use.
+func newCanvas(width, height int) (*image.RGBA, func(x, y int, s string, c color.Color)) {
+	img := image.NewRGBA(image.Rect(0, 0, width, height))
+	draw.Draw(img, img.Bounds(), image.White, image.Point{}, draw.Src)
+	return img, func(x, y int, s string, c color.Color) {
+		d := &font.Drawer{Dst: img, Src: image.NewUniform(c), Face: basicfont.Face7x13, Dot: fixed.P(x, y)}
+		d.DrawString(s)
+	}
+}
+
+// writePNG writes img to path as a PNG.
+func writePNG(path string, img image.Image) error {
 	f, err := os.Create(path)
 	if err != nil {
 		return err
@@ -120,12 +137,8 @@ func writePlot(path string, p params, results []*result) error {
 	return f.Close()
 }
 
-// style is how a series is drawn.
-type style struct {
-	c     color.Color
-	thick int
-	dash  int // pixels on, then off; 0: solid
-}
+// textWidth is the width in pixels of s in the plots' face.
+func textWidth(s string) int { return font.MeasureString(basicfont.Face7x13, s).Round() }
 
 // styleOf returns series i's style: colours from the palette, and dashes
 // from the sixth series on, so that a series drawn over another with the

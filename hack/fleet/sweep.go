@@ -2,19 +2,11 @@ package main
 
 import (
 	"fmt"
-	"image"
 	"image/color"
-	"image/draw"
-	"image/png"
 	"io"
 	"math"
-	"os"
 	"strings"
 	"time"
-
-	"golang.org/x/image/font"
-	"golang.org/x/image/font/basicfont"
-	"golang.org/x/image/math/fixed"
 )
 
 // The sweep: the steady state at several request intervals.
@@ -119,14 +111,7 @@ func writeSweepPlot(path string, rows []sweepRow) error {
 		left, right   = 80, 220
 		top, bottom   = 40, 60
 	)
-	img := image.NewRGBA(image.Rect(0, 0, width, height))
-	draw.Draw(img, img.Bounds(), image.White, image.Point{}, draw.Src)
-	face := basicfont.Face7x13
-	text := func(x, y int, s string, c color.Color) {
-		d := &font.Drawer{Dst: img, Src: image.NewUniform(c), Face: face, Dot: fixed.P(x, y)}
-		d.DrawString(s)
-	}
-	textWidth := func(s string) int { return font.MeasureString(face, s).Round() }
+	img, text := newCanvas(width, height)
 	ink := color.RGBA{0x30, 0x30, 0x30, 0xff}
 	grid := color.RGBA{0xe4, 0xe4, 0xe4, 0xff}
 
@@ -207,13 +192,5 @@ func writeSweepPlot(path string, rows []sweepRow) error {
 		legend++
 	}
 
-	f, err := os.Create(path)
-	if err != nil {
-		return err
-	}
-	if err := png.Encode(f, img); err != nil {
-		f.Close()
-		return err
-	}
-	return f.Close()
+	return writePNG(path, img)
 }
