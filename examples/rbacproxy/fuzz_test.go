@@ -2,6 +2,7 @@ package main
 
 import (
 	"net/http/httptest"
+	"net/url"
 	"strings"
 	"testing"
 	"text/template"
@@ -26,6 +27,9 @@ func FuzzParseConfig(f *testing.F) {
 		}
 		if !strings.HasPrefix(target, "/") || strings.ContainsAny(target, " \r\n\t#") {
 			target = "/"
+		}
+		if _, err := url.ParseRequestURI(target); err != nil {
+			target = "/" // net/http answers 400 before any handler; httptest.NewRequest panics
 		}
 		r := httptest.NewRequest("GET", "http://proxy"+target, nil)
 		r.Header.Set("X-A", header)
