@@ -234,24 +234,11 @@ var errRewrite = errors.New("rbacproxy: the request does not say what to authori
 // krpVerb is the verb kube-rbac-proxy gives a method, for resource and
 // non-resource requests alike (its POST is "create", where the API server
 // says "post" for a non-resource request), so that RBAC rules written for
-// kube-rbac-proxy keep working. HEAD is "get" (kube-rbac-proxy gives it
-// "*", which only a "*" grant allows); any other method has no verb and is
-// refused with 405 (kube-rbac-proxy authorizes it as "*").
-func krpVerb(method string) (string, error) {
-	switch method {
-	case http.MethodGet, http.MethodHead:
-		return "get", nil
-	case http.MethodPost:
-		return "create", nil
-	case http.MethodPut:
-		return "update", nil
-	case http.MethodPatch:
-		return "patch", nil
-	case http.MethodDelete:
-		return "delete", nil
-	}
-	return "", fmt.Errorf("%w: %q", httpauth.ErrMethodNotAllowed, method)
-}
+// kube-rbac-proxy keep working: httpauth's resource verbs. HEAD is "get"
+// (kube-rbac-proxy gives it "*", which only a "*" grant allows); any other
+// method has no verb and is refused with 405 (kube-rbac-proxy authorizes
+// it as "*").
+var krpVerb = httpauth.ResourceVerb
 
 // mapper turns a request into the attribute sets kube-rbac-proxy would
 // review, all of which must allow.
