@@ -138,6 +138,16 @@ type Options struct {
 	// default) leaves them unset.
 	PropagateIdentity bool
 
+	// StripHeaders are more request headers the middleware deletes first,
+	// on every path (always-allow paths included), as it deletes the
+	// identity headers: for a proxy whose upstream trusts other headers
+	// (kube-rbac-proxy's --auth-header-*-field-name names, or every
+	// X-Remote-*). Names are compared case-insensitively with '_' read as
+	// '-'; one ending in "*" deletes every header it prefixes. Empty (the
+	// default): only the identity headers. An empty name, or a '*'
+	// elsewhere than at the end, is an error from New.
+	StripHeaders []string
+
 	// RetryAfter is the Retry-After of a 503 when the error does not carry
 	// one. Zero or negative means [DefaultRetryAfter].
 	RetryAfter time.Duration
@@ -196,9 +206,14 @@ func New(opts Options) (func(http.Handler) http.Handler, error) {
 			methods = append(methods, method)
 		}
 	}
+	strip, err := stripNames(opts.StripHeaders)
+	if err != nil {
+		return nil, err
+	}
 	m := &middleware{opts: opts, alwaysAllow: allow, alwaysAllowMethods: methods, metrics: observe.Of(opts.Metrics),
 		refusals:    loglimit.New(RefusalLogBurst, RefusalLogInterval, opts.Clock),
 		unavailable: loglimit.New(RefusalLogBurst, RefusalLogInterval, opts.Clock),
+		strip:       strip,
 	}
 	if m.opts.RetryAfter <= 0 {
 		m.opts.RetryAfter = DefaultRetryAfter
@@ -237,6 +252,14 @@ type middleware struct {
 	// tokens cannot hide an outage.
 	refusals, unavailable *loglimit.Limiter
 	metrics               *observe.Recorder
+	// strip is StripHeaders lower case with '-' for '_', a trailing '*'
+	// cut and recorded as prefix.
+	strip []stripName
+}
+
+type stripName struct {
+	name   string
+	prefix bool
 }
 
 // errNoCredential is the outcome when no authenticator found a credential.
@@ -249,6 +272,9 @@ func (m *middleware) serve(next http.Handler, w http.ResponseWriter, r *http.Req
 
 	// Client-sent identity headers never reach the handler, whatever follows.
 	stripIdentityHeaders(r.Header)
+	if len(m.strip) > 0 {
+		m.stripMore(r.Header)
+	}
 
 	clean, err := cleanURL(r.URL)
 	if err != nil {
@@ -585,6 +611,32 @@ func hasHeaderPrefix(key, prefix string) bool {
 		}
 	}
 	return true
+}
+
+// stripMore deletes the headers of Options.StripHeaders.
+func (m *middleware) stripMore(h http.Header) {
+	for key := range h {
+		for _, s := range m.strip {
+			if (s.prefix && hasHeaderPrefix(key, s.name)) || (!s.prefix && equalHeaderName(key, s.name)) {
+				delete(h, key)
+				break
+			}
+		}
+	}
+}
+
+// stripNames validates and normalizes Options.StripHeaders.
+func stripNames(names []string) ([]stripName, error) {
+	var out []stripName
+	for _, n := range names {
+		prefix := strings.HasSuffix(n, "*")
+		name := strings.ReplaceAll(strings.ToLower(strings.TrimSuffix(n, "*")), "_", "-")
+		if name == "" || strings.Contains(name, "*") {
+			return nil, fmt.Errorf("httpauth: strip header %q: want a header name, or a prefix ending in one '*'", n)
+		}
+		out = append(out, stripName{name: name, prefix: prefix})
+	}
+	return out, nil
 }
 
 func equalHeaderName(key, name string) bool {

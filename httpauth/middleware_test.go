@@ -601,3 +601,39 @@ func TestAllAttributeSetsMustBeAllowed(t *testing.T) {
 		})
 	}
 }
+
+// TestStripHeaders: Options.StripHeaders deletes the named headers and the
+// prefixed ones in every spelling, on authorized and always-allow paths
+// alike, and keeps everything else; bad names are an error from New.
+func TestStripHeaders(t *testing.T) {
+	t.Parallel()
+	for _, bad := range [][]string{{""}, {"*"}, {"X-*-User"}, {"X-A**"}} {
+		if _, err := httpauth.New(httpauth.Options{Authenticator: &fakeTokens{}, Authorizer: metricsOnly, Attributes: httpauth.Kubelet("node-1"), StripHeaders: bad}); err == nil {
+			t.Errorf("New(StripHeaders: %q) = nil error; want one", bad)
+		}
+	}
+	spelled := map[string][]string{
+		"X-Auth-User": {"a"}, "x-auth_user": {"b"}, "X_AUTH_USER": {"c"},
+		"X-Remote-Groups": {"d"}, "x_remote_anything": {"e"},
+		// Kept: a longer name, another prefix, ordinary headers.
+		"X-Auth-Username": {"k1"}, "X-Remotely": {"k2"}, "Accept": {"k3"},
+	}
+	for _, path := range []string{"/metrics", "/healthz"} {
+		mw := newMiddleware(t, httpauth.Options{Authenticator: &fakeTokens{}, AlwaysAllowPaths: []string{"/healthz"},
+			StripHeaders: []string{"x_auth-USER", "X-Remote-*"}})
+		r := get(path, scraperToken)
+		for k, v := range spelled {
+			r.Header[k] = v
+		}
+		w, s := serve(mw, r)
+		if w.Code != 200 || !s.called {
+			t.Fatalf("%s: code %d, called %v; want 200", path, w.Code, s.called)
+		}
+		for k, v := range spelled {
+			_, seen := s.header[k]
+			if want := strings.HasPrefix(v[0], "k"); seen != want {
+				t.Errorf("%s: header %q reached the handler: %v; want %v", path, k, seen, want)
+			}
+		}
+	}
+}

@@ -360,6 +360,15 @@ func (c *config) handler(built *serving.Built, certs *serving.Certificates, tran
 		return nil, err
 	}
 	opts.Authenticator, opts.Authorizer = tokens, az
+	// Besides the identity headers httpauth always deletes: every X-Remote-*
+	// (kube-rbac-proxy's X-Remote-Groups among them) and the
+	// --auth-header-* names, in every spelling, on every path.
+	opts.StripHeaders = []string{"X-Remote-*"}
+	for _, h := range []string{c.headers.user, c.headers.groups} {
+		if h != "" {
+			opts.StripHeaders = append(opts.StripHeaders, h)
+		}
+	}
 	protect, err := httpauth.New(opts)
 	if err != nil {
 		return nil, err

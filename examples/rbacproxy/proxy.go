@@ -45,7 +45,8 @@ type proxyOptions struct {
 // handler is rbacproxy's request path:
 //
 //  1. every client-sent X-Remote-* header, and the --auth-header-*
-//     names in every spelling, are deleted;
+//     names in every spelling, are deleted (httpauth's StripHeaders, set
+//     by config.handler, in both middlewares);
 //  2. with --allow-paths, a cleaned path that matches none is 404;
 //  3. a cleaned path that matches --ignore-paths goes to ignored, an
 //     httpauth middleware whose always-allow paths are every path, for
@@ -57,9 +58,6 @@ type handler struct {
 	o                  proxyOptions
 	protected, ignored http.Handler
 	log                *loglimit.Limiter
-	// userHeader and groupsHeader are the --auth-header-* names, lower
-	// case with '-'.
-	userHeader, groupsHeader string
 }
 
 // newHandler builds the handler. protect is the middleware of every
@@ -70,8 +68,7 @@ func newHandler(o proxyOptions, protect, ignore func(http.Handler) http.Handler)
 			return nil, fmt.Errorf("path pattern %q: %w", p, err)
 		}
 	}
-	h := &handler{o: o, log: loglimit.New(20, time.Second, nil),
-		userHeader: normalHeader(o.headers.user), groupsHeader: normalHeader(o.headers.groups)}
+	h := &handler{o: o, log: loglimit.New(20, time.Second, nil)}
 	proxy := &httputil.ReverseProxy{
 		Rewrite: func(pr *httputil.ProxyRequest) {
 			// pr.In.URL.Path is the cleaned path that was authorized;
@@ -106,7 +103,6 @@ func newHandler(o proxyOptions, protect, ignore func(http.Handler) http.Handler)
 }
 
 func (h *handler) ServeHTTP(w http.ResponseWriter, r *http.Request) {
-	h.stripHeaders(r.Header)
 	if len(h.o.allowPaths) > 0 || h.ignored != nil {
 		// A path that does not clean is left to httpauth, which answers 400.
 		if clean, err := httpauth.CleanPath(r.URL.EscapedPath()); err == nil && r.URL.Opaque == "" {
@@ -132,19 +128,6 @@ func matchAny(patterns []string, p string) bool {
 	return false
 }
 
-// stripHeaders deletes the headers a client could use to pass for someone
-// else upstream: every X-Remote-* (httpauth removes X-Remote-User, -Uid,
-// -Group and -Extra-*; this covers kube-rbac-proxy's X-Remote-Groups and
-// any other) and the --auth-header-* names, compared case-insensitively
-// with '_' read as '-', as CGI upstreams read them.
-func (h *handler) stripHeaders(hdr http.Header) {
-	for k := range hdr {
-		if hasHeaderPrefix(k, "x-remote-") || sameHeader(k, h.userHeader) || sameHeader(k, h.groupsHeader) {
-			delete(hdr, k)
-		}
-	}
-}
-
 // withHeaderFields sets the --auth-header-* headers from the
 // authenticated identity, as kube-rbac-proxy does, never for the anonymous
 // caller of an ignored path.
@@ -156,36 +139,4 @@ func (h *handler) withHeaderFields(next http.Handler) http.Handler {
 		}
 		next.ServeHTTP(w, r)
 	})
-}
-
-// hasHeaderPrefix reports whether key starts with prefix (lowercase, with
-// '-') ignoring case and reading '_' as '-'.
-func hasHeaderPrefix(key, prefix string) bool {
-	if len(key) < len(prefix) {
-		return false
-	}
-	for i := 0; i < len(prefix); i++ {
-		c := key[i]
-		switch {
-		case c == '_':
-			c = '-'
-		case 'A' <= c && c <= 'Z':
-			c += 'a' - 'A'
-		}
-		if c != prefix[i] {
-			return false
-		}
-	}
-	return true
-}
-
-// normalHeader is name in lower case with '-' for '_'.
-func normalHeader(name string) string {
-	return strings.ReplaceAll(strings.ToLower(name), "_", "-")
-}
-
-// sameHeader reports whether key is normal (see normalHeader) in another
-// spelling.
-func sameHeader(key, normal string) bool {
-	return normal != "" && len(key) == len(normal) && hasHeaderPrefix(key, normal)
 }
