@@ -38,9 +38,7 @@ import (
 	"io"
 	"net"
 	"os"
-	"os/signal"
 	"strings"
-	"syscall"
 
 	"github.com/spf13/pflag"
 	"google.golang.org/grpc"
@@ -55,12 +53,9 @@ import (
 )
 
 func main() {
-	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
-	defer stop()
-	if err := run(ctx, os.Args[1:], func(a net.Addr) { fmt.Printf("listening on %s\n", a) }); err != nil {
-		fmt.Fprintln(os.Stderr, "draplugin:", err)
-		os.Exit(1)
-	}
+	cli.Main("draplugin", func(ctx context.Context) error {
+		return run(ctx, os.Args[1:], func(a net.Addr) { fmt.Printf("listening on %s\n", a) })
+	})
 }
 
 type config struct {

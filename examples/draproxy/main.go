@@ -210,9 +210,7 @@ import (
 	"io"
 	"net"
 	"os"
-	"os/signal"
 	"sync"
-	"syscall"
 	"time"
 
 	"github.com/spf13/pflag"
@@ -225,17 +223,9 @@ import (
 )
 
 func main() {
-	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
-	defer stop()
-	if err := run(ctx, os.Args[1:], os.Stdout); err != nil {
-		if errors.Is(err, pflag.ErrHelp) {
-			os.Exit(2)
-		}
-		klog.ErrorS(err, "draproxy failed")
-		klog.Flush()
-		os.Exit(1)
-	}
-	klog.Flush()
+	cli.Main("draproxy", func(ctx context.Context) error {
+		return run(ctx, os.Args[1:], os.Stdout)
+	})
 }
 
 type config struct {

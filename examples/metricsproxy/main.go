@@ -52,8 +52,6 @@ import (
 	"net/http/httputil"
 	"net/url"
 	"os"
-	"os/signal"
-	"syscall"
 
 	"github.com/spf13/pflag"
 	"k8s.io/klog/v2"
@@ -64,17 +62,9 @@ import (
 )
 
 func main() {
-	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
-	defer stop()
-	if err := run(ctx, os.Args[1:], os.Stdout); err != nil {
-		if errors.Is(err, pflag.ErrHelp) {
-			os.Exit(2)
-		}
-		klog.ErrorS(err, "metricsproxy failed")
-		klog.Flush()
-		os.Exit(1)
-	}
-	klog.Flush()
+	cli.Main("metricsproxy", func(ctx context.Context) error {
+		return run(ctx, os.Args[1:], os.Stdout)
+	})
 }
 
 type config struct {

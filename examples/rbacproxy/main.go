@@ -52,10 +52,8 @@ import (
 	"net/http"
 	"net/url"
 	"os"
-	"os/signal"
 	"strconv"
 	"sync"
-	"syscall"
 	"time"
 
 	"github.com/spf13/pflag"
@@ -71,17 +69,9 @@ import (
 )
 
 func main() {
-	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
-	defer stop()
-	if err := run(ctx, os.Args[1:], os.Stdout, os.Stderr); err != nil {
-		if errors.Is(err, pflag.ErrHelp) {
-			os.Exit(2)
-		}
-		klog.ErrorS(err, "rbacproxy failed")
-		klog.Flush()
-		os.Exit(1)
-	}
-	klog.Flush()
+	cli.Main("rbacproxy", func(ctx context.Context) error {
+		return run(ctx, os.Args[1:], os.Stdout, os.Stderr)
+	})
 }
 
 // disabledFlags are the klog flags kube-rbac-proxy still accepts, hidden,

@@ -61,9 +61,7 @@ import (
 	"io"
 	"net"
 	"os"
-	"os/signal"
 	"slices"
-	"syscall"
 	"time"
 
 	"github.com/kubernetes-csi/external-snapshot-metadata/pkg/api"
@@ -87,15 +85,11 @@ import (
 )
 
 func main() {
-	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
-	defer stop()
-	err := run(ctx, os.Args[1:], deps{backend: FakeBackend{}}, func(addr net.Addr) {
-		fmt.Printf("listening on %s\n", addr)
+	cli.Main("snapshotmetadata", func(ctx context.Context) error {
+		return run(ctx, os.Args[1:], deps{backend: FakeBackend{}}, func(addr net.Addr) {
+			fmt.Printf("listening on %s\n", addr)
+		})
 	})
-	if err != nil {
-		fmt.Fprintln(os.Stderr, "snapshotmetadata:", err)
-		os.Exit(1)
-	}
 }
 
 // config is the parsed command line.

@@ -13,10 +13,13 @@ import (
 	"net"
 	"net/http"
 	"net/http/httputil"
+	"os"
+	"os/signal"
 	"runtime"
 	"runtime/debug"
 	"strings"
 	"sync"
+	"syscall"
 
 	"github.com/spf13/pflag"
 	logsapi "k8s.io/component-base/logs/api/v1"
@@ -25,6 +28,26 @@ import (
 
 	"github.com/reviewauth/reviewauth/serving"
 )
+
+// Main runs an example program's run function with a context that is
+// cancelled on SIGINT or SIGTERM, and exits as a Kubernetes component does:
+// an error is logged through klog (in the format the logging flags chose,
+// once run applied them) and exits 1; pflag.ErrHelp, after the usage was
+// printed, exits 2; success flushes the log and returns.
+func Main(name string, run func(ctx context.Context) error) {
+	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
+	err := run(ctx)
+	stop()
+	if errors.Is(err, pflag.ErrHelp) {
+		os.Exit(2)
+	}
+	if err != nil {
+		klog.ErrorS(err, name+" failed")
+		klog.Flush()
+		os.Exit(1)
+	}
+	klog.Flush()
+}
 
 func init() {
 	// Tests run an example's run() more than once per process, always with

@@ -181,3 +181,54 @@ func HoldRefused(addr, path string, n, want int) error {
 	}
 	return first
 }
+
+// Run runs the test binary as the example program with args (see
+// MaybeRunMain) until it exits, within 60s, and returns its exit code and
+// what it wrote, standard output then standard error.
+func Run(t testing.TB, args ...string) (code int, output string) {
+	t.Helper()
+	cmd := exec.Command(os.Args[0], args...)
+	cmd.Env = append(os.Environ(), envMain+"=1")
+	out := &Buffer{}
+	cmd.Stdout, cmd.Stderr = out, out
+	if err := cmd.Start(); err != nil {
+		t.Fatal(err)
+	}
+	done := make(chan error, 1)
+	go func() { done <- cmd.Wait() }()
+	select {
+	case <-done:
+	case <-time.After(60 * time.Second):
+		_ = cmd.Process.Kill()
+		<-done
+		t.Fatalf("%q did not exit within 60s\noutput:\n%s", args, out)
+	}
+	return cmd.ProcessState.ExitCode(), out.String()
+}
+
+// CheckExits checks how the program named name exits, as cli.Main makes
+// every example exit: --help prints the usage and exits 2, an unknown flag
+// is logged as "NAME failed" naming the flag and exits 1, --version prints
+// the version and exits 0.
+func CheckExits(t *testing.T, name string) {
+	t.Helper()
+	for _, tt := range []struct {
+		args []string
+		code int
+		want []string
+	}{
+		{[]string{"--help"}, 2, []string{"Usage of " + name, "--kubeconfig"}},
+		{[]string{"--no-such-flag"}, 1, []string{`"` + name + ` failed"`, "unknown flag: --no-such-flag"}},
+		{[]string{"--version"}, 0, []string{name + " "}},
+	} {
+		code, out := Run(t, tt.args...)
+		if code != tt.code {
+			t.Errorf("%s %q exited %d; want %d\noutput:\n%s", name, tt.args, code, tt.code, out)
+		}
+		for _, w := range tt.want {
+			if !strings.Contains(out, w) {
+				t.Errorf("%s %q output lacks %q:\n%s", name, tt.args, w, out)
+			}
+		}
+	}
+}
