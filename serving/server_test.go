@@ -12,6 +12,7 @@ import (
 	"strings"
 	"sync"
 	"sync/atomic"
+	"syscall"
 	"testing"
 	"time"
 
@@ -172,17 +173,22 @@ func TestConnectionClosedAfterRefusal(t *testing.T) {
 // TestSlowClientsAreCutOff (issue #12): 300 connections that open and send
 // nothing, and 300 that trickle a request's headers (slowloris), are held
 // while a legitimate request is served, and are closed by the server once
-// ReadHeaderTimeout passes.
+// ReadHeaderTimeout passes. ReadHeaderTimeout also bounds the TLS
+// handshake: on a loaded machine, where opening 600 connections under the
+// race detector can take longer than it, a slowloris connection may be cut
+// off during its own handshake; that is the server doing its job, and is
+// counted, not failed.
 func TestSlowClientsAreCutOff(t *testing.T) {
 	t.Parallel()
 	srv, err := serving.NewHTTPServer(refuseUnauthenticated, serving.ServerOptions{
-		Certificates: selfSigned(t), ReadHeaderTimeout: time.Second})
+		Certificates: selfSigned(t), ReadHeaderTimeout: 3 * time.Second})
 	if err != nil {
 		t.Fatal(err)
 	}
 	addr := serve(t, t.Context(), srv)
 	const n = 300
 	var held []net.Conn
+	cutDuringHandshake := 0
 	for i := range 2 * n {
 		var c net.Conn
 		var err error
@@ -192,6 +198,9 @@ func TestSlowClientsAreCutOff(t *testing.T) {
 			c, err = tls.Dial("tcp", addr, insecure)
 			if err == nil {
 				_, err = io.WriteString(c, "GET /metrics HTTP/1.1\r\nHost: proxy\r\nX-Slow: ")
+			} else if errors.Is(err, syscall.ECONNRESET) || errors.Is(err, io.EOF) || errors.Is(err, syscall.EPIPE) {
+				cutDuringHandshake++
+				continue
 			}
 		}
 		if err != nil {
@@ -199,6 +208,9 @@ func TestSlowClientsAreCutOff(t *testing.T) {
 		}
 		defer c.Close()
 		held = append(held, c)
+	}
+	if cutDuringHandshake > 0 {
+		t.Logf("%d slowloris connections were cut off by the server during their TLS handshake, before they could be held", cutDuringHandshake)
 	}
 	legitimate(t, addr)
 	var wg sync.WaitGroup
