@@ -437,9 +437,11 @@ func must[T any](v T, err error) T {
 }
 
 // handlerTransport serves requests with a handler in process. A request
-// without a body gets http.NoBody, as a server's handler would, on a
-// shallow copy: a deep clone (every header value) would charge draproxy
-// with work that no real transport does.
+// with a nil Body (client-go's gets, in direct and in proxy alike) gets
+// http.NoBody, as a server's handler would, on a shallow copy: a deep
+// clone (every header value) would charge the caller with work that no
+// real transport does. draproxy forwards http.NoBody itself, which real
+// transports treat as nil.
 type handlerTransport struct{ h http.Handler }
 
 func (t handlerTransport) RoundTrip(r *http.Request) (*http.Response, error) {
