@@ -1,11 +1,9 @@
 package main
 
 import (
-	"context"
 	"errors"
 	"net/http"
 	"net/http/httptest"
-	"net/http/httputil"
 	"os"
 	"path/filepath"
 	"sync/atomic"
@@ -19,10 +17,10 @@ import (
 	"k8s.io/client-go/transport"
 )
 
-// TestRewriteSetsOwnBearer: the forwarded request carries draproxy's own
-// token when it leaves rewrite, so that client-go's bearer round tripper
+// TestOutHeaderSetsOwnBearer: the forwarded request carries draproxy's own
+// token when its header is built, so that client-go's bearer round tripper
 // does not clone it to set one, and never the driver's.
-func TestRewriteSetsOwnBearer(t *testing.T) {
+func TestOutHeaderSetsOwnBearer(t *testing.T) {
 	t.Parallel()
 	f := startFakeAPI(t)
 	host, _, err := rest.DefaultServerUrlFor(f.config())
@@ -30,17 +28,13 @@ func TestRewriteSetsOwnBearer(t *testing.T) {
 		t.Fatal(err)
 	}
 	p := &proxy{upstream: host, bearer: must(newUpstreamBearer(f.config()))}
-	in := httptest.NewRequest(http.MethodGet, "/apis/resource.k8s.io/v1/resourceslices/a", nil)
 	driver := http.Header{"Authorization": {"Bearer driver-token"}, "Accept": {"application/json"}}
-	ctx := request.WithUser(in.Context(), &user.DefaultInfo{Name: driverSA})
-	in = in.WithContext(context.WithValue(ctx, mappedKey{}, &mapped{forwarding: true, fwd: forwarded{header: driver}}))
-	pr := &httputil.ProxyRequest{In: in, Out: in.Clone(in.Context())}
-	p.rewrite(pr)
-	if got, want := pr.Out.Header.Values("Authorization"), []string{"Bearer " + f.proxyToken}; len(got) != 1 || got[0] != want[0] {
-		t.Errorf("rewrite: Authorization = %q; want %q", got, want)
+	h := p.outHeader(driver, request.WithUser(t.Context(), &user.DefaultInfo{Name: driverSA}))
+	if got, want := h.Values("Authorization"), []string{"Bearer " + f.proxyToken}; len(got) != 1 || got[0] != want[0] {
+		t.Errorf("outHeader: Authorization = %q; want %q", got, want)
 	}
-	if got := pr.Out.Header.Get("Accept"); got != "application/json" {
-		t.Errorf("rewrite: Accept = %q; want application/json", got)
+	if got := h.Get("Accept"); got != "application/json" {
+		t.Errorf("outHeader: Accept = %q; want application/json", got)
 	}
 }
 

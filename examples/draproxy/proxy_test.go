@@ -1,6 +1,7 @@
 package main
 
 import (
+	"bufio"
 	"bytes"
 	"encoding/json"
 	"errors"
@@ -11,6 +12,7 @@ import (
 	"slices"
 	"strconv"
 	"strings"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -808,6 +810,124 @@ func TestWatchStreams(t *testing.T) {
 		case <-time.After(10 * time.Second):
 			t.Fatalf("event %d not received within 10s: buffered?", i)
 		}
+	}
+}
+
+// TestWatchAbort: a watch the API server breaks off ends in an error for
+// the driver, never in a clean end of the stream it could take for the
+// API server closing the watch.
+func TestWatchAbort(t *testing.T) {
+	t.Parallel()
+	f := startFakeAPI(t)
+	h := startProxy(t, f)
+	token := f.token(driverOn("node-a"))
+	req, err := http.NewRequestWithContext(t.Context(), http.MethodGet, h.url+"/apis/resource.k8s.io/v1/resourceslices?watch=true&fieldSelector=spec.nodeName%3Dnode-a", nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	req.Header.Set("Authorization", "Bearer "+token)
+	resp, err := http.DefaultClient.Do(req)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer resp.Body.Close()
+	if resp.StatusCode != http.StatusOK {
+		t.Fatalf("watch = %d", resp.StatusCode)
+	}
+	f.addSlice("a-1", "node-a")
+	br := bufio.NewReader(resp.Body)
+	if line, err := br.ReadString('\n'); err != nil || !strings.Contains(line, `"a-1"`) {
+		t.Fatalf("first event = %q, %v; want a-1", line, err)
+	}
+	f.srv.CloseClientConnections() // draproxy's connection to the API server
+	done := make(chan error, 1)
+	go func() {
+		_, err := io.ReadAll(br)
+		done <- err
+	}()
+	select {
+	case err := <-done:
+		if err == nil {
+			t.Error("the watch ended cleanly after the API server's connection broke; want an error")
+		}
+	case <-time.After(10 * time.Second):
+		t.Fatal("the watch did not end within 10s of the API server's connection breaking")
+	}
+}
+
+// TestForwardedAnswer: the API server's answer reaches the driver with its
+// status, body, end-to-end headers and trailers, without the hop-by-hop
+// headers (RFC 2616's and those its Connection header names); a protocol
+// switch draproxy did not ask for is a 503.
+func TestForwardedAnswer(t *testing.T) {
+	t.Parallel()
+	f := startFakeAPI(t)
+	const list = `{"kind":"ResourceSliceList","apiVersion":"resource.k8s.io/v1","metadata":{},"items":[]}`
+	var switching atomic.Bool
+	upstream := http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		if r.Header.Get("Authorization") != "Bearer "+f.proxyToken || r.Header.Get("Impersonate-User") != driverSA {
+			t.Errorf("upstream request: Authorization %q, Impersonate-User %q", r.Header.Get("Authorization"), r.Header.Get("Impersonate-User"))
+		}
+		h := w.Header()
+		if switching.Load() {
+			h.Set("Upgrade", "websocket")
+			w.WriteHeader(http.StatusSwitchingProtocols)
+			return
+		}
+		h.Set("Content-Type", "application/json")
+		h.Set("Audit-Id", "audit-1")
+		h.Set("Connection", "X-Hop-A, x-hop-b")
+		h.Set("X-Hop-A", "a")
+		h.Set("X-Hop-B", "b")
+		h.Set("Keep-Alive", "timeout=5")
+		h.Set("Proxy-Authenticate", "Basic")
+		h.Set("Trailer", "X-Checksum")
+		w.WriteHeader(http.StatusOK)
+		_, _ = io.WriteString(w, list)
+		h.Set("X-Checksum", "c1")
+	})
+	h := startProxy(t, f, func(o *options) {
+		o.Upstream = &rest.Config{Host: "https://fake.invalid", BearerToken: f.proxyToken, Transport: handlerTransport{upstream}}
+	})
+	token := f.token(driverOn("node-a"))
+	get := func() (*http.Response, string) {
+		req, err := http.NewRequestWithContext(t.Context(), http.MethodGet, h.url+"/apis/resource.k8s.io/v1/resourceslices?fieldSelector=spec.nodeName%3Dnode-a", nil)
+		if err != nil {
+			t.Fatal(err)
+		}
+		req.Header.Set("Authorization", "Bearer "+token)
+		resp, err := http.DefaultClient.Do(req)
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer resp.Body.Close()
+		b, err := io.ReadAll(resp.Body)
+		if err != nil {
+			t.Fatal(err)
+		}
+		return resp, string(b)
+	}
+	resp, body := get()
+	if resp.StatusCode != http.StatusOK || body != list {
+		t.Fatalf("GET = %d %s; want 200 %s", resp.StatusCode, body, list)
+	}
+	for _, k := range []string{"Connection", "X-Hop-A", "X-Hop-B", "Keep-Alive", "Proxy-Authenticate"} {
+		if v, ok := resp.Header[k]; ok && !(k == "Connection" && len(v) == 1 && v[0] == "close") {
+			t.Errorf("the driver got hop-by-hop header %s: %q", k, v)
+		}
+	}
+	if got := resp.Header.Get("Audit-Id"); got != "audit-1" {
+		t.Errorf("Audit-Id = %q; want audit-1", got)
+	}
+	if got := resp.Trailer.Get("X-Checksum"); got != "c1" {
+		t.Errorf("trailer X-Checksum = %q (trailers %v); want c1", got, resp.Trailer)
+	}
+
+	switching.Store(true)
+	resp, body = get()
+	var st metav1.Status
+	if resp.StatusCode != http.StatusServiceUnavailable || json.Unmarshal([]byte(body), &st) != nil || st.Kind != "Status" || resp.Header.Get("Upgrade") != "" {
+		t.Errorf("GET answered 101 upstream = %d %v %s; want a 503 Status", resp.StatusCode, resp.Header, body)
 	}
 }
 
