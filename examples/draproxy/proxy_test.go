@@ -94,8 +94,19 @@ func (h *harness) client(t testing.TB, token string, mods ...func(*rest.Config))
 	return cs
 }
 
-// do sends one raw request to the proxy.
+// do sends one raw request to the proxy and returns its status and body.
 func (h *harness) do(t testing.TB, method, target, token string, body []byte, header http.Header) (int, string) {
+	t.Helper()
+	resp := h.send(t, method, target, token, body, header)
+	defer resp.Body.Close()
+	b, _ := io.ReadAll(resp.Body)
+	return resp.StatusCode, string(b)
+}
+
+// send sends one raw request to the proxy, with token as its bearer token
+// unless it is empty, and returns the response, whose body the caller
+// closes.
+func (h *harness) send(t testing.TB, method, target, token string, body []byte, header http.Header) *http.Response {
 	t.Helper()
 	req, err := http.NewRequestWithContext(t.Context(), method, h.url+target, bytes.NewReader(body))
 	if err != nil {
@@ -111,9 +122,7 @@ func (h *harness) do(t testing.TB, method, target, token string, body []byte, he
 	if err != nil {
 		t.Fatal(err)
 	}
-	defer resp.Body.Close()
-	b, _ := io.ReadAll(resp.Body)
-	return resp.StatusCode, string(b)
+	return resp
 }
 
 func newSlice(node string) *resourcev1.ResourceSlice {
@@ -778,20 +787,8 @@ func TestWatchStreams(t *testing.T) {
 	t.Parallel()
 	f := startFakeAPI(t)
 	h := startProxy(t, f)
-	token := f.token(driverOn("node-a"))
-	req, err := http.NewRequestWithContext(t.Context(), http.MethodGet, h.url+"/apis/resource.k8s.io/v1/resourceslices?watch=true&fieldSelector=spec.nodeName%3Dnode-a", nil)
-	if err != nil {
-		t.Fatal(err)
-	}
-	req.Header.Set("Authorization", "Bearer "+token)
-	resp, err := http.DefaultClient.Do(req)
-	if err != nil {
-		t.Fatal(err)
-	}
+	resp := watchNodeA(t, h, f.token(driverOn("node-a")))
 	defer resp.Body.Close()
-	if resp.StatusCode != http.StatusOK {
-		t.Fatalf("watch = %d", resp.StatusCode)
-	}
 	dec := json.NewDecoder(resp.Body)
 	for i := range 3 {
 		name := "a-" + strconv.Itoa(i)
@@ -813,6 +810,18 @@ func TestWatchStreams(t *testing.T) {
 	}
 }
 
+// watchNodeA opens a watch of node A's slices through draproxy with token
+// and fails the test unless it is answered 200.
+func watchNodeA(t *testing.T, h *harness, token string) *http.Response {
+	t.Helper()
+	resp := h.send(t, http.MethodGet, "/apis/resource.k8s.io/v1/resourceslices?watch=true&fieldSelector=spec.nodeName%3Dnode-a", token, nil, nil)
+	if resp.StatusCode != http.StatusOK {
+		resp.Body.Close()
+		t.Fatalf("watch = %d", resp.StatusCode)
+	}
+	return resp
+}
+
 // TestWatchAbort: a watch the API server breaks off ends in an error for
 // the driver, never in a clean end of the stream it could take for the
 // API server closing the watch.
@@ -820,20 +829,8 @@ func TestWatchAbort(t *testing.T) {
 	t.Parallel()
 	f := startFakeAPI(t)
 	h := startProxy(t, f)
-	token := f.token(driverOn("node-a"))
-	req, err := http.NewRequestWithContext(t.Context(), http.MethodGet, h.url+"/apis/resource.k8s.io/v1/resourceslices?watch=true&fieldSelector=spec.nodeName%3Dnode-a", nil)
-	if err != nil {
-		t.Fatal(err)
-	}
-	req.Header.Set("Authorization", "Bearer "+token)
-	resp, err := http.DefaultClient.Do(req)
-	if err != nil {
-		t.Fatal(err)
-	}
+	resp := watchNodeA(t, h, f.token(driverOn("node-a")))
 	defer resp.Body.Close()
-	if resp.StatusCode != http.StatusOK {
-		t.Fatalf("watch = %d", resp.StatusCode)
-	}
 	f.addSlice("a-1", "node-a")
 	br := bufio.NewReader(resp.Body)
 	if line, err := br.ReadString('\n'); err != nil || !strings.Contains(line, `"a-1"`) {
@@ -891,15 +888,7 @@ func TestForwardedAnswer(t *testing.T) {
 	})
 	token := f.token(driverOn("node-a"))
 	get := func() (*http.Response, string) {
-		req, err := http.NewRequestWithContext(t.Context(), http.MethodGet, h.url+"/apis/resource.k8s.io/v1/resourceslices?fieldSelector=spec.nodeName%3Dnode-a", nil)
-		if err != nil {
-			t.Fatal(err)
-		}
-		req.Header.Set("Authorization", "Bearer "+token)
-		resp, err := http.DefaultClient.Do(req)
-		if err != nil {
-			t.Fatal(err)
-		}
+		resp := h.send(t, http.MethodGet, "/apis/resource.k8s.io/v1/resourceslices?fieldSelector=spec.nodeName%3Dnode-a", token, nil, nil)
 		defer resp.Body.Close()
 		b, err := io.ReadAll(resp.Body)
 		if err != nil {
