@@ -785,10 +785,7 @@ func TestOutage(t *testing.T) {
 // the API server's response (HTTP/2) is still open: nothing is buffered.
 func TestWatchStreams(t *testing.T) {
 	t.Parallel()
-	f := startFakeAPI(t)
-	h := startProxy(t, f)
-	resp := watchNodeA(t, h, f.token(driverOn("node-a")))
-	defer resp.Body.Close()
+	f, resp := watchNodeA(t)
 	dec := json.NewDecoder(resp.Body)
 	for i := range 3 {
 		name := "a-" + strconv.Itoa(i)
@@ -810,16 +807,20 @@ func TestWatchStreams(t *testing.T) {
 	}
 }
 
-// watchNodeA opens a watch of node A's slices through draproxy with token
-// and fails the test unless it is answered 200.
-func watchNodeA(t *testing.T, h *harness, token string) *http.Response {
+// watchNodeA starts a fake API server and draproxy for node A, and opens
+// a watch of node A's slices through it as a driver on node A; it fails
+// the test unless the watch is answered 200. The body is closed when the
+// test ends.
+func watchNodeA(t *testing.T) (*fakeAPI, *http.Response) {
 	t.Helper()
-	resp := h.send(t, http.MethodGet, "/apis/resource.k8s.io/v1/resourceslices?watch=true&fieldSelector=spec.nodeName%3Dnode-a", token, nil, nil)
+	f := startFakeAPI(t)
+	h := startProxy(t, f)
+	resp := h.send(t, http.MethodGet, "/apis/resource.k8s.io/v1/resourceslices?watch=true&fieldSelector=spec.nodeName%3Dnode-a", f.token(driverOn("node-a")), nil, nil)
+	t.Cleanup(func() { resp.Body.Close() })
 	if resp.StatusCode != http.StatusOK {
-		resp.Body.Close()
 		t.Fatalf("watch = %d", resp.StatusCode)
 	}
-	return resp
+	return f, resp
 }
 
 // TestWatchAbort: a watch the API server breaks off ends in an error for
@@ -827,10 +828,7 @@ func watchNodeA(t *testing.T, h *harness, token string) *http.Response {
 // API server closing the watch.
 func TestWatchAbort(t *testing.T) {
 	t.Parallel()
-	f := startFakeAPI(t)
-	h := startProxy(t, f)
-	resp := watchNodeA(t, h, f.token(driverOn("node-a")))
-	defer resp.Body.Close()
+	f, resp := watchNodeA(t)
 	f.addSlice("a-1", "node-a")
 	br := bufio.NewReader(resp.Body)
 	if line, err := br.ReadString('\n'); err != nil || !strings.Contains(line, `"a-1"`) {
