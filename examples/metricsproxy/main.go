@@ -30,11 +30,12 @@
 // --metrics-listen serves /metrics, /healthz, /livez and /readyz;
 // --version prints the version.
 //
-// --authorization-always-allow-paths means what it means in the API server:
-// GET and HEAD requests to those paths are served without authorization,
-// and without a credential (as system:anonymous); a request that presents
-// a credential must present a valid one; other methods are authorized like
-// any request. (kube-rbac-proxy's --allow-paths, a list of the only paths
+// --authorization-always-allow-paths serves GET and HEAD requests to those
+// paths without authorization, and without a credential (as
+// system:anonymous), as the API server does; a request that presents a
+// credential must present a valid one; other methods are authorized like
+// any request (stricter than the API server, whose path authorizer allows
+// every method there). (kube-rbac-proxy's --allow-paths, a list of the only paths
 // proxied, is something else; this proxy has no such flag.)
 //
 // Once listening, metricsproxy prints "listening on https://ADDR" on
