@@ -359,6 +359,18 @@ func (c *config) handler(built *serving.Built, certs *serving.Certificates, tran
 			opts.StripHeaders = append(opts.StripHeaders, h)
 		}
 	}
+	var fo httpauth.ForwarderOptions
+	if c.headers.enabled {
+		fo.Identity = c.headers
+	}
+	if m.header != "" {
+		// kube-rbac-proxy's rewrites read every value of the header: each
+		// is authorized.
+		fo.DecisionHeaders = []httpauth.DecisionHeader{{Name: m.header, Multiple: true}}
+	}
+	if opts.Forwarder, err = httpauth.NewForwarder(fo); err != nil {
+		return nil, fmt.Errorf("--auth-header-* or authorization.rewrites.byHttpHeader: %w", err)
+	}
 	protect, err := httpauth.New(opts)
 	if err != nil {
 		return nil, err
@@ -381,7 +393,7 @@ func (c *config) handler(built *serving.Built, certs *serving.Certificates, tran
 		allowPaths:    c.allowPaths,
 		ignorePaths:   c.ignorePaths,
 		ignoreMethods: c.ignoreMethods,
-		headers:       c.headers,
+		forwarder:     opts.Forwarder,
 		reencodeQuery: m.query != "",
 	}, protect, ignore)
 }
