@@ -203,9 +203,11 @@ func (c *config) validate() error {
 
 // run parses args and serves until ctx is done, then shuts down
 // gracefully. It writes "listening on https://ADDR" to stdout once it
-// serves; flag errors and --help go to stderr.
+// serves; --help prints the usage to stdout, as kube-rbac-proxy (cobra)
+// does, and returns pflag.ErrHelp (cli.Main exits 0); flag errors are
+// returned.
 func run(ctx context.Context, args []string, stdout, stderr io.Writer) error {
-	c, err := parseFlags(args, stderr)
+	c, err := parseFlags(args, stdout)
 	if err != nil {
 		return err
 	}

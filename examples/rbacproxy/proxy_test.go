@@ -6,6 +6,7 @@ import (
 	"crypto/tls"
 	"crypto/x509"
 	"encoding/pem"
+	"errors"
 	"fmt"
 	"io"
 	"net"
@@ -19,6 +20,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/spf13/pflag"
 	"k8s.io/apiserver/pkg/authentication/user"
 
 	"github.com/reviewauth/reviewauth/authtest"
@@ -487,6 +489,14 @@ func TestFlagErrors(t *testing.T) {
 	out.Reset()
 	if err := run(context.Background(), []string{"--version"}, &out, io.Discard); err != nil || !strings.HasPrefix(out.String(), "rbacproxy ") {
 		t.Errorf("run(--version) = %v, %q", err, out.String())
+	}
+	// --help: the usage on stdout, as kube-rbac-proxy's cobra prints it,
+	// and pflag.ErrHelp, on which cli.Main exits 0 (TestExits).
+	out.Reset()
+	var errOut strings.Builder
+	if err := run(context.Background(), []string{"--help"}, &out, &errOut); !errors.Is(err, pflag.ErrHelp) ||
+		!strings.Contains(out.String(), "Usage of rbacproxy") || errOut.Len() != 0 {
+		t.Errorf("run(--help) = %v, stdout %d bytes, stderr %q; want pflag.ErrHelp and the usage on stdout", err, out.Len(), errOut.String())
 	}
 }
 
