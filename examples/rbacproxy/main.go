@@ -10,6 +10,15 @@
 //
 //   - client-sent X-Remote-* headers (and the --auth-header-* names), and
 //     Impersonate-*, never reach the upstream;
+//   - the upstream receives what was authorized: the --auth-header-*
+//     identity is set after the hop-by-hop pass, so a client's
+//     "Connection: X-Remote-User" cannot remove it, and the rewrites'
+//     header (byHttpHeader) reaches it with the values that were
+//     authorized; sent in two spellings (X-Namespace and X_Namespace, which
+//     an upstream may read alike) it is refused with 400
+//     (httpauth.Forwarder);
+//   - every authenticated caller, client certificates included, is in
+//     system:authenticated, as in kube-rbac-proxy and the API server;
 //   - paths are cleaned before anything reads them ("//logs" is "/logs",
 //     "%2e%2e" is refused with 400) and the upstream gets the path that
 //     was authorized;
