@@ -99,9 +99,9 @@ type ForwarderOptions struct {
 //     pass over it (httputil.ReverseProxy's, which runs before Rewrite and
 //     after Director) removes none of them. The request is not refused:
 //     clients send such Connection headers by accident;
-//   - in [Forwarder.Header], on the forwarded request: the identity is set
-//     after any hop-by-hop pass, and the decision headers are the
-//     authorized ones.
+//   - in [Forwarder.Header], on the forwarded request, after the
+//     hop-by-hop pass: the identity is set, and the decision headers are
+//     the authorized ones.
 //
 // HTTP/2 forbids the Connection header (net/http's server refuses a
 // request that carries one), so its tokens are an HTTP/1.1 matter.
@@ -170,37 +170,39 @@ func NewForwarder(opts ForwarderOptions) (*Forwarder, error) {
 
 // Header prepares out, the header of the request a proxy sends upstream
 // for in, a request the middleware (with this Forwarder in its Options)
-// authorized, once the request's own hop-by-hop headers are gone. Call it
-// last, after any other change to out: with httputil.ReverseProxy, at the
-// end of Rewrite, as Header(pr.Out.Header, pr.In); from a forwarder of
-// your own, on the header you built for the upstream. It:
+// authorized, once the request's hop-by-hop headers are gone. in is the
+// request as the middleware handed it on: its context holds the
+// authenticated user, its header the decision headers as they were
+// authorized, its Connection header the client's without the names the
+// middleware protects. Call it last, after any other change to out: with
+// httputil.ReverseProxy, at the end of Rewrite, as Header(pr.Out.Header,
+// pr.In); from a forwarder of your own, on the header you built for the
+// upstream. It:
 //
-//  1. deletes from out every header in's Connection header names, but the
-//     hop-by-hop headers themselves (the caller's to handle:
-//     ReverseProxy removes them and adds back Upgrade and "Te: trailers"
-//     where they apply) and the names the middleware keeps out of it
-//     (identity, decision headers, Authorization), which a forwarder of
-//     your own that copies every header thus need not remove itself;
-//  2. sets each decision header to in's values, which the middleware
-//     checked and the mapper authorized, and deletes its other
-//     spellings: the upstream reads what was authorized, or nothing when
-//     the request had none;
-//  3. deletes the identity headers in every spelling and, for the user
-//     the middleware authenticated (request.UserFrom of in's context),
-//     sets them with the Forwarder's IdentityHeaders; none for
-//     system:anonymous (an always-allow path without a credential) or a
-//     request without a user.
+//  1. sets each decision header to in's values, which the middleware
+//     checked and the mapper authorized, and deletes its other spellings:
+//     the upstream reads what was authorized, or nothing when the request
+//     had none;
+//  2. deletes the identity headers in every spelling and, for the user the
+//     middleware authenticated (request.UserFrom of in's context), sets
+//     them with the Forwarder's IdentityHeaders; none for system:anonymous
+//     (an always-allow path without a credential) or a request without a
+//     user.
+//
+// It leaves the hop-by-hop pass to the caller, before it: ReverseProxy
+// removes the headers in's Connection header names, and the fixed
+// hop-by-hop ones, before Rewrite; a forwarder of your own that copies the
+// client's headers must do the same (with in.Header["Connection"], which
+// no longer names a protected header), and one that copies an allow-list
+// (examples/draproxy) has nothing to remove. Header itself removes nothing
+// else from out, so that no client can take away, through its Connection
+// header, what the proxy sets in Rewrite (X-Forwarded-*, its own
+// credentials).
 //
 // out may then share value slices with in.Header, which neither the
-// middleware nor net/http's transports modify.
+// middleware nor net/http's transports modify. A nil Forwarder leaves out
+// as it is.
 func (f *Forwarder) Header(out http.Header, in *http.Request) {
-	for _, v := range in.Header["Connection"] {
-		for tok := range strings.SplitSeq(v, ",") {
-			if tok = textproto.TrimString(tok); tok != "" && !hopByHop(tok) && !f.isProtected(tok) {
-				out.Del(tok)
-			}
-		}
-	}
 	if f == nil {
 		return
 	}
@@ -227,15 +229,6 @@ func (f *Forwarder) Header(out http.Header, in *http.Request) {
 	if u, ok := request.UserFrom(in.Context()); ok && u != nil && u.GetName() != user.Anonymous {
 		f.identity.Set(out, u)
 	}
-}
-
-// isProtected reports whether a Connection token names a header the
-// middleware keeps out of the Connection header.
-func (f *Forwarder) isProtected(tok string) bool {
-	if f == nil {
-		return equalHeaderName(tok, "authorization")
-	}
-	return matchName(f.protected, tok)
 }
 
 func (f *Forwarder) identityHeader(folded string) bool {
@@ -317,12 +310,6 @@ func namesProtected(v string, protected []stripName) bool {
 // httputil.ReverseProxy removes them.
 var hopByHopFields = []string{"connection", "proxy-connection", "keep-alive", "proxy-authenticate", "proxy-authorization",
 	"te", "trailer", "transfer-encoding", "upgrade"}
-
-// hopByHop reports whether the header name (any case) is one of
-// hopByHopFields.
-func hopByHop(name string) bool {
-	return slices.ContainsFunc(hopByHopFields, func(f string) bool { return strings.EqualFold(name, f) })
-}
 
 // hopByHopName is hopByHop for a folded name, reading '_' as '-' too.
 func hopByHopName(folded string) bool {

@@ -207,8 +207,11 @@ func TestForwarderKeepsWhatWasAuthorized(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	p := newForwardingProxy(t, httpauth.Options{Forwarder: fw}, false, func(pr *httputil.ProxyRequest) { fw.Header(pr.Out.Header, pr.In) }, nil)
-	for _, conn := range protectedConnections {
+	p := newForwardingProxy(t, httpauth.Options{Forwarder: fw}, false, func(pr *httputil.ProxyRequest) {
+		pr.SetXForwarded()
+		fw.Header(pr.Out.Header, pr.In)
+	}, nil)
+	for _, conn := range append(protectedConnections, "Connection: X-Forwarded-For, X-Forwarded-Proto, X-Remote-User") {
 		code := rawHTTP1(t, p.front.Listener.Addr().String(), "GET", "/pods",
 			"Authorization: Bearer "+scraperToken, "X-Namespace: team-a", "X-Namespace: team-b", "X-Custom: dropped", conn)
 		got := p.up.take()
@@ -223,6 +226,12 @@ func TestForwarderKeepsWhatWasAuthorized(t *testing.T) {
 		}
 		if v, ok := got[0]["X-Custom"]; ok && strings.Contains(conn, "X-Custom") {
 			t.Errorf("%s: X-Custom = %q reached the upstream; want it dropped as hop-by-hop", conn, v)
+		}
+		// What the proxy sets in Rewrite, after the hop-by-hop pass, is
+		// not the client's to remove.
+		if got[0].Get("X-Forwarded-For") == "" || got[0].Get("X-Forwarded-Proto") != "http" {
+			t.Errorf("%s: X-Forwarded-For %q, X-Forwarded-Proto %q at the upstream; want the proxy's", conn,
+				got[0].Get("X-Forwarded-For"), got[0].Get("X-Forwarded-Proto"))
 		}
 	}
 }
@@ -464,12 +473,11 @@ func rawHTTP2(t *testing.T, addr string, fields [][2]string) string {
 }
 
 // TestForwarderHeader: Forwarder.Header over the header of a forwarder of
-// one's own (a copy of every incoming header, no ReverseProxy): headers the
-// client's Connection names are deleted, but for the identity, decision
-// and credential headers and the hop-by-hop headers themselves (the
-// caller's); decision headers carry the authorized values, in the
-// canonical spelling only; the identity is set for an authenticated user,
-// and only then; client-sent identity headers never pass.
+// one's own (a copy of every incoming header, no ReverseProxy): decision
+// headers carry the authorized values, in the canonical spelling only; the
+// identity is set for an authenticated user, and only then; client-sent
+// identity headers never pass; nothing else is touched (the hop-by-hop
+// pass is the caller's, before).
 func TestForwarderHeader(t *testing.T) {
 	t.Parallel()
 	fw, err := httpauth.NewForwarder(httpauth.ForwarderOptions{Identity: httpauth.FrontProxyHeaders(),
@@ -492,15 +500,15 @@ func TestForwarderHeader(t *testing.T) {
 		want http.Header
 	}{
 		{name: "authenticated", u: scraper, want: http.Header{
-			"Connection": {"X-Custom, X-Remote-User, x_namespace", "Upgrade"}, "Upgrade": {"websocket"}, "X-Kept": {"kept"},
+			"Connection": {"X-Custom, X-Remote-User, x_namespace", "Upgrade"}, "Upgrade": {"websocket"}, "X-Kept": {"kept"}, "X-Custom": {"hop"},
 			"X-Namespace": {"team-a"}, "X-Remote-User": {scraper.Name}, "X-Remote-Uid": {scraper.UID}, "X-Remote-Group": scraper.Groups,
 			"X-Remote-Extra-Authentication.kubernetes.io%2fcredential-Id": {"JTI=1"},
 		}},
 		{name: "anonymous", u: &user.DefaultInfo{Name: user.Anonymous, Groups: []string{user.AllUnauthenticated}}, want: http.Header{
-			"Connection": {"X-Custom, X-Remote-User, x_namespace", "Upgrade"}, "Upgrade": {"websocket"}, "X-Kept": {"kept"}, "X-Namespace": {"team-a"},
+			"Connection": {"X-Custom, X-Remote-User, x_namespace", "Upgrade"}, "Upgrade": {"websocket"}, "X-Kept": {"kept"}, "X-Custom": {"hop"}, "X-Namespace": {"team-a"},
 		}},
 		{name: "no user", want: http.Header{
-			"Connection": {"X-Custom, X-Remote-User, x_namespace", "Upgrade"}, "Upgrade": {"websocket"}, "X-Kept": {"kept"}, "X-Namespace": {"team-a"},
+			"Connection": {"X-Custom, X-Remote-User, x_namespace", "Upgrade"}, "Upgrade": {"websocket"}, "X-Kept": {"kept"}, "X-Custom": {"hop"}, "X-Namespace": {"team-a"},
 		}},
 	}
 	for _, tt := range tests {
@@ -516,9 +524,9 @@ func TestForwarderHeader(t *testing.T) {
 		}
 	}
 	t.Run("nil Forwarder", func(t *testing.T) {
-		out := http.Header{"Authorization": {"Bearer own"}, "X-Custom": {"hop"}, "X-Kept": {"kept"}}
+		out := http.Header{"Authorization": {"Bearer own"}, "X-Kept": {"kept"}}
 		var nilFw *httpauth.Forwarder
-		nilFw.Header(out, &http.Request{Header: http.Header{"Connection": {"authorization, X-Custom"}}})
+		nilFw.Header(out, &http.Request{Header: http.Header{"Connection": {"authorization, X-Kept"}}})
 		if want := (http.Header{"Authorization": {"Bearer own"}, "X-Kept": {"kept"}}); !cmp.Equal(want, out) {
 			t.Errorf("nil Forwarder: Header() = %v; want %v", out, want)
 		}
