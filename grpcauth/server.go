@@ -26,6 +26,7 @@ import (
 	"go.opentelemetry.io/otel/trace"
 
 	"github.com/reviewauth/reviewauth"
+	"github.com/reviewauth/reviewauth/internal/authgroup"
 	"github.com/reviewauth/reviewauth/internal/check"
 	"github.com/reviewauth/reviewauth/internal/observe"
 	"github.com/reviewauth/reviewauth/internal/pathmatch"
@@ -56,7 +57,10 @@ type Options struct {
 	// k8s.io/apiserver's own token authenticators (union, the token cache,
 	// OIDC) report a bad token. A custom authenticator that cannot reach its
 	// backend must wrap reviewauth.ErrUnavailable (for example with a
-	// *reviewauth.ReviewError) for callers to be told to retry. Required.
+	// *reviewauth.ReviewError) for callers to be told to retry. The user
+	// it returns gets the group system:authenticated unless it has it (or
+	// system:unauthenticated, or is system:anonymous), as the API server's
+	// authenticated-group adder gives it. Required.
 	Authenticator authenticator.Token
 
 	// Authorizer decides every attribute set a [Rule] builds. It is
@@ -414,7 +418,9 @@ func (c *checker) authenticate(ctx context.Context, r *rule, req any) (user.Info
 	if !ok || resp == nil || resp.User == nil {
 		return nil, "", errRejected
 	}
-	return resp.User, token, nil
+	// Every authenticated user is in system:authenticated, whatever
+	// authenticated it, as in the API server (and httpauth).
+	return authgroup.Add(resp.User), token, nil
 }
 
 // authorize checks every attribute set the rule builds for u and req.

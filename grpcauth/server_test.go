@@ -5,6 +5,9 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"net/http"
+	"net/http/httptest"
+	"reflect"
 	"strings"
 	"sync/atomic"
 	"testing"
@@ -18,6 +21,8 @@ import (
 	"google.golang.org/protobuf/types/dynamicpb"
 	"google.golang.org/protobuf/types/known/wrapperspb"
 	"k8s.io/apiserver/pkg/authentication/authenticator"
+	"k8s.io/apiserver/pkg/authentication/group"
+	unionrequest "k8s.io/apiserver/pkg/authentication/request/union"
 	"k8s.io/apiserver/pkg/authentication/user"
 	"k8s.io/apiserver/pkg/authorization/authorizer"
 	"k8s.io/apiserver/pkg/endpoints/request"
@@ -654,4 +659,67 @@ func TestStreamHeldHandlerDoesNotSeeToken(t *testing.T) {
 	if err != nil {
 		t.Fatalf("interceptor() = %v", err)
 	}
+}
+
+// TestAuthenticatedGroupMatchesAPIServer: whatever the token authenticator
+// answers, the user the authorizer and the handler see is the one
+// k8s.io/apiserver's union and AuthenticatedGroupAdder make of it, as
+// httpauth does: system:authenticated added to every user but
+// system:anonymous and users already in system:authenticated or
+// system:unauthenticated.
+func TestAuthenticatedGroupMatchesAPIServer(t *testing.T) {
+	t.Parallel()
+	for _, u := range []*user.DefaultInfo{
+		{Name: "alice"},
+		{Name: "alice", UID: "u-1", Groups: []string{"team-a"}, Extra: map[string][]string{"scopes": {"a"}}},
+		{Name: "bob", Groups: []string{user.AllAuthenticated, "team-b"}},
+		{Name: "carol", Groups: []string{user.AllUnauthenticated}},
+		{Name: user.Anonymous},
+		{Name: "system:node:node-1", Groups: []string{user.NodesGroup}},
+	} {
+		answer := &authenticator.Response{User: u}
+		adder := group.NewAuthenticatedGroupAdder(unionrequest.New(authenticator.RequestFunc(func(*http.Request) (*authenticator.Response, bool, error) {
+			return answer, true, nil
+		})))
+		resp, _, _ := adder.AuthenticateRequest(httptest.NewRequest("GET", "/", nil))
+		want := *toDefaultInfo(resp.User)
+
+		var asked user.Info
+		ic, err := grpcauth.New(grpcauth.Options{
+			Authenticator: authenticator.TokenFunc(func(context.Context, string) (*authenticator.Response, bool, error) { return answer, true, nil }),
+			Authorizer: authorizer.AuthorizerFunc(func(_ context.Context, a authorizer.Attributes) (authorizer.Decision, string, error) {
+				asked = a.GetUser()
+				return authorizer.DecisionAllow, "", nil
+			}),
+			Rules: map[string]grpcauth.Rule{methodNop: {AttributesIgnoreMessage: true, Attributes: func(_ context.Context, _ any, u user.Info) ([]authorizer.Attributes, error) {
+				return []authorizer.Attributes{&authorizer.AttributesRecord{User: u, Verb: "get", Path: "/"}}, nil
+			}}},
+		})
+		if err != nil {
+			t.Fatal(err)
+		}
+		var seen user.Info
+		incoming := metadata.NewIncomingContext(t.Context(), metadata.Pairs("authorization", "Bearer "+aliceToken))
+		_, err = ic.UnaryServerInterceptor()(incoming, nil, &grpc.UnaryServerInfo{FullMethod: methodNop},
+			func(ctx context.Context, _ any) (any, error) {
+				seen, _ = request.UserFrom(ctx)
+				return nil, nil
+			})
+		if err != nil {
+			t.Fatalf("%+v: call = %v", u, err)
+		}
+		if got := *toDefaultInfo(asked); !reflect.DeepEqual(got, want) {
+			t.Errorf("%+v: the authorizer saw %+v; apiserver's group adder gives %+v", u, got, want)
+		}
+		if got := *toDefaultInfo(seen); !reflect.DeepEqual(got, want) {
+			t.Errorf("%+v: the handler saw %+v; apiserver's group adder gives %+v", u, got, want)
+		}
+	}
+}
+
+func toDefaultInfo(u user.Info) *user.DefaultInfo {
+	if u == nil {
+		return &user.DefaultInfo{}
+	}
+	return &user.DefaultInfo{Name: u.GetName(), UID: u.GetUID(), Groups: u.GetGroups(), Extra: u.GetExtra()}
 }

@@ -1,14 +1,10 @@
 package httpauth_test
 
 import (
-	"bufio"
 	"context"
 	"errors"
-	"fmt"
-	"net"
 	"net/http"
 	"net/http/httptest"
-	"strings"
 	"sync"
 	"testing"
 	"time"
@@ -129,25 +125,9 @@ var authorizerAllowAll = authorizer.AuthorizerFunc(func(context.Context, authori
 // written, and returns the status code.
 func rawRequest(t *testing.T, addr, path string, authorization []string) int {
 	t.Helper()
-	conn, err := net.DialTimeout("tcp", addr, 10*time.Second)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer conn.Close()
-	_ = conn.SetDeadline(time.Now().Add(30 * time.Second))
-	var b strings.Builder
-	fmt.Fprintf(&b, "GET %s HTTP/1.1\r\nHost: node\r\nConnection: close\r\n", path)
+	lines := []string{"Connection: close"}
 	for _, v := range authorization {
-		fmt.Fprintf(&b, "Authorization: %s\r\n", v)
+		lines = append(lines, "Authorization: "+v)
 	}
-	b.WriteString("\r\n")
-	if _, err := conn.Write([]byte(b.String())); err != nil {
-		t.Fatal(err)
-	}
-	resp, err := http.ReadResponse(bufio.NewReader(conn), nil)
-	if err != nil {
-		t.Fatal(err)
-	}
-	resp.Body.Close()
-	return resp.StatusCode
+	return rawHTTP1(t, addr, "GET", path, lines...)
 }

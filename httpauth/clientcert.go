@@ -5,6 +5,7 @@ import (
 	"crypto/x509"
 	"encoding/binary"
 	"errors"
+	"math"
 	"net/http"
 	"time"
 
@@ -14,6 +15,7 @@ import (
 	"k8s.io/utils/clock"
 
 	"github.com/reviewauth/reviewauth"
+	"github.com/reviewauth/reviewauth/internal/authgroup"
 	"github.com/reviewauth/reviewauth/internal/cache"
 )
 
@@ -37,7 +39,10 @@ type ClientCertOptions struct {
 	// is the user name, its O values are the groups, and the extra
 	// "authentication.kubernetes.io/credential-id" is X509SHA256=<leaf
 	// fingerprint>. A chain it reports no identity for (ok false, such as
-	// an empty CN) is treated as no credential and is not cached.
+	// an empty CN) is treated as no credential and is not cached. The
+	// group system:authenticated is added to the identity it returns, as
+	// the API server's authenticated-group adder adds it (see
+	// [NewClientCertAuthenticator]).
 	UserConversion x509request.UserConversion
 
 	// CacheSize bounds the verification cache exactly; the least recently
@@ -62,6 +67,14 @@ type ClientCertOptions struct {
 // root included. Only successful verifications are cached: a chain that fails
 // is verified again each time it is presented. Concurrent misses on the same
 // chain each verify it; there are no background goroutines.
+//
+// The identity is the API server's, the kubelet's and kube-rbac-proxy's for
+// the same certificate: the conversion's, with the group
+// system:authenticated appended unless the user is system:anonymous or
+// already has system:authenticated or system:unauthenticated, exactly as
+// k8s.io/apiserver's AuthenticatedGroupAdder does around their union of
+// authenticators (the middleware of [New] does the same for any
+// authenticator; here it is done once per verified chain, before caching).
 //
 // AuthenticateRequest returns (nil, false, nil) when the request has no
 // client certificate, and an error matching [reviewauth.ErrUnauthenticated]
@@ -150,14 +163,27 @@ func (a *certAuthenticator) AuthenticateRequest(r *http.Request) (*authenticator
 		// Cannot happen with our conversion; fail closed.
 		return nil, false, &reviewauth.RejectedError{Reason: "client certificate: no verified chain"}
 	}
-	out := &authenticator.Response{User: cu.Info, Audiences: resp.Audiences}
+	out := &authenticator.Response{User: authgroup.Add(cu.Info), Audiences: resp.Audiences}
 	if a.cache != nil {
-		// x509 accepts a certificate at exactly its NotAfter, and so does
-		// the cache: the entry expires 1ns later. A chain that expires
-		// before now (verified with a clock that moved on) is not stored.
-		a.cache.Set(key, out, cu.notAfter.Sub(a.clock.Now())+time.Nanosecond)
+		a.cache.Set(key, out, chainTTL(cu.notAfter, a.clock.Now()))
 	}
 	return out, true, nil
+}
+
+// chainTTL is how long a chain verified at now stays cached: until 1ns
+// after its earliest NotAfter, since x509 accepts a certificate at exactly
+// its NotAfter, and so does the cache. A chain that expires before now
+// (verified with a clock that moved on) gets a negative TTL and is not
+// stored. The arithmetic saturates: time.Time.Sub caps at the largest
+// Duration (about 292 years), so a chain that "never expires" (RFC 5280's
+// 99991231235959Z) is cached for that long, and adding the 1ns there would
+// wrap around to the most negative Duration, which is not cached at all.
+func chainTTL(notAfter, now time.Time) time.Duration {
+	ttl := notAfter.Sub(now)
+	if ttl == math.MaxInt64 {
+		return ttl
+	}
+	return ttl + time.Nanosecond
 }
 
 // chainKey is the SHA-256 over the length-prefixed DER of every presented

@@ -1,9 +1,11 @@
 package httpauth_test
 
 import (
+	"context"
 	"crypto/x509"
 	"crypto/x509/pkix"
 	"errors"
+	"math"
 	"net/http/httptest"
 	"sync/atomic"
 	"testing"
@@ -13,6 +15,7 @@ import (
 	"k8s.io/apiserver/pkg/authentication/authenticator"
 	x509request "k8s.io/apiserver/pkg/authentication/request/x509"
 	"k8s.io/apiserver/pkg/authentication/user"
+	"k8s.io/apiserver/pkg/authorization/authorizer"
 	clocktesting "k8s.io/utils/clock/testing"
 
 	"github.com/reviewauth/reviewauth"
@@ -69,8 +72,8 @@ func TestClientCertIdentity(t *testing.T) {
 		t.Fatalf("AuthenticateRequest(valid chain) = %v, %v; want ok", ok, err)
 	}
 	u := resp.User
-	if u.GetName() != "node-exporter" || !cmp.Equal(u.GetGroups(), []string{"metrics"}) {
-		t.Errorf("AuthenticateRequest(valid chain).User = %q %v; want node-exporter [metrics]", u.GetName(), u.GetGroups())
+	if u.GetName() != "node-exporter" || !cmp.Equal(u.GetGroups(), []string{"metrics", user.AllAuthenticated}) {
+		t.Errorf("AuthenticateRequest(valid chain).User = %q %v; want node-exporter [metrics system:authenticated]", u.GetName(), u.GetGroups())
 	}
 	if got := u.GetExtra()[user.CredentialIDKey]; len(got) != 1 || len(got[0]) != len("X509SHA256=")+64 {
 		t.Errorf("credential-id extra = %v; want X509SHA256=<fingerprint>", got)
@@ -264,4 +267,121 @@ func TestClientCertAndToken(t *testing.T) {
 			t.Errorf("certificate: code = %d; want 200", w.Code)
 		}
 	})
+}
+
+// TestClientCertificatesMatchAPIServer: for certificates with and without
+// organizations, with system:authenticated or system:unauthenticated among
+// them, and CN system:anonymous, the user NewClientCertAuthenticator
+// returns, and the one the middleware's authorizer and handler see, are
+// the user k8s.io/apiserver's x509 authenticator gives in its union with
+// the AuthenticatedGroupAdder (the API server's, the kubelet's and
+// kube-rbac-proxy's stack); a cached answer is the same.
+func TestClientCertificatesMatchAPIServer(t *testing.T) {
+	t.Parallel()
+	now := time.Now()
+	root := newRootCA(t, "root", now.Add(-time.Hour), now.Add(time.Hour))
+	opts := x509request.DefaultVerifyOptions()
+	opts.Roots = root.pool()
+	theirs := x509request.New(opts, x509request.CommonNameUserConversion)
+	ours, err := httpauth.NewClientCertAuthenticator(httpauth.ClientCertOptions{ClientCA: root.pool()})
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, tt := range []struct {
+		cn     string
+		groups []string
+	}{
+		{"node-exporter", nil},
+		{"node-exporter", []string{"metrics"}},
+		{"scraper", []string{"metrics", user.AllAuthenticated}},
+		{"scraper", []string{user.AllUnauthenticated}},
+		{user.Anonymous, nil},
+		{user.Anonymous, []string{"metrics"}},
+		{"system:kube-apiserver", []string{"system:masters"}},
+	} {
+		leaf, _ := root.client(t, tt.cn, tt.groups, now.Add(-time.Hour), now.Add(time.Hour))
+		want := toDefault(apiServerAuthenticate(t, theirs, withCerts(httptest.NewRequest("GET", "/", nil), leaf)))
+		for _, round := range []string{"verified", "cached"} {
+			resp, ok, err := ours.AuthenticateRequest(withCerts(httptest.NewRequest("GET", "/", nil), leaf))
+			if !ok || err != nil {
+				t.Fatalf("CN %q O %q, %s: AuthenticateRequest = %v, %v", tt.cn, tt.groups, round, ok, err)
+			}
+			if diff := cmp.Diff(want, toDefault(resp.User)); diff != "" {
+				t.Errorf("CN %q O %q, %s: user (-apiserver +ours):\n%s", tt.cn, tt.groups, round, diff)
+			}
+		}
+		var asked user.Info
+		mw := newMiddleware(t, httpauth.Options{ClientCertificates: ours, Authorizer: authorizer.AuthorizerFunc(
+			func(_ context.Context, a authorizer.Attributes) (authorizer.Decision, string, error) {
+				asked = a.GetUser()
+				return authorizer.DecisionAllow, "", nil
+			})})
+		if w, s := serve(mw, withCerts(get("/metrics", ""), leaf)); w.Code != 200 || !cmp.Equal(want, toDefault(s.user)) || !cmp.Equal(want, toDefault(asked)) {
+			t.Errorf("CN %q O %q through the middleware: code %d, handler saw %+v, authorizer %+v; want %+v", tt.cn, tt.groups, w.Code, s.user, asked, want)
+		}
+	}
+}
+
+// neverExpires is RFC 5280's NotAfter for a certificate without a
+// well-defined expiration date, 99991231235959Z (section 4.1.2.5).
+var neverExpires = time.Date(9999, 12, 31, 23, 59, 59, 0, time.UTC)
+
+// TestClientCertFarExpiry: a chain that never expires (every certificate
+// at 99991231235959Z) is cached, and so is one whose expiry is exactly,
+// just under and just over the largest time.Duration away, where
+// notAfter-now+1ns used to overflow to a negative TTL and nothing was
+// cached. The entry lives for the largest Duration, never past NotAfter:
+// at that TTL minus 1ns it is still served, at the TTL the chain is
+// verified again.
+func TestClientCertFarExpiry(t *testing.T) {
+	t.Parallel()
+	const maxTTL = time.Duration(math.MaxInt64)
+	root := newRootCA(t, "root", t0.Add(-time.Hour), neverExpires)
+	leaf, _ := root.client(t, "node-exporter", []string{"metrics"}, t0.Add(-time.Hour), neverExpires)
+	if got := leaf.NotAfter; !got.Equal(neverExpires) {
+		t.Fatalf("leaf NotAfter = %v; want %v", got, neverExpires)
+	}
+	for _, tt := range []struct {
+		name string
+		now  time.Time
+		// wantExpiry is when the cache entry expires.
+		wantExpiry time.Time
+	}{
+		{"99991231235959Z from 2026", t0, t0.Add(maxTTL)},
+		{"NotAfter exactly the largest Duration away", neverExpires.Add(-maxTTL), neverExpires},
+		{"NotAfter 1ns more than the largest Duration away", neverExpires.Add(-maxTTL).Add(-time.Nanosecond), neverExpires.Add(-time.Nanosecond)},
+		{"NotAfter 1ns less than the largest Duration away", neverExpires.Add(-maxTTL).Add(time.Nanosecond), neverExpires.Add(time.Nanosecond)},
+	} {
+		t.Run(tt.name, func(t *testing.T) {
+			t.Parallel()
+			clk := clocktesting.NewFakeClock(tt.now)
+			conv := &countingConversion{}
+			a, err := httpauth.NewClientCertAuthenticator(httpauth.ClientCertOptions{ClientCA: root.pool(), UserConversion: conv, Clock: clk})
+			if err != nil {
+				t.Fatal(err)
+			}
+			verify := func(step string, wantVerifications int64) {
+				t.Helper()
+				if _, ok, err := a.AuthenticateRequest(withCerts(httptest.NewRequest("GET", "/", nil), leaf)); !ok || err != nil {
+					t.Fatalf("%s: AuthenticateRequest = %v, %v; want ok", step, ok, err)
+				}
+				if got := conv.n.Load(); got != wantVerifications {
+					t.Fatalf("%s: verifications = %d; want %d", step, got, wantVerifications)
+				}
+			}
+			verify("first request", 1)
+			verify("second request is cached", 1)
+			clk.SetTime(tt.wantExpiry.Add(-time.Nanosecond))
+			verify("1ns before the entry's expiry", 1)
+			clk.SetTime(tt.wantExpiry)
+			if tt.wantExpiry.After(neverExpires) {
+				// Past NotAfter: the chain is expired, and refused.
+				if _, ok, err := a.AuthenticateRequest(withCerts(httptest.NewRequest("GET", "/", nil), leaf)); ok || err == nil {
+					t.Fatalf("at the entry's expiry, past NotAfter: AuthenticateRequest = %v, %v; want refused", ok, err)
+				}
+				return
+			}
+			verify("at the entry's expiry: verified again", 2)
+		})
+	}
 }

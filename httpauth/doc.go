@@ -27,7 +27,17 @@
 // except a GET or HEAD to one of [Options].AlwaysAllowPaths, which is served
 // as the anonymous user (system:anonymous, group system:unauthenticated),
 // as k8s.io/apiserver serves its always-allow paths; a credential presented
-// there is still checked, and a bad one is still 401.
+// there is still checked, and a bad one is still 401. (apiserver's path
+// authorizer allows every method there; other methods are authorized here
+// unless [Options].AlwaysAllowMethods lists them.)
+//
+// Every authenticated user is in the group system:authenticated, whatever
+// authenticated it (a client certificate, a token, an authenticator of your
+// own): the middleware adds it, exactly as k8s.io/apiserver's
+// AuthenticatedGroupAdder does around the API server's, the kubelet's and
+// kube-rbac-proxy's authenticators (not to system:anonymous, nor to a user
+// already in system:unauthenticated), so that RBAC bound to that group
+// grants the same here as there.
 //
 // The middleware reads the bearer token from the Authorization header as
 // RFC 6750 says (the same parser reads grpcauth's "authorization" metadata),
@@ -82,7 +92,31 @@
 // The Authorization header is deleted once authentication has read it. With
 // [Options].PropagateIdentity, the middleware then sets the X-Remote-*
 // headers from the authenticated identity (never from the anonymous user of
-// an always-allow path), for proxies whose upstream trusts them.
+// an always-allow path), for handlers that read them.
+//
+// # Reverse proxies
+//
+// A reverse proxy must send its upstream what was authorized, and
+// httputil.ReverseProxy removes every header the client names in its
+// Connection header (hop-by-hop) before Rewrite runs (after Director): a
+// client sending "Connection: X-Remote-User" would otherwise delete an
+// identity header set before the proxy ran, or a header the decision read.
+// A [Forwarder] ([Options].Forwarder) closes that: the middleware keeps the
+// identity headers, the headers the decision reads ([DecisionHeader]) and
+// Authorization out of the client's Connection header, refuses with 400 a
+// decision header sent in two spellings (X-Namespace and X_Namespace, which
+// an upstream may read alike) or a single-valued one sent twice, and
+// [Forwarder.Header], called at the end of Rewrite (or by a forwarder of
+// your own), sets the identity headers and the authorized decision headers
+// on the forwarded request:
+//
+//	fw, _ := httpauth.NewForwarder(httpauth.ForwarderOptions{Identity: httpauth.FrontProxyHeaders()})
+//	protect, _ := httpauth.New(httpauth.Options{..., Forwarder: fw})
+//	proxy := &httputil.ReverseProxy{Rewrite: func(pr *httputil.ProxyRequest) {
+//		pr.SetURL(upstream)
+//		fw.Header(pr.Out.Header, pr.In)
+//	}}
+//	http.Handle("/", protect(proxy))
 //
 // # Logging
 //

@@ -21,6 +21,7 @@ import (
 	"k8s.io/utils/clock"
 
 	"github.com/reviewauth/reviewauth"
+	"github.com/reviewauth/reviewauth/internal/authgroup"
 	"github.com/reviewauth/reviewauth/internal/bearer"
 	"github.com/reviewauth/reviewauth/internal/check"
 	"github.com/reviewauth/reviewauth/internal/loglimit"
@@ -113,7 +114,11 @@ type Options struct {
 	//     still without authorization.
 	//
 	// Other methods on these paths are authenticated and authorized like
-	// any other request. Identity headers are stripped on these paths too.
+	// any other request: here httpauth is stricter than k8s.io/apiserver,
+	// whose path authorizer allows every method on these paths (POST and
+	// DELETE from anonymous callers included); list the methods in
+	// AlwaysAllowMethods to get that. Identity headers are stripped on
+	// these paths too.
 	// Always-allow paths are decided before the mapper runs, so they work
 	// with every [AttributesMapper], the kubelet's resource mappers
 	// included. Nil or empty means every request is authenticated and
@@ -128,14 +133,18 @@ type Options struct {
 	AlwaysAllowMethods []string
 
 	// PropagateIdentity, when true, sets X-Remote-User, X-Remote-Uid,
-	// X-Remote-Group and X-Remote-Extra-* from the authenticated identity
-	// before the handler runs, for reverse proxies in front of an upstream
-	// that trusts those headers. The anonymous user of an always-allow
-	// path is never propagated: the upstream sees no identity headers,
-	// exactly as for a request that never had an identity, so that no
-	// upstream can mistake an unauthenticated request for an authenticated
-	// one. Client-sent identity headers are removed either way. False (the
-	// default) leaves them unset.
+	// X-Remote-Group and X-Remote-Extra-* ([FrontProxyHeaders]) from the
+	// authenticated identity on the request before the handler runs, for
+	// handlers that read them, and keeps their names out of the client's
+	// Connection header, so that an httputil.ReverseProxy's hop-by-hop
+	// pass does not remove them. A reverse proxy should rather send them
+	// with a [Forwarder] (Identity: FrontProxyHeaders()), which sets them
+	// on the forwarded request itself. The anonymous user of an
+	// always-allow path is never propagated: the upstream sees no identity
+	// headers, exactly as for a request that never had an identity, so
+	// that no upstream can mistake an unauthenticated request for an
+	// authenticated one. Client-sent identity headers are removed either
+	// way. False (the default) leaves them unset.
 	PropagateIdentity bool
 
 	// StripHeaders are more request headers the middleware deletes first,
@@ -147,6 +156,18 @@ type Options struct {
 	// default): only the identity headers. An empty name, or a '*'
 	// elsewhere than at the end, is an error from New.
 	StripHeaders []string
+
+	// Forwarder, when the handler is a reverse proxy, is the [Forwarder]
+	// the proxy calls for every request it sends upstream: the middleware
+	// deletes client-sent headers with the names of its identity headers
+	// (in every spelling, on every path), refuses with 400 a request that
+	// sends one of its decision headers in two spellings or a
+	// single-valued one twice, and keeps the names of its identity and
+	// decision headers out of the client's Connection header (see
+	// [Forwarder]). Nil means no identity or decision headers; the
+	// Connection header is still kept from naming Authorization and, with
+	// PropagateIdentity, the X-Remote-* headers.
+	Forwarder *Forwarder
 
 	// RetryAfter is the Retry-After of a 503 when the error does not carry
 	// one. Zero or negative means [DefaultRetryAfter].
@@ -210,10 +231,23 @@ func New(opts Options) (func(http.Handler) http.Handler, error) {
 	if err != nil {
 		return nil, err
 	}
+	protected := []stripName{{name: "authorization"}}
+	if opts.PropagateIdentity {
+		frontProxyNames, _ := stripNames(frontProxy{}.Names())
+		protected = append(protected, frontProxyNames...)
+	}
+	var decision []decisionHeader
+	if f := opts.Forwarder; f != nil {
+		strip = append(strip, f.identityNames...)
+		protected = append(protected, f.protected...)
+		decision = f.decision
+	}
 	m := &middleware{opts: opts, alwaysAllow: allow, alwaysAllowMethods: methods, metrics: observe.Of(opts.Metrics),
 		refusals:    loglimit.New(RefusalLogBurst, RefusalLogInterval, opts.Clock),
 		unavailable: loglimit.New(RefusalLogBurst, RefusalLogInterval, opts.Clock),
 		strip:       strip,
+		protected:   protected,
+		decision:    decision,
 	}
 	if m.opts.RetryAfter <= 0 {
 		m.opts.RetryAfter = DefaultRetryAfter
@@ -252,9 +286,13 @@ type middleware struct {
 	// tokens cannot hide an outage.
 	refusals, unavailable *loglimit.Limiter
 	metrics               *observe.Recorder
-	// strip is StripHeaders lower case with '-' for '_', a trailing '*'
-	// cut and recorded as prefix.
+	// strip is StripHeaders, and the Forwarder's identity headers, lower
+	// case with '-' for '_', a trailing '*' cut and recorded as prefix.
 	strip []stripName
+	// protected are the names kept out of the Connection header.
+	protected []stripName
+	// decision are the Forwarder's decision headers.
+	decision []decisionHeader
 }
 
 type stripName struct {
@@ -295,6 +333,9 @@ func (m *middleware) serve(next http.Handler, w http.ResponseWriter, r *http.Req
 	case err == errNoCredential && alwaysAllow:
 		// apiserver's anonymous authentication, limited to these paths.
 		r = r.WithContext(request.WithUser(r.Context(), &user.DefaultInfo{Name: user.Anonymous, Groups: []string{user.AllUnauthenticated}}))
+		if !m.forwardable(w, r, logger, user.Anonymous) {
+			return observe.OutcomeBadRequest
+		}
 		logDecision(logger, 4, r, user.Anonymous, "always allowed", nil)
 		next.ServeHTTP(w, r)
 		return observe.OutcomeAlwaysAllowed
@@ -316,8 +357,13 @@ func (m *middleware) serve(next http.Handler, w http.ResponseWriter, r *http.Req
 		writeStatus(w, apierrors.NewUnauthorized("Unauthorized"))
 		return observe.OutcomeUnauthenticated
 	}
-	u := resp.User
+	// Every authenticated user is in system:authenticated, whatever
+	// authenticated it, as in the API server.
+	u := authgroup.Add(resp.User)
 	r = r.WithContext(request.WithUser(r.Context(), u))
+	if !m.forwardable(w, r, logger, u.GetName()) {
+		return observe.OutcomeBadRequest
+	}
 	if alwaysAllow {
 		// A valid credential on an always-allow path: served as its user,
 		// without authorization, as apiserver's path authorizer allows
@@ -431,6 +477,22 @@ func (m *middleware) alwaysAllowMethod(method string) bool {
 		}
 	}
 	return false
+}
+
+// forwardable checks the decision headers of a request about to be
+// served (see Forwarder) and keeps the protected names out of its
+// Connection header; it answers 400 and returns false for a request whose
+// decision headers are ambiguous.
+func (m *middleware) forwardable(w http.ResponseWriter, r *http.Request, logger klog.Logger, username string) bool {
+	if len(m.decision) > 0 {
+		if err := checkDecisionHeaders(r.Header, m.decision); err != nil {
+			m.logRefusal(logger, r, username, "bad request", err)
+			writeStatus(w, apierrors.NewBadRequest(err.Error()))
+			return false
+		}
+	}
+	keepConnected(r.Header, m.protected)
+	return true
 }
 
 // propagate sets the X-Remote-* headers from u when PropagateIdentity is
@@ -613,14 +675,12 @@ func hasHeaderPrefix(key, prefix string) bool {
 	return true
 }
 
-// stripMore deletes the headers of Options.StripHeaders.
+// stripMore deletes the headers of Options.StripHeaders and the
+// Forwarder's identity headers.
 func (m *middleware) stripMore(h http.Header) {
 	for key := range h {
-		for _, s := range m.strip {
-			if (s.prefix && hasHeaderPrefix(key, s.name)) || (!s.prefix && equalHeaderName(key, s.name)) {
-				delete(h, key)
-				break
-			}
+		if matchName(m.strip, key) {
+			delete(h, key)
 		}
 	}
 }

@@ -2,6 +2,7 @@ package httpauth_test
 
 import (
 	"context"
+	"crypto/x509"
 	"encoding/json"
 	"errors"
 	"net/http"
@@ -15,6 +16,8 @@ import (
 	"github.com/google/go-cmp/cmp"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apiserver/pkg/authentication/authenticator"
+	"k8s.io/apiserver/pkg/authentication/group"
+	unionrequest "k8s.io/apiserver/pkg/authentication/request/union"
 	"k8s.io/apiserver/pkg/authentication/user"
 	"k8s.io/apiserver/pkg/authorization/authorizer"
 	"k8s.io/apiserver/pkg/endpoints/request"
@@ -636,4 +639,91 @@ func TestStripHeaders(t *testing.T) {
 			}
 		}
 	}
+}
+
+// apiServerUser is the user k8s.io/apiserver's authentication stack makes
+// of an authenticator's u: its union of request authenticators wrapped in
+// its AuthenticatedGroupAdder, as the API server, the kubelet and
+// kube-rbac-proxy build it.
+func apiServerUser(t *testing.T, u user.Info) user.Info {
+	t.Helper()
+	return apiServerAuthenticate(t, authenticator.RequestFunc(func(*http.Request) (*authenticator.Response, bool, error) {
+		return &authenticator.Response{User: u}, true, nil
+	}), httptest.NewRequest("GET", "/", nil))
+}
+
+// apiServerAuthenticate authenticates r with apiserver's union of a and its
+// AuthenticatedGroupAdder.
+func apiServerAuthenticate(t *testing.T, a authenticator.Request, r *http.Request) user.Info {
+	t.Helper()
+	resp, ok, err := group.NewAuthenticatedGroupAdder(unionrequest.New(a)).AuthenticateRequest(r)
+	if !ok || err != nil {
+		t.Fatalf("apiserver's authenticators refused the request: %v, %v", ok, err)
+	}
+	return resp.User
+}
+
+// groupUsers are the identities the group-adder tests feed each
+// authenticator: with and without groups, already in system:authenticated
+// or system:unauthenticated, anonymous.
+var groupUsers = []*user.DefaultInfo{
+	{Name: "alice"},
+	{Name: "alice", UID: "u-1", Groups: []string{"team-a"}, Extra: map[string][]string{"scopes": {"a"}}},
+	{Name: "bob", Groups: []string{user.AllAuthenticated, "team-b"}},
+	{Name: "carol", Groups: []string{user.AllUnauthenticated}},
+	{Name: user.Anonymous},
+	{Name: user.Anonymous, Groups: []string{"team-a"}},
+	{Name: "system:node:node-1", Groups: []string{user.NodesGroup}},
+}
+
+// TestAuthenticatedGroupMatchesAPIServer: whatever authenticated the
+// caller, a bearer token (Options.Authenticator) or a request
+// authenticator of the user's own (Options.ClientCertificates), the user
+// the authorizer and the handler see is the one apiserver's union and
+// AuthenticatedGroupAdder make of the same authenticator's answer:
+// system:authenticated added to every user but system:anonymous and users
+// already in system:authenticated or system:unauthenticated.
+// TestClientCertificatesMatchAPIServer does the same with real
+// certificates.
+func TestAuthenticatedGroupMatchesAPIServer(t *testing.T) {
+	t.Parallel()
+	for _, u := range groupUsers {
+		want := toDefault(apiServerUser(t, u))
+		answer := &authenticator.Response{User: u}
+		for _, via := range []struct {
+			name string
+			opts httpauth.Options
+			req  *http.Request
+		}{
+			{"token", httpauth.Options{Authenticator: authenticator.TokenFunc(func(context.Context, string) (*authenticator.Response, bool, error) {
+				return answer, true, nil
+			})}, get("/metrics", scraperToken)},
+			{"custom request authenticator", httpauth.Options{ClientCertificates: authenticator.RequestFunc(func(*http.Request) (*authenticator.Response, bool, error) {
+				return answer, true, nil
+			})}, withCerts(get("/metrics", ""), &x509.Certificate{})},
+		} {
+			var asked user.Info
+			via.opts.Authorizer = authorizer.AuthorizerFunc(func(_ context.Context, a authorizer.Attributes) (authorizer.Decision, string, error) {
+				asked = a.GetUser()
+				return authorizer.DecisionAllow, "", nil
+			})
+			w, s := serve(newMiddleware(t, via.opts), via.req)
+			if w.Code != 200 {
+				t.Fatalf("%s %q: code %d", via.name, u.Name, w.Code)
+			}
+			if diff := cmp.Diff(want, toDefault(asked)); diff != "" {
+				t.Errorf("%s, user %+v: the authorizer saw (-apiserver +ours):\n%s", via.name, u, diff)
+			}
+			if diff := cmp.Diff(want, toDefault(s.user)); diff != "" {
+				t.Errorf("%s, user %+v: the handler saw (-apiserver +ours):\n%s", via.name, u, diff)
+			}
+		}
+	}
+}
+
+func toDefault(u user.Info) user.DefaultInfo {
+	if u == nil {
+		return user.DefaultInfo{}
+	}
+	return user.DefaultInfo{Name: u.GetName(), UID: u.GetUID(), Groups: u.GetGroups(), Extra: u.GetExtra()}
 }

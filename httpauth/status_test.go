@@ -131,7 +131,8 @@ func TestStatusBodiesMatchAPIServer(t *testing.T) {
 // TestPropagatedHeadersMatchClientGo: with PropagateIdentity, the identity
 // headers are exactly those client-go's transport.SetAuthProxyHeaders sets
 // (which the API server's requestheader authenticator reads), for users
-// with extras whose keys need escaping.
+// with extras whose keys need escaping, as the API server has them:
+// through its authenticated-group adder (alice gains system:authenticated).
 func TestPropagatedHeadersMatchClientGo(t *testing.T) {
 	t.Parallel()
 	users := []*user.DefaultInfo{
@@ -147,7 +148,8 @@ func TestPropagatedHeadersMatchClientGo(t *testing.T) {
 	}
 	for _, u := range users {
 		want := httptest.NewRequest("GET", "/", nil)
-		transport.SetAuthProxyHeaders(want, u.GetName(), u.GetUID(), u.GetGroups(), u.GetExtra())
+		asAPIServer := apiServerUser(t, u)
+		transport.SetAuthProxyHeaders(want, asAPIServer.GetName(), asAPIServer.GetUID(), asAPIServer.GetGroups(), asAPIServer.GetExtra())
 		mw, err := httpauth.New(httpauth.Options{
 			Authenticator: authenticator.TokenFunc(func(context.Context, string) (*authenticator.Response, bool, error) {
 				return &authenticator.Response{User: u}, true, nil

@@ -13,7 +13,7 @@
 //	metricsproxy --upstream http://127.0.0.1:9100 --listen :8443 \
 //	  --audience metricsproxy --node-name "$NODE_NAME" [--kubeconfig FILE] \
 //	  [--tls-cert-file FILE --tls-private-key-file FILE] [--client-ca-file FILE] \
-//	  [--authorization-always-allow-paths /healthz,/readyz] \
+//	  [--authorization-always-allow-paths /healthz,/readyz] [--forward-identity] \
 //	  [--metrics-listen 127.0.0.1:9090] [-v N] [--logging-format text|json]
 //
 // Serving is hardened as the library's serving.HTTPServer is (connection
@@ -30,11 +30,21 @@
 // --metrics-listen serves /metrics, /healthz, /livez and /readyz;
 // --version prints the version.
 //
-// --authorization-always-allow-paths means what it means in the API server:
-// GET and HEAD requests to those paths are served without authorization,
-// and without a credential (as system:anonymous); a request that presents
-// a credential must present a valid one; other methods are authorized like
-// any request. (kube-rbac-proxy's --allow-paths, a list of the only paths
+// Client-sent identity and impersonation headers (X-Remote-*,
+// Impersonate-*, in any spelling) never reach the upstream. With
+// --forward-identity the upstream is told who the caller is, in the
+// front-proxy headers X-Remote-User, X-Remote-Uid, X-Remote-Group and
+// X-Remote-Extra-*, set on the forwarded request after the hop-by-hop pass
+// (httpauth.Forwarder), so that a client's "Connection: X-Remote-User"
+// cannot remove them; every authenticated caller, certificate or token,
+// carries system:authenticated among its groups, as on the kubelet.
+//
+// --authorization-always-allow-paths serves GET and HEAD requests to those
+// paths without authorization, and without a credential (as
+// system:anonymous), as the API server does; a request that presents a
+// credential must present a valid one; other methods are authorized like
+// any request (stricter than the API server, whose path authorizer allows
+// every method there). (kube-rbac-proxy's --allow-paths, a list of the only paths
 // proxied, is something else; this proxy has no such flag.)
 //
 // Once listening, metricsproxy prints "listening on https://ADDR" on
@@ -70,6 +80,7 @@ func main() {
 type config struct {
 	upstream, listen string
 	fineGrained      bool
+	forwardIdentity  bool
 	flags            *cli.Flags
 }
 
@@ -80,6 +91,7 @@ func parseFlags(args []string, output io.Writer) (*config, error) {
 	fs.StringVar(&c.upstream, "upstream", "", "URL of the metrics endpoint to proxy to, such as http://127.0.0.1:9100 (required)")
 	fs.StringVar(&c.listen, "listen", ":8443", "address to serve HTTPS on")
 	fs.BoolVar(&c.fineGrained, "kubelet-fine-grained-authz", false, "map paths like a kubelet with fine-grained authorization (KEP-2862, the kubelet's only mode since 1.36): /pods, /allocatedPods, /runningpods to nodes/pods, /healthz to nodes/healthz and /configz to nodes/configz, each or else nodes/proxy")
+	fs.BoolVar(&c.forwardIdentity, "forward-identity", false, "tell the upstream who the caller is, in the front-proxy headers X-Remote-User, X-Remote-Uid, X-Remote-Group and X-Remote-Extra-* (as client-go writes them and the API server's requestheader authenticator reads them); client-sent ones never pass either way")
 	c.flags.AddFlags(fs, true)      // logging, --version, --metrics-listen, --max-connections, --kubeconfig, --audience, --node-name, --authentication-*, --authorization-*, --tls-*
 	c.flags.Review.AddHTTPFlags(fs) // --client-ca-file, --authorization-always-allow-paths
 	if err := fs.Parse(args); err != nil {
@@ -143,6 +155,13 @@ func run(ctx context.Context, args []string, stdout io.Writer) error {
 	if err != nil {
 		return fmt.Errorf("metricsproxy: %w", err)
 	}
+	var fo httpauth.ForwarderOptions
+	if c.forwardIdentity {
+		fo.Identity = httpauth.FrontProxyHeaders()
+	}
+	if opts.Forwarder, err = httpauth.NewForwarder(fo); err != nil {
+		return fmt.Errorf("metricsproxy: %w", err)
+	}
 	protect, err := httpauth.New(opts)
 	if err != nil {
 		return fmt.Errorf("metricsproxy: %w", err)
@@ -154,6 +173,9 @@ func run(ctx context.Context, args []string, stdout io.Writer) error {
 		Rewrite: func(pr *httputil.ProxyRequest) {
 			pr.SetURL(upstream)
 			pr.SetXForwarded()
+			// Last, after the hop-by-hop pass: the identity, whatever
+			// the client's Connection header named.
+			opts.Forwarder.Header(pr.Out.Header, pr.In)
 		},
 		Transport: cli.UpstreamTransport(nil),
 		ErrorHandler: func(w http.ResponseWriter, r *http.Request, err error) {

@@ -11,6 +11,7 @@ import (
 	"crypto/x509"
 	"crypto/x509/pkix"
 	"encoding/pem"
+	"fmt"
 	"io"
 	"math/big"
 	"net/http"
@@ -29,6 +30,8 @@ import (
 
 	"github.com/reviewauth/reviewauth/authtest"
 	"github.com/reviewauth/reviewauth/examples/internal/clitest"
+	"github.com/reviewauth/reviewauth/examples/internal/difftest"
+	"github.com/reviewauth/reviewauth/httpauth"
 )
 
 func TestMain(m *testing.M) {
@@ -443,5 +446,101 @@ func TestFineGrainedFlag(t *testing.T) {
 		if resp.StatusCode != tt.want {
 			t.Errorf("fine-grained %v: GET /pods with only nodes/pods = %d; want %d", tt.flag, resp.StatusCode, tt.want)
 		}
+	}
+}
+
+// TestForwardedIsAuthorized is the differential test of metricsproxy
+// (issue #21), as examples/rbacproxy's: for a corpus of requests
+// (Connection headers naming the identity headers and Authorization,
+// spoofed identity headers in every spelling, unclean and encoded paths,
+// methods), from a bearer token and from a client certificate, over
+// HTTP/1.1 and HTTP/2, with and without --forward-identity, what the
+// upstream received, read back as an upstream reads it (the kubelet's
+// path table over the received method and path; the identity from the
+// front-proxy headers with k8s.io/apiserver's requestheader
+// authenticator, their names in any case and '_' for '-'), equals what
+// was authorized: the SubjectAccessReview allowed for that request, and
+// the user it was for (certificate users with system:authenticated, as on
+// the kubelet). Without --forward-identity, no identity header at all.
+func TestForwardedIsAuthorized(t *testing.T) {
+	for _, forward := range []bool{true, false} {
+		t.Run(fmt.Sprintf("forward-identity=%v", forward), func(t *testing.T) {
+			api, kubeconfig := difftest.StartAPIServer(t)
+			dir := t.TempDir()
+			rec := &difftest.Recorder{}
+			nodeRule := func(subresource string) authtest.Rule {
+				return authtest.Rule{Verbs: []string{"get", "create"}, APIGroups: []string{""}, Resources: []string{"nodes"}, Subresources: []string{subresource}, Names: []string{"node-1"}}
+			}
+			metrics, stats := nodeRule("metrics"), nodeRule("stats")
+			metrics.Groups = []string{"cert-scrapers", "system:serviceaccounts"}
+			stats.Groups = []string{user.AllAuthenticated}
+			api.SetPolicy(rec.Policy(authtest.Rules(metrics, stats)))
+			exp := time.Now().Add(time.Hour)
+			scraper := api.MintToken(&user.DefaultInfo{Name: "system:serviceaccount:monitoring:prometheus", UID: "uid-1",
+				Groups: []string{"system:serviceaccounts", user.AllAuthenticated}, Extra: map[string][]string{"authentication.kubernetes.io/pod-name": {"prometheus-0"}}},
+				[]string{"metricsproxy"}, exp)
+			bare := api.MintToken(&user.DefaultInfo{Name: "bare"}, []string{"metricsproxy"}, exp)
+			up := &difftest.Upstream{}
+			upSrv := httptest.NewServer(up)
+			t.Cleanup(upSrv.Close)
+			caFile, cert := clientCA(t, dir, "cert-scraper", "cert-scrapers")
+			args := []string{"--upstream", upSrv.URL, "--kubeconfig", kubeconfig, "--audience", "metricsproxy", "--node-name", "node-1",
+				"--client-ca-file", caFile, "--authentication-token-webhook-cache-ttl=0",
+				"--authorization-webhook-cache-authorized-ttl=0", "--authorization-webhook-cache-unauthorized-ttl=0"}
+			if forward {
+				args = append(args, "--forward-identity")
+			}
+			base := startProxy(t, args...)
+			read := func(r *http.Request) (difftest.Decision, error) {
+				var d difftest.Decision
+				for k, v := range difftest.Lenient(r.Header) {
+					lk := strings.ToLower(k)
+					if strings.HasPrefix(lk, "impersonate-") || lk == "authorization" || (!forward && strings.HasPrefix(lk, "x-remote-")) {
+						return d, fmt.Errorf("%s: %q reached the upstream", k, v)
+					}
+				}
+				var err error
+				if d.User, err = difftest.FrontProxyUser(r.Header); err != nil {
+					return d, err
+				}
+				attrs, err := httpauth.Kubelet("node-1").Attributes(r, nil)
+				for _, a := range attrs {
+					d.Attributes = append(d.Attributes, difftest.AttributesOf(a))
+				}
+				return d, err
+			}
+			identity := func(u *difftest.User) *difftest.User {
+				if !forward {
+					return nil
+				}
+				return u
+			}
+			corpus := difftest.Corpus(difftest.CorpusOptions{
+				Methods: []string{"GET", "POST", "HEAD"},
+				Targets: []string{"/metrics", "/metrics/cadvisor", "//metrics", "/./metrics/../stats/summary", "/stats/summary?x=1&x=2",
+					"/logs/x", "/%6detrics", "/metrics/%2e%2e/logs", "/pods", "/metrics%2fcadvisor"},
+				Authorization:   []string{"Bearer " + scraper, "Bearer " + bare, "", "Bearer not-a-token-0123456789"},
+				IdentityHeaders: []string{"X-Remote-User", "X-Remote-Uid", "X-Remote-Group", "X-Remote-Extra-Scopes", "Impersonate-User"},
+			})
+			h1, h2, closeIdle := difftest.Clients()
+			defer closeIdle()
+			withCert := func(c *http.Client) *http.Client {
+				tr := c.Transport.(*http.Transport).Clone()
+				tr.TLSClientConfig.Certificates = []tls.Certificate{cert}
+				return &http.Client{Transport: tr, Timeout: c.Timeout}
+			}
+			h1cert, h2cert := withCert(h1), withCert(h2)
+			defer h1cert.CloseIdleConnections()
+			defer h2cert.CloseIdleConnections()
+			for name, client := range map[string]*http.Client{"HTTP/1.1": h1, "HTTP/2": h2, "HTTP/1.1, certificate": h1cert, "HTTP/2, certificate": h2cert} {
+				p := difftest.Proxy{
+					Send:       func(r difftest.Request) (int, error) { return difftest.Send(client, base, r) },
+					Authorized: rec, Upstream: up, Read: read, Identity: identity,
+				}
+				if err := difftest.Check(p, corpus); err != nil {
+					t.Errorf("%s: %v", name, err)
+				}
+			}
+		})
 	}
 }

@@ -177,6 +177,11 @@ func newTemplate(s string) (*valueTemplate, error) {
 	if err != nil {
 		return nil, err
 	}
+	if t.Tree != nil && t.Tree.Root != nil {
+		if err := onlyValue(t.Tree.Root); err != nil {
+			return nil, err
+		}
+	}
 	vt := &valueTemplate{tmpl: t}
 	if t.Tree == nil || t.Tree.Root == nil {
 		vt.parts, vt.tmpl = []string{""}, nil
@@ -206,6 +211,70 @@ func newTemplate(s string) (*valueTemplate, error) {
 		vt.tmpl = nil
 	}
 	return vt, nil
+}
+
+// onlyValue reports a field the template reads other than .Value, the
+// only one there is ({{ .Namespace }}, {{ .Value.X }}, {{ $.Other }},
+// {{ (.Value).X }}): executing it fails whatever the value, and
+// kube-rbac-proxy would put "" in the attribute, so such a template is
+// refused when the configuration is loaded, even where it is not reached
+// with the value the configuration is checked with. A template that fails
+// only for some values (an index out of range) is refused with 400 on the
+// requests with those values.
+func onlyValue(n parse.Node) error {
+	var err error
+	var walk func(parse.Node)
+	walk = func(n parse.Node) {
+		if err != nil || n == nil {
+			return
+		}
+		switch n := n.(type) {
+		case *parse.ListNode:
+			if n == nil {
+				return
+			}
+			for _, c := range n.Nodes {
+				walk(c)
+			}
+		case *parse.ActionNode:
+			walk(n.Pipe)
+		case *parse.TemplateNode:
+			walk(n.Pipe)
+		case *parse.IfNode:
+			walk(&n.BranchNode)
+		case *parse.RangeNode:
+			walk(&n.BranchNode)
+		case *parse.WithNode:
+			walk(&n.BranchNode)
+		case *parse.BranchNode:
+			walk(n.Pipe)
+			walk(n.List)
+			walk(n.ElseList)
+		case *parse.PipeNode:
+			if n == nil {
+				return
+			}
+			for _, c := range n.Cmds {
+				walk(c)
+			}
+		case *parse.CommandNode:
+			for _, a := range n.Args {
+				walk(a)
+			}
+		case *parse.FieldNode:
+			if len(n.Ident) != 1 || n.Ident[0] != "Value" {
+				err = fmt.Errorf("the template reads %s: the only field is .Value", n)
+			}
+		case *parse.VariableNode:
+			if len(n.Ident) > 1 && (n.Ident[0] != "$" || len(n.Ident) != 2 || n.Ident[1] != "Value") {
+				err = fmt.Errorf("the template reads %s: the only field is .Value", n)
+			}
+		case *parse.ChainNode:
+			err = fmt.Errorf("the template reads %s: the only field is .Value", n)
+		}
+	}
+	walk(n)
+	return err
 }
 
 // execute returns the attribute for value. A template that fails is an

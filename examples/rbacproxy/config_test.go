@@ -121,6 +121,14 @@ func TestConfigErrors(t *testing.T) {
 		{"static path not clean", "authorization:\n  static:\n    - path: /a//b\n", "clean absolute path"},
 		{"template syntax", "authorization:\n  resourceAttributes:\n    resource: pods\n    namespace: '{{ .Value'\n", "resourceAttributes.namespace"},
 		{"template field", "authorization:\n  resourceAttributes:\n    resource: pods\n    namespace: '{{ .Other }}'\n", "resourceAttributes.namespace"},
+		// A field that is missing whatever the value, even on a branch the
+		// check with a sample value does not take: refused at start, not
+		// 400 on some requests.
+		{"template field on a branch", "authorization:\n  resourceAttributes:\n    resource: pods\n    namespace: '{{ if eq .Value \"x\" }}{{ .Other }}{{ end }}'\n", "the only field is .Value"},
+		{"template field of the value", "authorization:\n  resourceAttributes:\n    resource: pods\n    name: '{{ with .Value }}{{ .Len }}{{ end }}'\n", "the only field is .Value"},
+		{"template field through $", "authorization:\n  resourceAttributes:\n    resource: pods\n    name: '{{ range $i, $v := .Value }}{{ $.Other }}{{ end }}'\n", "the only field is .Value"},
+		{"template chain", "authorization:\n  resourceAttributes:\n    resource: pods\n    name: '{{ (.Value).X }}'\n", "the only field is .Value"},
+		{"template variable field", "authorization:\n  resourceAttributes:\n    resource: pods\n    name: '{{ $v := .Value }}{{ $v.X }}'\n", "the only field is .Value"},
 		{"not YAML", "authorization: [", "error converting YAML"},
 		{"too large", strings.Repeat("#", maxConfigBytes+1), "larger than"},
 	}
@@ -191,6 +199,8 @@ func TestMapper(t *testing.T) {
 			}},
 		{name: "query rewrite without the parameter", cfg: krpConfigs["rewrites"], method: "GET", target: "/metrics", wantErr: "no query parameter namespace"},
 		{name: "query rewrite, semicolon is not a separator", cfg: krpConfigs["rewrites"], method: "GET", target: "/metrics?namespace=a;namespace=b", wantErr: "no query parameter"},
+		{name: "template that fails for this value only: 400", cfg: "authorization:\n  rewrites:\n    byQueryParameter:\n      name: ns\n  resourceAttributes:\n    resource: pods\n    namespace: '{{ if eq .Value \"kube-system\" }}{{ index .Value 99 }}{{ else }}{{ .Value }}{{ end }}'\n",
+			method: "GET", target: "/metrics?ns=kube-system", wantErr: "resourceAttributes.namespace"},
 		{name: "header rewrite, values of two header lines", cfg: headerCfg, method: "POST", target: "/", header: map[string][]string{"X-Tenant": {"t1", "t2"}},
 			want: []authorizer.Attributes{
 				rec(authorizer.AttributesRecord{Verb: "create", Namespace: "t1", Resource: "namespaces", Subresource: "metrics", Name: "ns-t1-x", ResourceRequest: true}),

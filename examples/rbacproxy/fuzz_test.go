@@ -6,6 +6,8 @@ import (
 	"strings"
 	"testing"
 	"text/template"
+
+	"github.com/reviewauth/reviewauth/examples/internal/difftest"
 )
 
 // FuzzParseConfig: any input either fails to parse or gives a config whose
@@ -67,6 +69,32 @@ func FuzzTemplate(f *testing.F) {
 		got, err := vt.execute(value)
 		if (err == nil) != (refErr == nil) || (err == nil && got != want.String()) {
 			t.Fatalf("template %q with %q = %q, %v; text/template: %q, %v", tmpl, value, got, err, want.String(), refErr)
+		}
+	})
+}
+
+// FuzzForwardedIsAuthorized is TestForwardedIsAuthorized with fuzzed
+// requests (any method, target and header lines, with the scraper's token
+// unless they carry an Authorization of their own) through rbacproxy with
+// kube-rbac-proxy's rewrites by query parameter and header and custom
+// --auth-header-* fields, over HTTP/1.1: whatever reaches the upstream
+// says what was authorized.
+func FuzzForwardedIsAuthorized(f *testing.F) {
+	e := newDiffEnv(f, diffConfigs[2])
+	h1, _, closeIdle := difftest.Clients()
+	f.Cleanup(closeIdle)
+	p := e.checker(h1)
+	f.Add("GET", "/metrics?namespace=team-a", "X-Namespace: team-b\nConnection: X-Namespace, X-Forwarded-User")
+	f.Add("GET", "/metrics", "X_Namespace: team-a\nx_forwarded_user: system:admin\nX-Remote-User: system:admin")
+	f.Add("HEAD", "/metrics?namespace=team-a&namespace=team-b", "x-namespace: team-b\nX-NAMESPACE: team-a\nConnection: keep-alive, x_forwarded_groups")
+	f.Add("POST", "//metrics/../metrics?namespace=%74eam-a", "X-Namespace: kube-system")
+	f.Fuzz(func(t *testing.T, method, target, headers string) {
+		r, ok := difftest.FuzzRequest(method, target, headers, "Bearer "+e.scraper)
+		if !ok {
+			t.Skip()
+		}
+		if err := difftest.CheckOne(p, r); err != nil {
+			t.Fatal(err)
 		}
 	})
 }

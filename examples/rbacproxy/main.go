@@ -10,6 +10,15 @@
 //
 //   - client-sent X-Remote-* headers (and the --auth-header-* names), and
 //     Impersonate-*, never reach the upstream;
+//   - the upstream receives what was authorized: the --auth-header-*
+//     identity is set after the hop-by-hop pass, so a client's
+//     "Connection: X-Remote-User" cannot remove it, and the rewrites'
+//     header (byHttpHeader) reaches it with the values that were
+//     authorized; sent in two spellings (X-Namespace and X_Namespace, which
+//     an upstream may read alike) it is refused with 400
+//     (httpauth.Forwarder);
+//   - every authenticated caller, client certificates included, is in
+//     system:authenticated, as in kube-rbac-proxy and the API server;
 //   - paths are cleaned before anything reads them ("//logs" is "/logs",
 //     "%2e%2e" is refused with 400) and the upstream gets the path that
 //     was authorized;
@@ -203,9 +212,11 @@ func (c *config) validate() error {
 
 // run parses args and serves until ctx is done, then shuts down
 // gracefully. It writes "listening on https://ADDR" to stdout once it
-// serves; flag errors and --help go to stderr.
+// serves; --help prints the usage to stdout, as kube-rbac-proxy (cobra)
+// does, and returns pflag.ErrHelp (cli.Main exits 0); flag errors are
+// returned.
 func run(ctx context.Context, args []string, stdout, stderr io.Writer) error {
-	c, err := parseFlags(args, stderr)
+	c, err := parseFlags(args, stdout)
 	if err != nil {
 		return err
 	}
@@ -359,6 +370,18 @@ func (c *config) handler(built *serving.Built, certs *serving.Certificates, tran
 			opts.StripHeaders = append(opts.StripHeaders, h)
 		}
 	}
+	var fo httpauth.ForwarderOptions
+	if c.headers.enabled {
+		fo.Identity = c.headers
+	}
+	if m.header != "" {
+		// kube-rbac-proxy's rewrites read every value of the header: each
+		// is authorized.
+		fo.DecisionHeaders = []httpauth.DecisionHeader{{Name: m.header, Multiple: true}}
+	}
+	if opts.Forwarder, err = httpauth.NewForwarder(fo); err != nil {
+		return nil, fmt.Errorf("--auth-header-* or authorization.rewrites.byHttpHeader: %w", err)
+	}
 	protect, err := httpauth.New(opts)
 	if err != nil {
 		return nil, err
@@ -381,7 +404,7 @@ func (c *config) handler(built *serving.Built, certs *serving.Certificates, tran
 		allowPaths:    c.allowPaths,
 		ignorePaths:   c.ignorePaths,
 		ignoreMethods: c.ignoreMethods,
-		headers:       c.headers,
+		forwarder:     opts.Forwarder,
 		reencodeQuery: m.query != "",
 	}, protect, ignore)
 }

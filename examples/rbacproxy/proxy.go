@@ -10,7 +10,6 @@ import (
 	"time"
 
 	"k8s.io/apiserver/pkg/authentication/user"
-	"k8s.io/apiserver/pkg/endpoints/request"
 	"k8s.io/klog/v2"
 
 	"github.com/reviewauth/reviewauth/examples/internal/cli"
@@ -19,10 +18,21 @@ import (
 )
 
 // headerFields are kube-rbac-proxy's --auth-header-* flags: the headers
-// that tell the upstream who the caller is.
+// that tell the upstream who the caller is. With enabled, they are the
+// proxy's httpauth.IdentityHeaders.
 type headerFields struct {
 	enabled           bool
 	user, groups, sep string
+}
+
+// Names are the user and groups headers.
+func (f headerFields) Names() []string { return []string{f.user, f.groups} }
+
+// Set writes the caller's name, and its groups joined by sep (an empty
+// value without groups), as kube-rbac-proxy does.
+func (f headerFields) Set(h http.Header, u user.Info) {
+	h.Set(f.user, u.GetName())
+	h.Set(f.groups, strings.Join(u.GetGroups(), f.sep))
 }
 
 // proxyOptions configure the handler.
@@ -36,7 +46,10 @@ type proxyOptions struct {
 	// served without authentication or authorization, for the methods in
 	// ignoreMethods (GET and HEAD when empty).
 	ignorePaths, ignoreMethods []string
-	headers                    headerFields
+	// forwarder makes each forwarded request carry what was authorized:
+	// the --auth-header-* identity and the rewrites' header (see
+	// httpauth.Forwarder); the middlewares have it in their Options.
+	forwarder *httpauth.Forwarder
 	// reencodeQuery forwards the query as parsed, when a query parameter
 	// decides what is authorized.
 	reencodeQuery bool
@@ -45,15 +58,19 @@ type proxyOptions struct {
 // handler is rbacproxy's request path:
 //
 //  1. every client-sent X-Remote-* header, and the --auth-header-*
-//     names in every spelling, are deleted (httpauth's StripHeaders, set
-//     by config.handler, in both middlewares);
+//     names in every spelling, are deleted (httpauth's StripHeaders and
+//     Forwarder, set by config.handler, in both middlewares);
 //  2. with --allow-paths, a cleaned path that matches none is 404;
 //  3. a cleaned path that matches --ignore-paths goes to ignored, an
 //     httpauth middleware whose always-allow paths are every path, for
 //     the ignore methods (GET and HEAD); anything else to protected;
-//  4. an authenticated caller's name and groups are set in the
-//     --auth-header-* headers;
-//  5. the request, with its cleaned path, is proxied.
+//     either refuses the rewrites' header in two spellings or keeps it
+//     and the identity headers out of the client's Connection header;
+//  4. the request, with its cleaned path, is proxied: at the end of
+//     Rewrite, after httputil.ReverseProxy's hop-by-hop pass, the
+//     forwarder sets an authenticated caller's name and groups in the
+//     --auth-header-* headers and the rewrites' header to the values
+//     that were authorized.
 type handler struct {
 	o                  proxyOptions
 	protected, ignored http.Handler
@@ -81,6 +98,7 @@ func newHandler(o proxyOptions, protect, ignore func(http.Handler) http.Handler)
 				// form.
 				pr.Out.URL.RawQuery = pr.In.URL.Query().Encode()
 			}
+			o.forwarder.Header(pr.Out.Header, pr.In)
 		},
 		Transport:  o.transport,
 		BufferPool: cli.ProxyBuffers,
@@ -91,13 +109,9 @@ func newHandler(o proxyOptions, protect, ignore func(http.Handler) http.Handler)
 			w.WriteHeader(http.StatusBadGateway)
 		},
 	}
-	var next http.Handler = proxy
-	if o.headers.enabled {
-		next = h.withHeaderFields(proxy)
-	}
-	h.protected = protect(next)
+	h.protected = protect(proxy)
 	if ignore != nil {
-		h.ignored = ignore(next)
+		h.ignored = ignore(proxy)
 	}
 	return h, nil
 }
@@ -126,17 +140,4 @@ func matchAny(patterns []string, p string) bool {
 		}
 	}
 	return false
-}
-
-// withHeaderFields sets the --auth-header-* headers from the
-// authenticated identity, as kube-rbac-proxy does, never for the anonymous
-// caller of an ignored path.
-func (h *handler) withHeaderFields(next http.Handler) http.Handler {
-	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
-		if u, ok := request.UserFrom(r.Context()); ok && u.GetName() != user.Anonymous {
-			r.Header.Set(h.o.headers.user, u.GetName())
-			r.Header.Set(h.o.headers.groups, strings.Join(u.GetGroups(), h.o.headers.sep))
-		}
-		next.ServeHTTP(w, r)
-	})
 }

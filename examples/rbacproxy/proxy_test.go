@@ -6,6 +6,8 @@ import (
 	"crypto/tls"
 	"crypto/x509"
 	"encoding/pem"
+	"errors"
+	"fmt"
 	"io"
 	"net"
 	"net/http"
@@ -18,9 +20,11 @@ import (
 	"testing"
 	"time"
 
+	"github.com/spf13/pflag"
 	"k8s.io/apiserver/pkg/authentication/user"
 
 	"github.com/reviewauth/reviewauth/authtest"
+	"github.com/reviewauth/reviewauth/examples/internal/difftest"
 )
 
 // seen is one request the upstream received.
@@ -124,7 +128,7 @@ type proxy struct {
 }
 
 // start runs rbacproxy with args until the test ends.
-func start(t *testing.T, args ...string) *proxy {
+func start(t testing.TB, args ...string) *proxy {
 	t.Helper()
 	ctx, cancel := context.WithCancel(context.Background())
 	pr, pw := io.Pipe()
@@ -163,7 +167,7 @@ func start(t *testing.T, args ...string) *proxy {
 
 // do sends method path (as written, not cleaned by the client) with token
 // and headers, and returns the status and body.
-func (p *proxy) do(t *testing.T, method, path, token string, header map[string][]string) (int, string) {
+func (p *proxy) do(t testing.TB, method, path, token string, header map[string][]string) (int, string) {
 	t.Helper()
 	req, err := http.NewRequest(method, p.base+"/", nil)
 	if err != nil {
@@ -479,8 +483,20 @@ func TestFlagErrors(t *testing.T) {
 		})
 	}
 	var out strings.Builder
-	if err := run(context.Background(), []string{"--version=raw"}, &out, io.Discard); err != nil || !strings.HasPrefix(out.String(), "rbacproxy ") {
-		t.Errorf("run(--version=raw) = %v, %q", err, out.String())
+	if err := run(context.Background(), []string{"--version=raw"}, &out, io.Discard); err != nil || !strings.HasPrefix(out.String(), "version.Info{") {
+		t.Errorf("run(--version=raw) = %v, %q; want component-base's version.Info (clitest.CheckExits checks its shape)", err, out.String())
+	}
+	out.Reset()
+	if err := run(context.Background(), []string{"--version"}, &out, io.Discard); err != nil || !strings.HasPrefix(out.String(), "rbacproxy ") {
+		t.Errorf("run(--version) = %v, %q", err, out.String())
+	}
+	// --help: the usage on stdout, as kube-rbac-proxy's cobra prints it,
+	// and pflag.ErrHelp, on which cli.Main exits 0 (TestExits).
+	out.Reset()
+	var errOut strings.Builder
+	if err := run(context.Background(), []string{"--help"}, &out, &errOut); !errors.Is(err, pflag.ErrHelp) ||
+		!strings.Contains(out.String(), "Usage of rbacproxy") || errOut.Len() != 0 {
+		t.Errorf("run(--help) = %v, stdout %d bytes, stderr %q; want pflag.ErrHelp and the usage on stdout", err, out.Len(), errOut.String())
 	}
 }
 
@@ -585,5 +601,202 @@ func TestClientCertificate(t *testing.T) {
 	}
 	if code, _ := p.do(t, "GET", "/logs", "", nil); code != 403 {
 		t.Errorf("client certificate, /logs = %d; want 403", code)
+	}
+}
+
+// diffConfig is one rbacproxy configuration of the differential test.
+type diffConfig struct {
+	name string
+	args []string
+	// query and header are the rewrites' query parameter and header, ""
+	// when none (then requests are authorized by path).
+	query, header string
+	// userHeader, groupsHeader and sep are the --auth-header-* fields when
+	// they are enabled, "" otherwise.
+	userHeader, groupsHeader, sep string
+}
+
+var diffRewritesConfig = `
+authorization:
+  rewrites:
+    byQueryParameter:
+      name: namespace
+    byHttpHeader:
+      name: X-Namespace
+  resourceAttributes:
+    apiVersion: v1
+    resource: namespace
+    subresource: metrics
+    namespace: "{{ .Value }}"
+`
+
+var diffConfigs = []diffConfig{
+	{name: "by path, identity headers", args: []string{"--auth-header-fields-enabled"},
+		userHeader: "X-Remote-User", groupsHeader: "X-Remote-Groups", sep: "|"},
+	{name: "by path, no identity headers"},
+	{name: "rewrites by query and header, custom identity headers", query: "namespace", header: "X-Namespace",
+		args:       []string{"--auth-header-fields-enabled", "--auth-header-user-field-name=X-Forwarded-User", "--auth-header-groups-field-name=x_forwarded_groups", "--auth-header-groups-field-separator=,"},
+		userHeader: "X-Forwarded-User", groupsHeader: "X_forwarded_groups", sep: ","},
+}
+
+// diffEnv is rbacproxy with one configuration, every review sent to the
+// API server (caches off), so that each request's SubjectAccessReviews are
+// what was authorized for it.
+type diffEnv struct {
+	cfg                      diffConfig
+	proxy                    *proxy
+	rec                      *difftest.Recorder
+	up                       *difftest.Upstream
+	scraper, writer, noGroup string
+}
+
+func newDiffEnv(t testing.TB, cfg diffConfig) *diffEnv {
+	t.Helper()
+	api, kubeconfig := difftest.StartAPIServer(t)
+	dir := t.TempDir()
+	rec := &difftest.Recorder{}
+	api.SetPolicy(rec.Policy(authtest.Rules(
+		authtest.Rule{Groups: []string{user.AllAuthenticated}, Verbs: []string{"get"}, NonResourceURLs: []string{"/metrics", "/metrics/*"}},
+		authtest.Rule{Users: []string{"writer"}, Verbs: []string{"create"}, NonResourceURLs: []string{"/api/v1/write"}},
+		authtest.Rule{Users: []string{scraperName}, Verbs: []string{"get"}, APIGroups: []string{""}, Resources: []string{"namespace"},
+			Subresources: []string{"metrics"}, Namespaces: []string{"team-a", "team-b"}},
+	)))
+	up := &difftest.Upstream{}
+	upSrv := httptest.NewServer(up)
+	t.Cleanup(upSrv.Close)
+	args := []string{"--secure-listen-address=127.0.0.1:0", "--upstream=" + upSrv.URL + "/", "--kubeconfig=" + kubeconfig,
+		"--auth-token-audiences=" + audience, "--authentication-token-webhook-cache-ttl=0",
+		"--authorization-webhook-cache-authorized-ttl=0", "--authorization-webhook-cache-unauthorized-ttl=0"}
+	if cfg.query != "" || cfg.header != "" {
+		p := filepath.Join(dir, "config.yaml")
+		if err := os.WriteFile(p, []byte(diffRewritesConfig), 0o600); err != nil {
+			t.Fatal(err)
+		}
+		args = append(args, "--config-file="+p)
+	}
+	exp := time.Now().Add(time.Hour)
+	return &diffEnv{cfg: cfg, proxy: start(t, append(args, cfg.args...)...), rec: rec, up: up,
+		// The API server's TokenReview gives system:authenticated; the
+		// writer, as another authenticator might, lacks it, and gets it
+		// from rbacproxy as from kube-rbac-proxy.
+		scraper: api.MintToken(&user.DefaultInfo{Name: scraperName, UID: "uid-scraper", Groups: []string{"system:serviceaccounts", user.AllAuthenticated},
+			Extra: map[string][]string{"authentication.kubernetes.io/credential-id": {"JTI=1"}}}, []string{audience}, exp),
+		writer:  api.MintToken(&user.DefaultInfo{Name: "writer", Groups: []string{"writers"}}, []string{audience}, exp),
+		noGroup: api.MintToken(&user.DefaultInfo{Name: "nobody-in-particular"}, []string{audience}, exp),
+	}
+}
+
+// checker returns the difftest.Proxy of e over client.
+func (e *diffEnv) checker(client *http.Client) difftest.Proxy {
+	return difftest.Proxy{
+		Send:       func(r difftest.Request) (int, error) { return difftest.Send(client, e.proxy.base, r) },
+		Authorized: e.rec,
+		Upstream:   e.up,
+		Read:       e.read,
+		Identity:   e.identity,
+	}
+}
+
+// identity is what rbacproxy tells the upstream of an authorized user:
+// kube-rbac-proxy's name and groups, or nothing.
+func (e *diffEnv) identity(u *difftest.User) *difftest.User {
+	if e.cfg.userHeader == "" || u == nil {
+		return nil
+	}
+	return &difftest.User{Name: u.Name, Groups: u.Groups}
+}
+
+// read reads a request the upstream received as an upstream of
+// kube-rbac-proxy reads it, leniently: the identity from the configured
+// headers (and no other identity header at all), the attributes from its
+// method and path, or from the rewrites' query parameter and header.
+func (e *diffEnv) read(r *http.Request) (difftest.Decision, error) {
+	l := difftest.Lenient(r.Header)
+	userKey, groupsKey := http.CanonicalHeaderKey(strings.ReplaceAll(e.cfg.userHeader, "_", "-")), http.CanonicalHeaderKey(strings.ReplaceAll(e.cfg.groupsHeader, "_", "-"))
+	var d difftest.Decision
+	for k, v := range l {
+		lk := strings.ToLower(k)
+		if (strings.HasPrefix(lk, "x-remote-") || strings.HasPrefix(lk, "impersonate-") || lk == "authorization") &&
+			(e.cfg.userHeader == "" || (k != userKey && k != groupsKey)) {
+			return d, fmt.Errorf("%s: %q reached the upstream", k, v)
+		}
+	}
+	if e.cfg.userHeader != "" {
+		name, groups := l[userKey], l[groupsKey]
+		if len(name) != 1 || len(groups) != 1 {
+			return d, fmt.Errorf("identity headers %s %q, %s %q; want one value each", userKey, name, groupsKey, groups)
+		}
+		d.User = &difftest.User{Name: name[0]}
+		if groups[0] != "" {
+			d.User.Groups = strings.Split(groups[0], e.cfg.sep)
+		}
+	}
+	verb, err := krpVerb(r.Method)
+	if err != nil {
+		return d, err
+	}
+	if e.cfg.query == "" && e.cfg.header == "" {
+		d.Attributes = []difftest.Attributes{{Verb: verb, Path: r.URL.Path}}
+		return d, nil
+	}
+	values := append(r.URL.Query()[e.cfg.query], l[http.CanonicalHeaderKey(e.cfg.header)]...)
+	for _, v := range values {
+		d.Attributes = append(d.Attributes, difftest.Attributes{Verb: verb, Namespace: v, APIVersion: "v1", Resource: "namespace",
+			Subresource: "metrics", ResourceRequest: true})
+	}
+	return d, nil
+}
+
+// corpus is the hand-written corpus of e's configuration.
+func (e *diffEnv) corpus() []difftest.Request {
+	identity := []string{"X-Remote-User", "X-Remote-Group", "X-Remote-Groups", "X-Remote-Extra-Scopes", "Impersonate-User", "Impersonate-Group"}
+	if e.cfg.userHeader != "" {
+		identity = append(identity, e.cfg.userHeader, e.cfg.groupsHeader)
+	}
+	if e.cfg.query == "" {
+		return difftest.Corpus(difftest.CorpusOptions{
+			Methods: []string{"GET", "POST", "HEAD"},
+			Targets: []string{"/metrics", "//metrics", "/./metrics/", "/metrics/../metrics", "/%6detrics", "/metrics?x=1&x=2",
+				"/metrics/%2e%2e/logs", "/metrics%2f..%2flogs", "/logs/../metrics/cadvisor", "/api/v1/write", "/api/v1/../v1/write?x=%2f"},
+			Authorization:   []string{"Bearer " + e.scraper, "Bearer " + e.writer, "Bearer " + e.noGroup, "", "Bearer not-a-token-0123456789"},
+			IdentityHeaders: identity,
+		})
+	}
+	return difftest.Corpus(difftest.CorpusOptions{
+		Targets: []string{"/metrics", "/metrics?namespace=team-a", "/metrics?namespace=team-a&namespace=team-b", "/metrics?namespace=team-a&namespace=kube-system",
+			"/metrics?namespace=%74eam-b", "/metrics?namespace=team-a;namespace=kube-system", "/metrics?NAMESPACE=kube-system&namespace=team-a",
+			"/metrics?namespace=team-a&namespace=team-a", "/metrics?namespace=", "/metrics?namespace=team%2da&x=%zz"},
+		Authorization:   []string{"Bearer " + e.scraper},
+		DecisionHeader:  e.cfg.header,
+		DecisionValues:  []string{"team-a", "team-b", "kube-system"},
+		IdentityHeaders: identity,
+	})
+}
+
+// TestForwardedIsAuthorized is the differential test of rbacproxy (issue
+// #21): for a corpus of requests (hop-by-hop header names in Connection,
+// header spellings and duplicates, encoded and unclean paths, multi-value
+// queries, spoofed identity headers, bad and missing credentials), over
+// HTTP/1.1 and HTTP/2, in three configurations, what the upstream
+// received, read back as kube-rbac-proxy's upstream reads it (names in
+// any case, '_' for '-'), says exactly what was authorized: the
+// SubjectAccessReviews allowed for that request and the user they were
+// for (its name and groups in the --auth-header-* fields, or no identity
+// header at all). A request that was not allowed never reaches the
+// upstream.
+func TestForwardedIsAuthorized(t *testing.T) {
+	for _, cfg := range diffConfigs {
+		t.Run(cfg.name, func(t *testing.T) {
+			e := newDiffEnv(t, cfg)
+			h1, h2, closeIdle := difftest.Clients()
+			defer closeIdle()
+			corpus := e.corpus()
+			for _, client := range []*http.Client{h1, h2} {
+				if err := difftest.Check(e.checker(client), corpus); err != nil {
+					t.Error(err)
+				}
+			}
+			t.Logf("%d requests, over HTTP/1.1 and HTTP/2", len(corpus))
+		})
 	}
 }

@@ -22,6 +22,7 @@ import (
 	"syscall"
 
 	"github.com/spf13/pflag"
+	apimachineryversion "k8s.io/apimachinery/pkg/version"
 	logsapi "k8s.io/component-base/logs/api/v1"
 	_ "k8s.io/component-base/logs/json/register" // --logging-format=json
 	"k8s.io/klog/v2"
@@ -33,13 +34,15 @@ import (
 // cancelled on SIGINT or SIGTERM, and exits as a Kubernetes component does:
 // an error is logged through klog (in the format the logging flags chose,
 // once run applied them) and exits 1; pflag.ErrHelp, after the usage was
-// printed, exits 2; success flushes the log and returns.
+// printed (--help, -h), exits 0, as kube-rbac-proxy, every cobra-based
+// Kubernetes component and Go's flag package do; success flushes the log
+// and returns.
 func Main(name string, run func(ctx context.Context) error) {
 	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
 	err := run(ctx)
 	stop()
 	if errors.Is(err, pflag.ErrHelp) {
-		os.Exit(2)
+		return
 	}
 	if err != nil {
 		klog.ErrorS(err, name+" failed")
@@ -65,8 +68,11 @@ type Flags struct {
 	TLS serving.TLSFlags
 	// Logs are component-base's logging flags.
 	Logs *logsapi.LoggingConfiguration
-	// Version is --version.
+	// Version is --version (or --version=raw).
 	Version bool
+	// VersionRaw is --version=raw: the version as k8s.io/component-base's
+	// verflag prints it (see RawVersion).
+	VersionRaw bool
 	// MetricsListen is where /metrics, /healthz, /livez and /readyz are
 	// served, over plain HTTP; empty means nowhere.
 	MetricsListen string
@@ -93,7 +99,7 @@ func (f *Flags) AddFlags(fs *pflag.FlagSet, tls bool) {
 // --max-connections only.
 func (f *Flags) AddBaseFlags(fs *pflag.FlagSet) {
 	logsapi.AddFlags(f.Logs, fs)
-	fs.Var(versionValue{&f.Version}, "version", "Print the version and exit (--version, or --version=raw as kube-rbac-proxy and Kubernetes components take it).")
+	fs.Var(versionValue{&f.Version, &f.VersionRaw}, "version", "Print the version and exit (--version, or --version=raw for the version.Info of Kubernetes components and kube-rbac-proxy).")
 	fs.Lookup("version").NoOptDefVal = "true"
 	fs.StringVar(&f.MetricsListen, "metrics-listen", f.MetricsListen,
 		"Address to serve Prometheus metrics on, at /metrics, with /healthz, /livez and /readyz (for example 127.0.0.1:9090); plain HTTP. Not served when empty.")
@@ -103,21 +109,24 @@ func (f *Flags) AddBaseFlags(fs *pflag.FlagSet) {
 
 // versionValue is --version: a boolean that also takes "raw", as
 // component-base's verflag does.
-type versionValue struct{ p *bool }
+type versionValue struct{ on, raw *bool }
 
 func (v versionValue) String() string {
-	if v.p != nil && *v.p {
-		return "true"
+	switch {
+	case v.on == nil || !*v.on:
+		return "false"
+	case *v.raw:
+		return "raw"
 	}
-	return "false"
+	return "true"
 }
 
 func (v versionValue) Set(s string) error {
 	switch s {
 	case "true", "raw":
-		*v.p = true
+		*v.on, *v.raw = true, s == "raw"
 	case "false":
-		*v.p = false
+		*v.on, *v.raw = false, false
 	default:
 		return fmt.Errorf("want true, false or raw, got %q", s)
 	}
@@ -138,23 +147,62 @@ func (f *Flags) ApplyLogging() error {
 // Version returns "name VERSION (COMMIT, GOVERSION)", from the build
 // information Go embeds in the binary.
 func Version(name string) string {
-	version, commit := "(devel)", "unknown commit"
-	if bi, ok := debug.ReadBuildInfo(); ok {
-		if bi.Main.Version != "" {
-			version = bi.Main.Version
-		}
-		for _, s := range bi.Settings {
-			switch s.Key {
-			case "vcs.revision":
-				commit = s.Value
-			case "vcs.modified":
-				if s.Value == "true" {
-					commit += "-dirty"
-				}
+	version, commit, dirty := buildInfo()
+	if version == "" {
+		version = "(devel)"
+	}
+	if commit == "" {
+		commit = "unknown commit"
+	}
+	if dirty == "dirty" {
+		commit += "-dirty"
+	}
+	return fmt.Sprintf("%s %s (%s, %s)", name, version, commit, runtime.Version())
+}
+
+// RawVersion is what --version=raw prints, as k8s.io/component-base's
+// verflag prints it for kube-rbac-proxy and every Kubernetes component
+// ("%#v" of a version.Info): the fields a release build stamps come from
+// the build information Go embeds instead (GitVersion the module's version,
+// "v0.0.0-master" for a build from a work tree; GitCommit and GitTreeState
+// from its VCS stamp, empty without one), and the others are
+// component-base's defaults (Major, Minor and the emulation fields empty,
+// BuildDate the epoch, as kube-rbac-proxy's release builds leave them).
+func RawVersion() apimachineryversion.Info {
+	version, commit, treeState := buildInfo()
+	if version == "" || version == "(devel)" {
+		version = "v0.0.0-master"
+	}
+	return apimachineryversion.Info{
+		GitVersion:   version,
+		GitCommit:    commit,
+		GitTreeState: treeState,
+		BuildDate:    "1970-01-01T00:00:00Z",
+		GoVersion:    runtime.Version(),
+		Compiler:     runtime.Compiler,
+		Platform:     runtime.GOOS + "/" + runtime.GOARCH,
+	}
+}
+
+// buildInfo returns the main module's version, the VCS revision and
+// "clean" or "dirty", each empty when the binary does not say.
+func buildInfo() (version, commit, treeState string) {
+	bi, ok := debug.ReadBuildInfo()
+	if !ok {
+		return "", "", ""
+	}
+	for _, s := range bi.Settings {
+		switch s.Key {
+		case "vcs.revision":
+			commit = s.Value
+		case "vcs.modified":
+			treeState = "clean"
+			if s.Value == "true" {
+				treeState = "dirty"
 			}
 		}
 	}
-	return fmt.Sprintf("%s %s (%s, %s)", name, version, commit, runtime.Version())
+	return bi.Main.Version, commit, treeState
 }
 
 // ErrVersion is returned by Start after printing the version: the program
@@ -177,6 +225,10 @@ func (s *Started) Stop() { s.stop() }
 // --metrics-listen, printing "metrics on http://ADDR/metrics" to out.
 // The metrics server runs until ctx is done or Stop is called.
 func (f *Flags) Start(ctx context.Context, name string, out io.Writer) (*Started, error) {
+	if f.VersionRaw {
+		fmt.Fprintf(out, "%#v\n", RawVersion())
+		return nil, ErrVersion
+	}
 	if f.Version {
 		fmt.Fprintln(out, Version(name))
 		return nil, ErrVersion

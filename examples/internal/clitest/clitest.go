@@ -13,6 +13,7 @@ import (
 	"net/http"
 	"os"
 	"os/exec"
+	"regexp"
 	"strings"
 	"sync"
 	"syscall"
@@ -206,10 +207,18 @@ func Run(t testing.TB, args ...string) (code int, output string) {
 	return cmd.ProcessState.ExitCode(), out.String()
 }
 
+// rawVersion is the shape of --version=raw: k8s.io/component-base's
+// verflag prints "%#v" of a version.Info (kube-rbac-proxy v0.21.0 too).
+var rawVersion = regexp.MustCompile(`^version\.Info\{Major:"", Minor:"", EmulationMajor:"", EmulationMinor:"", MinCompatibilityMajor:"", MinCompatibilityMinor:"", ` +
+	`GitVersion:"v[^"]+", GitCommit:"[0-9a-f]*", GitTreeState:"(clean|dirty|)", BuildDate:"1970-01-01T00:00:00Z", ` +
+	`GoVersion:"go1\.[^"]+", Compiler:"gc", Platform:"[a-z0-9]+/[a-z0-9]+"\}\n$`)
+
 // CheckExits checks how the program named name exits, as cli.Main makes
-// every example exit: --help prints the usage and exits 2, an unknown flag
-// is logged as "NAME failed" naming the flag and exits 1, --version prints
-// the version and exits 0.
+// every example exit: --help and -h print the usage and exit 0 (as
+// kube-rbac-proxy, cobra and Go's flag package do), an unknown flag is
+// logged as "NAME failed" naming the flag and exits 1, --version prints
+// the version and exits 0, --version=raw prints component-base's
+// version.Info (rawVersion) alone and exits 0.
 func CheckExits(t *testing.T, name string) {
 	t.Helper()
 	for _, tt := range []struct {
@@ -217,9 +226,11 @@ func CheckExits(t *testing.T, name string) {
 		code int
 		want []string
 	}{
-		{[]string{"--help"}, 2, []string{"Usage of " + name, "--kubeconfig"}},
+		{[]string{"--help"}, 0, []string{"Usage of " + name, "--kubeconfig"}},
+		{[]string{"-h"}, 0, []string{"Usage of " + name, "--kubeconfig"}},
 		{[]string{"--no-such-flag"}, 1, []string{`"` + name + ` failed"`, "unknown flag: --no-such-flag"}},
 		{[]string{"--version"}, 0, []string{name + " "}},
+		{[]string{"--version=raw"}, 0, []string{"version.Info{"}},
 	} {
 		code, out := Run(t, tt.args...)
 		if code != tt.code {
@@ -229,6 +240,9 @@ func CheckExits(t *testing.T, name string) {
 			if !strings.Contains(out, w) {
 				t.Errorf("%s %q output lacks %q:\n%s", name, tt.args, w, out)
 			}
+		}
+		if tt.args[0] == "--version=raw" && !rawVersion.MatchString(out) {
+			t.Errorf("%s --version=raw = %q; want the shape %s", name, out, rawVersion)
 		}
 	}
 }

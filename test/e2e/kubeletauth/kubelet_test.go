@@ -3,11 +3,22 @@ package kubeletauth_test
 import (
 	"bufio"
 	"context"
+	"crypto/ecdsa"
+	"crypto/elliptic"
+	"crypto/rand"
+	"crypto/tls"
+	"crypto/x509"
+	"crypto/x509/pkix"
+	"encoding/pem"
 	"fmt"
+	"math/big"
 	"net"
 	"net/http"
 	"net/http/httptest"
 	"net/url"
+	"os"
+	"path/filepath"
+	"reflect"
 	"slices"
 	"strings"
 	"sync"
@@ -16,17 +27,23 @@ import (
 
 	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/apimachinery/pkg/util/version"
+	"k8s.io/apimachinery/pkg/util/wait"
+	"k8s.io/apiserver/pkg/apis/apiserver"
 	"k8s.io/apiserver/pkg/authentication/authenticator"
+	"k8s.io/apiserver/pkg/authentication/authenticatorfactory"
 	"k8s.io/apiserver/pkg/authentication/user"
 	"k8s.io/apiserver/pkg/authorization/authorizer"
 	"k8s.io/apiserver/pkg/server/dynamiccertificates"
 	utilfeature "k8s.io/apiserver/pkg/util/feature"
+	"k8s.io/client-go/kubernetes"
 	"k8s.io/component-base/featuregate"
 	featuregatetesting "k8s.io/component-base/featuregate/testing"
 	"k8s.io/kubernetes/pkg/features"
 	kubeletconfig "k8s.io/kubernetes/pkg/kubelet/apis/config"
 	kubeletserver "k8s.io/kubernetes/pkg/kubelet/server"
 
+	"github.com/reviewauth/reviewauth/authn"
+	"github.com/reviewauth/reviewauth/authtest"
 	"github.com/reviewauth/reviewauth/httpauth"
 )
 
@@ -382,4 +399,130 @@ func init() {
 			panic("kubeletauth: corpus path with whitespace: " + p)
 		}
 	}
+}
+
+// TestKubeletIdentityConformance: the identity httpauth authorizes for a
+// client certificate or a bearer token is the one the kubelet's own
+// authentication stack gives the same credential (the kubelet's BuildAuthn,
+// cmd/kubelet/app/auth.go, v1.37.2: k8s.io/apiserver's
+// DelegatingAuthenticatorConfig with the client CA and the TokenReview
+// webhook, anonymous off): name, UID, groups in order (system:authenticated
+// added by its AuthenticatedGroupAdder, to certificate users too) and
+// extras. It is what metricsproxy authorizes and, with --forward-identity,
+// forwards.
+func TestKubeletIdentityConformance(t *testing.T) {
+	now := time.Now()
+	caKey, _ := ecdsa.GenerateKey(elliptic.P256(), rand.Reader)
+	caTmpl := &x509.Certificate{SerialNumber: big.NewInt(1), Subject: pkix.Name{CommonName: "client CA"}, NotBefore: now.Add(-time.Hour),
+		NotAfter: now.Add(time.Hour), IsCA: true, BasicConstraintsValid: true, KeyUsage: x509.KeyUsageCertSign}
+	caDER, err := x509.CreateCertificate(rand.Reader, caTmpl, caTmpl, &caKey.PublicKey, caKey)
+	if err != nil {
+		t.Fatal(err)
+	}
+	ca, _ := x509.ParseCertificate(caDER)
+	caFile := filepath.Join(t.TempDir(), "ca.pem")
+	if err := os.WriteFile(caFile, pem.EncodeToMemory(&pem.Block{Type: "CERTIFICATE", Bytes: caDER}), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	// The TokenReviews of both go to an authtest API server, which answers
+	// with the users as registered (a real one would add
+	// system:authenticated to them itself).
+	api := authtest.Start(t)
+	for token, u := range map[string]*user.DefaultInfo{
+		"token-no-groups":       {Name: "system:serviceaccount:ns:a", UID: "u-a", Extra: map[string][]string{"authentication.kubernetes.io/pod-name": {"p"}}},
+		"token-team":            {Name: "b", Groups: []string{"team"}},
+		"token-authenticated":   {Name: "c", Groups: []string{user.AllAuthenticated, "team"}},
+		"token-unauthenticated": {Name: "d", Groups: []string{user.AllUnauthenticated}},
+		"token-anonymous-name":  {Name: user.Anonymous},
+	} {
+		api.AddToken(token, u, nil, time.Time{})
+	}
+	cs, err := kubernetes.NewForConfig(api.Config())
+	if err != nil {
+		t.Fatal(err)
+	}
+	clientCA, err := dynamiccertificates.NewDynamicCAContentFromFile("client-ca-bundle", caFile)
+	if err != nil {
+		t.Fatal(err)
+	}
+	kubelet, _, err := authenticatorfactory.DelegatingAuthenticatorConfig{
+		Anonymous:                          &apiserver.AnonymousAuthConfig{Enabled: false},
+		CacheTTL:                           2 * time.Minute,
+		ClientCertificateCAContentProvider: clientCA,
+		// genericoptions.DefaultAuthWebhookRetryBackoff(), written out: that
+		// package brings etcd's client into the module.
+		WebhookRetryBackoff:     &wait.Backoff{Duration: 500 * time.Millisecond, Factor: 1.5, Jitter: 0.2, Steps: 5},
+		TokenAccessReviewClient: cs.AuthenticationV1(),
+	}.New()
+	if err != nil {
+		t.Fatal(err)
+	}
+
+	pool := x509.NewCertPool()
+	pool.AddCert(ca)
+	certs, err := httpauth.NewClientCertAuthenticator(httpauth.ClientCertOptions{ClientCA: pool})
+	if err != nil {
+		t.Fatal(err)
+	}
+	tokens, err := authn.NewForConfig(api.Config(), authn.Options{AllowAPIServerAudience: true})
+	if err != nil {
+		t.Fatal(err)
+	}
+	var asked user.Info
+	mw, err := httpauth.New(httpauth.Options{Authenticator: tokens, ClientCertificates: certs, Attributes: httpauth.KubeletFineGrained(nodeName),
+		Authorizer: authorizer.AuthorizerFunc(func(_ context.Context, a authorizer.Attributes) (authorizer.Decision, string, error) {
+			asked = a.GetUser()
+			return authorizer.DecisionAllow, "", nil
+		})})
+	if err != nil {
+		t.Fatal(err)
+	}
+	h := mw(http.HandlerFunc(func(http.ResponseWriter, *http.Request) {}))
+
+	var requests []*http.Request
+	for _, c := range []struct {
+		cn     string
+		groups []string
+	}{
+		{"system:kube-apiserver", nil}, {"prometheus", []string{"monitoring"}}, {"c", []string{user.AllAuthenticated}},
+		{"d", []string{user.AllUnauthenticated}}, {user.Anonymous, nil}, {"system:node:" + nodeName, []string{user.NodesGroup}},
+	} {
+		key, _ := ecdsa.GenerateKey(elliptic.P256(), rand.Reader)
+		tmpl := &x509.Certificate{SerialNumber: big.NewInt(int64(len(requests) + 2)), Subject: pkix.Name{CommonName: c.cn, Organization: c.groups},
+			NotBefore: now.Add(-time.Hour), NotAfter: now.Add(time.Hour), KeyUsage: x509.KeyUsageDigitalSignature, ExtKeyUsage: []x509.ExtKeyUsage{x509.ExtKeyUsageClientAuth}}
+		der, err := x509.CreateCertificate(rand.Reader, tmpl, ca, &key.PublicKey, caKey)
+		if err != nil {
+			t.Fatal(err)
+		}
+		leaf, _ := x509.ParseCertificate(der)
+		r := httptest.NewRequest("GET", "https://node/metrics", nil)
+		r.TLS = &tls.ConnectionState{HandshakeComplete: true, PeerCertificates: []*x509.Certificate{leaf}}
+		requests = append(requests, r)
+	}
+	for _, token := range []string{"token-no-groups", "token-team", "token-authenticated", "token-unauthenticated", "token-anonymous-name"} {
+		r := httptest.NewRequest("GET", "https://node/metrics", nil)
+		r.Header.Set("Authorization", "Bearer "+token)
+		requests = append(requests, r)
+	}
+	for _, r := range requests {
+		resp, ok, err := kubelet.AuthenticateRequest(r.Clone(r.Context()))
+		if !ok || err != nil {
+			t.Fatalf("the kubelet's authenticator: %v, %v", ok, err)
+		}
+		want := identity(resp.User)
+		asked = nil
+		w := httptest.NewRecorder()
+		h.ServeHTTP(w, r)
+		if w.Code != http.StatusOK || asked == nil {
+			t.Fatalf("httpauth: code %d, authorizer asked %v", w.Code, asked)
+		}
+		if got := identity(asked); !reflect.DeepEqual(got, want) {
+			t.Errorf("httpauth authorizes %+v; the kubelet %+v", got, want)
+		}
+	}
+}
+
+// identity is the part of a user.Info an authorizer decides on.
+func identity(u user.Info) user.DefaultInfo {
+	return user.DefaultInfo{Name: u.GetName(), UID: u.GetUID(), Groups: u.GetGroups(), Extra: u.GetExtra()}
 }

@@ -10,13 +10,18 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"slices"
 	"strings"
 	"sync"
 	"testing"
 	"time"
 
+	authenticationv1 "k8s.io/api/authentication/v1"
 	authorizationv1 "k8s.io/api/authorization/v1"
 	rbacv1 "k8s.io/api/rbac/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apiserver/pkg/authentication/user"
+	"k8s.io/client-go/kubernetes"
 
 	"github.com/reviewauth/reviewauth/test/e2e/cluster"
 )
@@ -74,7 +79,7 @@ type rbacEnv struct {
 	upstream []http.Header
 }
 
-func startRBACProxy(t *testing.T, c *cluster.Cluster) *rbacEnv {
+func startRBACProxy(t *testing.T, c *cluster.Cluster, extraArgs ...string) *rbacEnv {
 	t.Helper()
 	buildRBACProxy(t)
 	e := &rbacEnv{audience: cluster.UniqueName("rbacproxy") + ".example.com"}
@@ -98,10 +103,10 @@ func startRBACProxy(t *testing.T, c *cluster.Cluster) *rbacEnv {
 	}
 	certFile, keyFile, roots := servingCert(t)
 	e.roots = roots
-	e.example = startExample(t, rbacProxyBin, "--secure-listen-address=127.0.0.1:0", "--upstream="+up.URL+"/",
-		"--kubeconfig="+reviewerKubeconfig(t, c, "rbacproxy"), "--auth-token-audiences="+e.audience,
-		"--config-file="+writeFile(t, "config.yaml", []byte(krpRewriteConfig)),
-		"--tls-cert-file="+certFile, "--tls-private-key-file="+keyFile)
+	e.example = startExample(t, rbacProxyBin, append([]string{"--secure-listen-address=127.0.0.1:0", "--upstream=" + up.URL + "/",
+		"--kubeconfig=" + reviewerKubeconfig(t, c, "rbacproxy"), "--auth-token-audiences=" + e.audience,
+		"--config-file=" + writeFile(t, "config.yaml", []byte(krpRewriteConfig)),
+		"--tls-cert-file=" + certFile, "--tls-private-key-file=" + keyFile}, extraArgs...)...)
 	tr := &http.Transport{TLSClientConfig: tlsConfig(roots)}
 	t.Cleanup(tr.CloseIdleConnections)
 	e.client = &http.Client{Transport: tr, Timeout: callTimeout}
@@ -194,6 +199,74 @@ func TestRBACProxy(t *testing.T) {
 	}
 	if strings.Contains(e.stdout.String()+e.stderr.String(), token) {
 		t.Error("rbacproxy's output holds a token")
+	}
+}
+
+// TestRBACProxyCertificateCallers (issue #21): a client certificate
+// without organizations, whose CN RBAC knows only through the group
+// system:authenticated (a RoleBinding to that group), is allowed by
+// rbacproxy exactly as the API server allows the same certificate (its
+// SelfSubjectAccessReview); with --auth-header-fields-enabled the upstream
+// is told the groups the API server gives it (its SelfSubjectReview),
+// system:authenticated included, even when the client's Connection header
+// names the identity headers, which httputil.ReverseProxy drops as
+// hop-by-hop before Rewrite. Before, rbacproxy said 403 where the API
+// server and kube-rbac-proxy say 200, and the upstream got no identity.
+func TestRBACProxyCertificateCallers(t *testing.T) {
+	t.Parallel()
+	c := cluster.Get(t)
+	e := startRBACProxy(t, c, "--client-ca-file="+writeFile(t, "client-ca.crt", c.ClientCA().CertPEM), "--auth-header-fields-enabled")
+	ns := c.UniqueNamespace(t, "by-group")
+	c.CreateRole(t, ns, "metrics-reader", rbacv1.PolicyRule{Verbs: []string{"get"}, APIGroups: []string{""}, Resources: []string{"namespaces/metrics"}})
+	c.BindRole(t, ns, "metrics-reader", cluster.GroupSubject(user.AllAuthenticated))
+	certUser := cluster.UniqueName("cert-scraper")
+	spec := authorizationv1.SubjectAccessReviewSpec{User: certUser, Groups: []string{user.AllAuthenticated}, ResourceAttributes: &authorizationv1.ResourceAttributes{
+		Namespace: ns, Verb: "get", Version: "v1", Resource: "namespaces", Subresource: "metrics"}}
+	c.WaitForAccess(t, spec, true)
+
+	// The API server's own answers for a certificate of certUser.
+	cfg, err := c.UserConfig(certUser)
+	if err != nil {
+		t.Fatal(err)
+	}
+	cs, err := kubernetes.NewForConfig(cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx, cancel := ctxFor(t, callTimeout)
+	defer cancel()
+	self, err := cs.AuthenticationV1().SelfSubjectReviews().Create(ctx, &authenticationv1.SelfSubjectReview{}, metav1.CreateOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	ssar, err := cs.AuthorizationV1().SelfSubjectAccessReviews().Create(ctx, &authorizationv1.SelfSubjectAccessReview{
+		Spec: authorizationv1.SelfSubjectAccessReviewSpec{ResourceAttributes: spec.ResourceAttributes}}, metav1.CreateOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !ssar.Status.Allowed || !slices.Contains(self.Status.UserInfo.Groups, user.AllAuthenticated) {
+		t.Fatalf("the API server: groups %q, allowed %v; the test assumes system:authenticated and allowed", self.Status.UserInfo.Groups, ssar.Status.Allowed)
+	}
+
+	crt, err := c.ClientCA().ClientCert(certUser)
+	if err != nil {
+		t.Fatal(err)
+	}
+	tr := &http.Transport{TLSClientConfig: tlsConfig(e.roots, crt)}
+	t.Cleanup(tr.CloseIdleConnections)
+	e.client = &http.Client{Transport: tr, Timeout: callTimeout}
+	for _, header := range []map[string]string{nil, {"Connection": "X-Remote-User, X-Remote-Groups"}} {
+		before := e.upstreamCount()
+		if code, _ := e.get(t, ctx, "/metrics?namespace="+ns, "", header); code != http.StatusOK || e.upstreamCount() != before+1 {
+			t.Fatalf("certificate of %s, headers %v: %d, upstream called %d times; want 200 as the API server allows it, once", certUser, header, code, e.upstreamCount()-before)
+		}
+		e.mu.Lock()
+		got := e.upstream[len(e.upstream)-1]
+		e.mu.Unlock()
+		if want := strings.Join(self.Status.UserInfo.Groups, "|"); got.Get("X-Remote-User") != certUser || got.Get("X-Remote-Groups") != want {
+			t.Errorf("headers %v: the upstream was told user %q groups %q; want %q and the API server's %q", header,
+				got.Get("X-Remote-User"), got.Get("X-Remote-Groups"), certUser, want)
+		}
 	}
 }
 
