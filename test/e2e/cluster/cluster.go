@@ -20,6 +20,7 @@ import (
 	utilnet "k8s.io/apimachinery/pkg/util/net"
 	"k8s.io/client-go/kubernetes"
 	"k8s.io/client-go/rest"
+	"k8s.io/client-go/restmapper"
 )
 
 // DefaultAudience is the API server's own audience and issuer when
@@ -66,6 +67,9 @@ type Cluster struct {
 	etcd       *process
 	apiserver  *process
 	probe      *http.Client
+
+	mapperMu sync.Mutex
+	mapper   *restmapper.DeferredDiscoveryRESTMapper // see resourceFor
 
 	closeOnce sync.Once
 	closeErr  error
