@@ -22,6 +22,7 @@ import (
 	"syscall"
 
 	"github.com/spf13/pflag"
+	"k8s.io/apimachinery/pkg/version"
 	logsapi "k8s.io/component-base/logs/api/v1"
 	_ "k8s.io/component-base/logs/json/register" // --logging-format=json
 	"k8s.io/klog/v2"
@@ -65,8 +66,9 @@ type Flags struct {
 	TLS serving.TLSFlags
 	// Logs are component-base's logging flags.
 	Logs *logsapi.LoggingConfiguration
-	// Version is --version.
-	Version bool
+	// Version is --version; VersionRaw is --version=raw, which prints
+	// every field of [BuildInfo] as Kubernetes components print theirs.
+	Version, VersionRaw bool
 	// MetricsListen is where /metrics, /healthz, /livez and /readyz are
 	// served, over plain HTTP; empty means nowhere.
 	MetricsListen string
@@ -93,7 +95,7 @@ func (f *Flags) AddFlags(fs *pflag.FlagSet, tls bool) {
 // --max-connections only.
 func (f *Flags) AddBaseFlags(fs *pflag.FlagSet) {
 	logsapi.AddFlags(f.Logs, fs)
-	fs.Var(versionValue{&f.Version}, "version", "Print the version and exit (--version, or --version=raw as kube-rbac-proxy and Kubernetes components take it).")
+	fs.Var(versionValue{&f.Version, &f.VersionRaw}, "version", "Print the version and exit (--version, or --version=raw for every field, as kube-rbac-proxy and Kubernetes components take it).")
 	fs.Lookup("version").NoOptDefVal = "true"
 	fs.StringVar(&f.MetricsListen, "metrics-listen", f.MetricsListen,
 		"Address to serve Prometheus metrics on, at /metrics, with /healthz, /livez and /readyz (for example 127.0.0.1:9090); plain HTTP. Not served when empty.")
@@ -103,7 +105,7 @@ func (f *Flags) AddBaseFlags(fs *pflag.FlagSet) {
 
 // versionValue is --version: a boolean that also takes "raw", as
 // component-base's verflag does.
-type versionValue struct{ p *bool }
+type versionValue struct{ p, raw *bool }
 
 func (v versionValue) String() string {
 	if v.p != nil && *v.p {
@@ -116,8 +118,9 @@ func (v versionValue) Set(s string) error {
 	switch s {
 	case "true", "raw":
 		*v.p = true
+		*v.raw = s == "raw"
 	case "false":
-		*v.p = false
+		*v.p, *v.raw = false, false
 	default:
 		return fmt.Errorf("want true, false or raw, got %q", s)
 	}
@@ -135,26 +138,70 @@ func (f *Flags) ApplyLogging() error {
 	return nil
 }
 
-// Version returns "name VERSION (COMMIT, GOVERSION)", from the build
-// information Go embeds in the binary.
+// Version returns "name VERSION (COMMIT, GOVERSION)" from [BuildInfo]:
+// "rbacproxy v0.3.0 (0123abcd..., go1.26.8)", with "-dirty" after the
+// commit of a build from a modified tree.
 func Version(name string) string {
-	version, commit := "(devel)", "unknown commit"
-	if bi, ok := debug.ReadBuildInfo(); ok {
-		if bi.Main.Version != "" {
-			version = bi.Main.Version
-		}
-		for _, s := range bi.Settings {
-			switch s.Key {
-			case "vcs.revision":
-				commit = s.Value
-			case "vcs.modified":
-				if s.Value == "true" {
-					commit += "-dirty"
-				}
-			}
+	info := BuildInfo()
+	commit := info.GitCommit
+	if commit == "" {
+		commit = "unknown commit"
+	}
+	return fmt.Sprintf("%s %s (%s, %s)", name, info.GitVersion, commit, info.GoVersion)
+}
+
+// BuildInfo returns what the running program's build information (the
+// module and version control data Go embeds) says about it, in the
+// fields Kubernetes components report their version in.
+func BuildInfo() version.Info {
+	bi, _ := debug.ReadBuildInfo()
+	return VersionInfo(bi)
+}
+
+// VersionInfo returns the version bi describes: GitVersion is the main
+// module's version (the go command makes it from the repository's tags,
+// or a pseudo-version, with "+dirty" for a modified tree; "(devel)" when
+// it had no version control data); GitCommit the revision, with "-dirty"
+// for a modified tree; GitTreeState "clean" or "dirty" (empty when
+// unknown); BuildDate the commit's time (the build's inputs, so that
+// builds are reproducible); GoVersion, Compiler and Platform the
+// toolchain's and target's. A nil bi gives "(devel)" and the toolchain
+// fields only.
+func VersionInfo(bi *debug.BuildInfo) version.Info {
+	info := version.Info{GitVersion: "(devel)", GoVersion: runtime.Version(), Compiler: runtime.Compiler, Platform: runtime.GOOS + "/" + runtime.GOARCH}
+	if bi == nil {
+		return info
+	}
+	if bi.Main.Version != "" {
+		info.GitVersion = bi.Main.Version
+	}
+	if bi.GoVersion != "" {
+		info.GoVersion = bi.GoVersion
+	}
+	goos, goarch := "", ""
+	for _, s := range bi.Settings {
+		switch s.Key {
+		case "vcs.revision":
+			info.GitCommit = s.Value
+		case "vcs.modified":
+			info.GitTreeState = map[bool]string{true: "dirty", false: "clean"}[s.Value == "true"]
+		case "vcs.time":
+			info.BuildDate = s.Value
+		case "-compiler":
+			info.Compiler = s.Value
+		case "GOOS":
+			goos = s.Value
+		case "GOARCH":
+			goarch = s.Value
 		}
 	}
-	return fmt.Sprintf("%s %s (%s, %s)", name, version, commit, runtime.Version())
+	if info.GitCommit != "" && info.GitTreeState == "dirty" {
+		info.GitCommit += "-dirty"
+	}
+	if goos != "" && goarch != "" {
+		info.Platform = goos + "/" + goarch
+	}
+	return info
 }
 
 // ErrVersion is returned by Start after printing the version: the program
@@ -177,6 +224,10 @@ func (s *Started) Stop() { s.stop() }
 // --metrics-listen, printing "metrics on http://ADDR/metrics" to out.
 // The metrics server runs until ctx is done or Stop is called.
 func (f *Flags) Start(ctx context.Context, name string, out io.Writer) (*Started, error) {
+	if f.VersionRaw {
+		fmt.Fprintf(out, "%#v\n", BuildInfo())
+		return nil, ErrVersion
+	}
 	if f.Version {
 		fmt.Fprintln(out, Version(name))
 		return nil, ErrVersion
