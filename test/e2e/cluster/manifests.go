@@ -110,11 +110,16 @@ func Render(dir string, o RenderOptions) (*Manifests, error) {
 	}
 	m := &Manifests{Dir: dir, NameSuffix: o.NameSuffix}
 	for _, r := range res.Resources() {
-		obj, err := r.Map()
+		// Through JSON, for the value types of unstructured (int64, not int).
+		b, err := r.MarshalJSON()
 		if err != nil {
 			return nil, fmt.Errorf("cluster: kustomize build %s: %w", dir, err)
 		}
-		m.Objects = append(m.Objects, &unstructured.Unstructured{Object: obj})
+		obj := &unstructured.Unstructured{}
+		if err := obj.UnmarshalJSON(b); err != nil {
+			return nil, fmt.Errorf("cluster: kustomize build %s: %w", dir, err)
+		}
+		m.Objects = append(m.Objects, obj)
 	}
 	return m, nil
 }

@@ -193,13 +193,16 @@ func localPath(a string, mounts []string, dirs map[string]string) string {
 }
 
 // podField is the value of the downward API's fieldRef path for pod, as
-// the kubelet resolves it.
+// the kubelet resolves it. The pod's and its host's IPs are the loopback
+// address: the container runs as a process of this host.
 func podField(pod *corev1.Pod, fieldPath string) (string, error) {
 	switch fieldPath {
 	case "spec.nodeName":
 		return pod.Spec.NodeName, nil
 	case "spec.serviceAccountName":
 		return pod.Spec.ServiceAccountName, nil
+	case "status.podIP", "status.podIPs", "status.hostIP", "status.hostIPs":
+		return "127.0.0.1", nil
 	}
 	return fieldpath.ExtractFieldPathAsString(pod, fieldPath)
 }

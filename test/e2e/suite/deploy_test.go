@@ -20,6 +20,7 @@ import (
 	"time"
 
 	corev1 "k8s.io/api/core/v1"
+	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
 	"k8s.io/apimachinery/pkg/runtime"
 	"k8s.io/apimachinery/pkg/util/intstr"
 
@@ -35,9 +36,22 @@ import (
 // manifests create, bound to that pod. No RBAC of a server is written
 // here: what the manifests grant is what it has.
 
-// imagePrefix names the images of the example programs in the
-// manifests: reviewauth/NAME runs examples/NAME.
-const imagePrefix = "reviewauth/"
+// exampleImage reports whether image runs an example program, and which:
+// an image whose repository's last element is the name of a program
+// under examples/ (reviewauth/rbacproxy, example.com/draproxy:latest).
+func exampleImage(image string) (string, bool) {
+	name := image
+	if i := strings.LastIndex(name, "/"); i >= 0 {
+		name = name[i+1:]
+	}
+	name, _, _ = strings.Cut(name, "@")
+	name, _, _ = strings.Cut(name, ":")
+	if name == "" || strings.ContainsAny(name, `.\`) {
+		return "", false
+	}
+	_, err := os.Stat(filepath.Join(examplesDir(), name, "main.go"))
+	return name, err == nil
+}
 
 // deployDir returns examples/NAME/deploy (and a subdirectory of it).
 func deployDir(name string, sub ...string) string {
@@ -82,23 +96,23 @@ type server struct {
 
 // serverCommand makes a pod from the template of the workload kind
 // written name in m (on node, when not empty), prepares its container
-// running an image reviewauth/NAME, and returns the program (built) and
+// running an example program's image (see exampleImage), and returns the program (built) and
 // the container's arguments, then flags in place of theirs (loopback
 // listeners of the test's own, test upstreams), and --kubeconfig reading
 // the token of its kube-api-access mount.
 func serverCommand(t testing.TB, c *cluster.Cluster, m *cluster.Manifests, kind, name, node string, flags ...string) (*server, string, []string) {
 	t.Helper()
 	pod := c.CreatePodFromTemplate(t, m, kind, name, cluster.PodOptions{NodeName: node})
-	i := slices.IndexFunc(pod.Spec.Containers, func(ct corev1.Container) bool { return strings.HasPrefix(ct.Image, imagePrefix) })
+	i := slices.IndexFunc(pod.Spec.Containers, func(ct corev1.Container) bool { _, ok := exampleImage(ct.Image); return ok })
 	if i < 0 {
-		t.Fatalf("%s %s of %s runs no %s image", kind, name, m.Dir, imagePrefix)
+		t.Fatalf("%s %s of %s runs no example program's image", kind, name, m.Dir)
 	}
 	spec := pod.Spec.Containers[i]
 	ct := c.PrepareContainer(t, pod, spec.Name)
 	if ct.Kubeconfig == "" {
 		t.Fatalf("container %s of %s %s mounts no token at /var/run/secrets/kubernetes.io/serviceaccount", spec.Name, kind, name)
 	}
-	bin := imageProgram(spec.Image)
+	bin, _ := exampleImage(spec.Image)
 	buildExample(t, bin)
 	args := cluster.SetFlags(ct.Args, append(flags, "--kubeconfig="+ct.Kubeconfig)...)
 	return &server{pod: pod, container: ct, spec: spec}, filepath.Join(buildExamples(t), bin), args
@@ -111,14 +125,6 @@ func startServer(t testing.TB, c *cluster.Cluster, m *cluster.Manifests, kind, n
 	s, bin, args := serverCommand(t, c, m, kind, name, node, flags...)
 	s.example = startExample(t, filepath.Base(bin), args...)
 	return s
-}
-
-// imageProgram is the example program of an image reviewauth/NAME[:TAG].
-func imageProgram(image string) string {
-	name := strings.TrimPrefix(image, imagePrefix)
-	name, _, _ = strings.Cut(name, "@")
-	name, _, _ = strings.Cut(name, ":")
-	return name
 }
 
 // arg returns the value of --name in the container's arguments.
@@ -187,13 +193,13 @@ func containerPort(t testing.TB, spec corev1.Container, port intstr.IntOrString)
 }
 
 // projectedToken makes a pod from the template of the client workload
-// kind written name in m and returns the token the kubelet would project
-// into its first container at mountPath (file "token"): for the client's
-// ServiceAccount, with the audience and lifetime the manifest asks for,
-// bound to the pod.
-func projectedToken(t testing.TB, c *cluster.Cluster, m *cluster.Manifests, kind, name, mountPath string) string {
+// kind written name in m (on node, when not empty) and returns the token
+// the kubelet would project into its first container at mountPath (file
+// "token"): for the client's ServiceAccount, with the audience and
+// lifetime the manifest asks for, bound to the pod (and so to its node).
+func projectedToken(t testing.TB, c *cluster.Cluster, m *cluster.Manifests, kind, name, node, mountPath string) string {
 	t.Helper()
-	pod := c.CreatePodFromTemplate(t, m, kind, name, cluster.PodOptions{})
+	pod := c.CreatePodFromTemplate(t, m, kind, name, cluster.PodOptions{NodeName: node})
 	ct := c.PrepareContainer(t, pod, pod.Spec.Containers[0].Name)
 	dir, ok := ct.Volumes[mountPath]
 	if !ok {
@@ -300,9 +306,9 @@ func deployDirs(t testing.TB) []string {
 
 // TestManifestFlags renders every kustomization of examples/*/deploy and
 // checks that each flag the containers of an example's image pass
-// (reviewauth/NAME: examples/NAME) is one the program lists in its
-// --help, so that manifests and flags cannot drift apart. It needs no
-// cluster.
+// (reviewauth/NAME, or any image named NAME: examples/NAME) is one the
+// program lists in its --help, so that manifests and flags cannot drift
+// apart. It needs no cluster.
 func TestManifestFlags(t *testing.T) {
 	t.Parallel()
 	checked := 0
@@ -314,18 +320,18 @@ func TestManifestFlags(t *testing.T) {
 				t.Fatal(err)
 			}
 			for _, obj := range m.Objects {
-				containers, found, err := unstructuredContainers(obj.Object)
+				containers, initContainers, found, err := unstructuredContainers(obj.Object)
 				if err != nil {
 					t.Fatalf("%s %s: %v", obj.GetKind(), obj.GetName(), err)
 				}
 				if !found {
 					continue
 				}
-				for _, ct := range containers {
-					if !strings.HasPrefix(ct.Image, imagePrefix) {
+				for _, ct := range append(initContainers, containers...) {
+					bin, ok := exampleImage(ct.Image)
+					if !ok {
 						continue
 					}
-					bin := imageProgram(ct.Image)
 					buildExample(t, bin)
 					for _, a := range append(slices.Clone(ct.Command), ct.Args...) {
 						if !strings.HasPrefix(a, "-") {
@@ -345,20 +351,16 @@ func TestManifestFlags(t *testing.T) {
 	t.Logf("observed: %d flags of the manifests checked against the programs' --help", checked)
 }
 
-// unstructuredContainers returns the containers of a workload's pod
-// template (spec.template.spec.containers), if it has one.
-func unstructuredContainers(obj map[string]any) ([]corev1.Container, bool, error) {
-	spec, ok := obj["spec"].(map[string]any)
-	if !ok {
-		return nil, false, nil
-	}
-	tmpl, ok := spec["template"].(map[string]any)
-	if !ok {
-		return nil, false, nil
+// unstructuredContainers returns the containers and init containers of a
+// workload's pod template (spec.template.spec), if it has one.
+func unstructuredContainers(obj map[string]any) (containers, initContainers []corev1.Container, found bool, err error) {
+	tmpl, found, err := unstructured.NestedMap(obj, "spec", "template")
+	if err != nil || !found {
+		return nil, nil, false, err
 	}
 	var pt corev1.PodTemplateSpec
 	if err := runtime.DefaultUnstructuredConverter.FromUnstructured(tmpl, &pt); err != nil {
-		return nil, false, err
+		return nil, nil, false, err
 	}
-	return pt.Spec.Containers, true, nil
+	return pt.Spec.Containers, pt.Spec.InitContainers, true, nil
 }

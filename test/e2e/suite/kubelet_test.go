@@ -58,7 +58,7 @@ func startProxy(t testing.TB, c *cluster.Cluster) *proxy {
 	p := &proxy{ns: m.Namespace(), node: c.CreateNode(t, cluster.UniqueName("node-m")).Name}
 	p.clientManifests = deploy(t, c, deployDir("metricsproxy", "client"), deployOptions{namespace: p.ns, suffix: m.NameSuffix})
 	p.scraper = p.clientManifests.Name("metrics-scraper")
-	p.token = projectedToken(t, c, p.clientManifests, "Job", "metricsproxy-smoke", "/var/run/secrets/metricsproxy")
+	p.token = projectedToken(t, c, p.clientManifests, "Job", "metricsproxy-smoke", "", "/var/run/secrets/metricsproxy")
 
 	clientCA := writeFile(t, "client-ca.crt", c.ClientCA().CertPEM)
 	caFile := filepath.Join(t.TempDir(), "ca.crt")

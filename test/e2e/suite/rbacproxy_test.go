@@ -60,7 +60,7 @@ func startRBACProxy(t *testing.T, c *cluster.Cluster) *rbacEnv {
 		c.BindClusterRole(t, ns, client.Name("rbacproxy-namespace-metrics-reader"), cluster.ServiceAccountSubject(e.ns, e.caller))
 		c.WaitForAccess(t, e.spec(ns), true)
 	}
-	e.token = projectedToken(t, c, client, "Job", "rbacproxy-smoke", "/var/run/secrets/rbacproxy")
+	e.token = projectedToken(t, c, client, "Job", "rbacproxy-smoke", "", "/var/run/secrets/rbacproxy")
 
 	caFile := filepath.Join(t.TempDir(), "ca.crt")
 	health := freePort(t)
