@@ -123,6 +123,22 @@ func serverCommand(t testing.TB, c *cluster.Cluster, m *cluster.Manifests, kind,
 func startServer(t testing.TB, c *cluster.Cluster, m *cluster.Manifests, kind, name, node string, flags ...string) *server {
 	t.Helper()
 	s, bin, args := serverCommand(t, c, m, kind, name, node, flags...)
+	// Registered first, so it runs once the program has stopped: every
+	// request the program made with its own credentials was allowed by
+	// the manifests' RBAC (a refused list or watch of an informer is
+	// retried and logged, never fatal, so it is looked for in the log).
+	user := "system:serviceaccount:" + s.pod.Namespace + ":" + s.pod.Spec.ServiceAccountName
+	t.Cleanup(func() {
+		if s.example == nil {
+			return
+		}
+		for _, line := range strings.Split(s.stderr.String(), "\n") {
+			if strings.Contains(line, "forbidden") && strings.Contains(line, user) {
+				t.Errorf("%s's own request was forbidden: the RBAC of %s lacks it:\n%s", s.name, m.Dir, line)
+				return
+			}
+		}
+	})
 	s.example = startExample(t, filepath.Base(bin), args...)
 	return s
 }
