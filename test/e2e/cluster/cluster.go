@@ -14,6 +14,7 @@ import (
 	"strconv"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"syscall"
 	"time"
 
@@ -70,6 +71,7 @@ type Cluster struct {
 
 	mapperMu sync.Mutex
 	mapper   *restmapper.DeferredDiscoveryRESTMapper // see resourceFor
+	restarts atomic.Int64
 
 	closeOnce sync.Once
 	closeErr  error
@@ -391,6 +393,7 @@ func (c *Cluster) Kill() { c.apiserver.stop(0) }
 // [Options.StartTimeout] and ctx. Tokens issued before keep validating.
 // The API server's metrics counters start again from zero.
 func (c *Cluster) Restart(ctx context.Context) error {
+	c.restarts.Add(1)
 	c.Stop()
 	ctx, cancel := context.WithTimeout(ctx, c.opts.StartTimeout)
 	defer cancel()
@@ -399,6 +402,11 @@ func (c *Cluster) Restart(ctx context.Context) error {
 	}
 	return nil
 }
+
+// Restarts returns how many times [Cluster.Restart] was called. After a
+// restart the API server's RBAC authorizer refuses everything for a
+// moment, until its caches are filled.
+func (c *Cluster) Restarts() int64 { return c.restarts.Load() }
 
 // LogTail returns the last n lines of the API server's log (all runs,
 // each starting with a "=== cluster: starting" line).
