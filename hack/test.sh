@@ -25,7 +25,7 @@ fail() { echo "FAILED: $*"; status=1; failures=$((failures + 1)); }
 # binaries a run links.
 export GOFLAGS="${GOFLAGS:+$GOFLAGS }-ldflags=-w"
 
-modules=(. examples examples/controllerruntime hack/fleet)
+modules=(. examples examples/controllerruntime hack/fleet hack/image)
 
 # The end-to-end suite's kube-apiserver and etcd (about 8 minutes of
 # compiling on a cold 2-core machine; cached afterwards) are built in the

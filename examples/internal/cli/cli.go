@@ -22,7 +22,7 @@ import (
 	"syscall"
 
 	"github.com/spf13/pflag"
-	apimachineryversion "k8s.io/apimachinery/pkg/version"
+	"k8s.io/apimachinery/pkg/version"
 	logsapi "k8s.io/component-base/logs/api/v1"
 	_ "k8s.io/component-base/logs/json/register" // --logging-format=json
 	"k8s.io/klog/v2"
@@ -68,11 +68,9 @@ type Flags struct {
 	TLS serving.TLSFlags
 	// Logs are component-base's logging flags.
 	Logs *logsapi.LoggingConfiguration
-	// Version is --version (or --version=raw).
-	Version bool
-	// VersionRaw is --version=raw: the version as k8s.io/component-base's
-	// verflag prints it (see RawVersion).
-	VersionRaw bool
+	// Version is --version; VersionRaw is --version=raw, which prints
+	// every field of [BuildInfo] as Kubernetes components print theirs.
+	Version, VersionRaw bool
 	// MetricsListen is where /metrics, /healthz, /livez and /readyz are
 	// served, over plain HTTP; empty means nowhere.
 	MetricsListen string
@@ -99,7 +97,7 @@ func (f *Flags) AddFlags(fs *pflag.FlagSet, tls bool) {
 // --max-connections only.
 func (f *Flags) AddBaseFlags(fs *pflag.FlagSet) {
 	logsapi.AddFlags(f.Logs, fs)
-	fs.Var(versionValue{&f.Version, &f.VersionRaw}, "version", "Print the version and exit (--version, or --version=raw for the version.Info of Kubernetes components and kube-rbac-proxy).")
+	fs.Var(versionValue{&f.Version, &f.VersionRaw}, "version", "Print the version and exit (--version, or --version=raw for every field, as kube-rbac-proxy and Kubernetes components take it).")
 	fs.Lookup("version").NoOptDefVal = "true"
 	fs.StringVar(&f.MetricsListen, "metrics-listen", f.MetricsListen,
 		"Address to serve Prometheus metrics on, at /metrics, with /healthz, /livez and /readyz (for example 127.0.0.1:9090); plain HTTP. Not served when empty.")
@@ -109,24 +107,22 @@ func (f *Flags) AddBaseFlags(fs *pflag.FlagSet) {
 
 // versionValue is --version: a boolean that also takes "raw", as
 // component-base's verflag does.
-type versionValue struct{ on, raw *bool }
+type versionValue struct{ p, raw *bool }
 
 func (v versionValue) String() string {
-	switch {
-	case v.on == nil || !*v.on:
-		return "false"
-	case *v.raw:
-		return "raw"
+	if v.p != nil && *v.p {
+		return "true"
 	}
-	return "true"
+	return "false"
 }
 
 func (v versionValue) Set(s string) error {
 	switch s {
 	case "true", "raw":
-		*v.on, *v.raw = true, s == "raw"
+		*v.p = true
+		*v.raw = s == "raw"
 	case "false":
-		*v.on, *v.raw = false, false
+		*v.p, *v.raw = false, false
 	default:
 		return fmt.Errorf("want true, false or raw, got %q", s)
 	}
@@ -144,65 +140,70 @@ func (f *Flags) ApplyLogging() error {
 	return nil
 }
 
-// Version returns "name VERSION (COMMIT, GOVERSION)", from the build
-// information Go embeds in the binary.
+// Version returns "name VERSION (COMMIT, GOVERSION)" from [BuildInfo]:
+// "rbacproxy v0.3.0 (0123abcd..., go1.26.8)", with "-dirty" after the
+// commit of a build from a modified tree.
 func Version(name string) string {
-	version, commit, dirty := buildInfo()
-	if version == "" {
-		version = "(devel)"
-	}
+	info := BuildInfo()
+	commit := info.GitCommit
 	if commit == "" {
 		commit = "unknown commit"
 	}
-	if dirty == "dirty" {
-		commit += "-dirty"
-	}
-	return fmt.Sprintf("%s %s (%s, %s)", name, version, commit, runtime.Version())
+	return fmt.Sprintf("%s %s (%s, %s)", name, info.GitVersion, commit, info.GoVersion)
 }
 
-// RawVersion is what --version=raw prints, as k8s.io/component-base's
-// verflag prints it for kube-rbac-proxy and every Kubernetes component
-// ("%#v" of a version.Info): the fields a release build stamps come from
-// the build information Go embeds instead (GitVersion the module's version,
-// "v0.0.0-master" for a build from a work tree; GitCommit and GitTreeState
-// from its VCS stamp, empty without one), and the others are
-// component-base's defaults (Major, Minor and the emulation fields empty,
-// BuildDate the epoch, as kube-rbac-proxy's release builds leave them).
-func RawVersion() apimachineryversion.Info {
-	version, commit, treeState := buildInfo()
-	if version == "" || version == "(devel)" {
-		version = "v0.0.0-master"
-	}
-	return apimachineryversion.Info{
-		GitVersion:   version,
-		GitCommit:    commit,
-		GitTreeState: treeState,
-		BuildDate:    "1970-01-01T00:00:00Z",
-		GoVersion:    runtime.Version(),
-		Compiler:     runtime.Compiler,
-		Platform:     runtime.GOOS + "/" + runtime.GOARCH,
-	}
+// BuildInfo returns what the running program's build information (the
+// module and version control data Go embeds) says about it, in the
+// fields Kubernetes components report their version in.
+func BuildInfo() version.Info {
+	bi, _ := debug.ReadBuildInfo()
+	return VersionInfo(bi)
 }
 
-// buildInfo returns the main module's version, the VCS revision and
-// "clean" or "dirty", each empty when the binary does not say.
-func buildInfo() (version, commit, treeState string) {
-	bi, ok := debug.ReadBuildInfo()
-	if !ok {
-		return "", "", ""
+// VersionInfo returns the version bi describes: GitVersion is the main
+// module's version (the go command makes it from the repository's tags,
+// or a pseudo-version, with "+dirty" for a modified tree; "(devel)" when
+// it had no version control data); GitCommit the revision, with "-dirty"
+// for a modified tree; GitTreeState "clean" or "dirty" (empty when
+// unknown); BuildDate the commit's time (the build's inputs, so that
+// builds are reproducible); GoVersion, Compiler and Platform the
+// toolchain's and target's. A nil bi gives "(devel)" and the toolchain
+// fields only.
+func VersionInfo(bi *debug.BuildInfo) version.Info {
+	info := version.Info{GitVersion: "(devel)", GoVersion: runtime.Version(), Compiler: runtime.Compiler, Platform: runtime.GOOS + "/" + runtime.GOARCH}
+	if bi == nil {
+		return info
 	}
+	if bi.Main.Version != "" {
+		info.GitVersion = bi.Main.Version
+	}
+	if bi.GoVersion != "" {
+		info.GoVersion = bi.GoVersion
+	}
+	goos, goarch := "", ""
 	for _, s := range bi.Settings {
 		switch s.Key {
 		case "vcs.revision":
-			commit = s.Value
+			info.GitCommit = s.Value
 		case "vcs.modified":
-			treeState = "clean"
-			if s.Value == "true" {
-				treeState = "dirty"
-			}
+			info.GitTreeState = map[bool]string{true: "dirty", false: "clean"}[s.Value == "true"]
+		case "vcs.time":
+			info.BuildDate = s.Value
+		case "-compiler":
+			info.Compiler = s.Value
+		case "GOOS":
+			goos = s.Value
+		case "GOARCH":
+			goarch = s.Value
 		}
 	}
-	return bi.Main.Version, commit, treeState
+	if info.GitCommit != "" && info.GitTreeState == "dirty" {
+		info.GitCommit += "-dirty"
+	}
+	if goos != "" && goarch != "" {
+		info.Platform = goos + "/" + goarch
+	}
+	return info
 }
 
 // ErrVersion is returned by Start after printing the version: the program
@@ -226,7 +227,7 @@ func (s *Started) Stop() { s.stop() }
 // The metrics server runs until ctx is done or Stop is called.
 func (f *Flags) Start(ctx context.Context, name string, out io.Writer) (*Started, error) {
 	if f.VersionRaw {
-		fmt.Fprintf(out, "%#v\n", RawVersion())
+		fmt.Fprintf(out, "%#v\n", BuildInfo())
 		return nil, ErrVersion
 	}
 	if f.Version {

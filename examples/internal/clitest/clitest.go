@@ -210,7 +210,7 @@ func Run(t testing.TB, args ...string) (code int, output string) {
 // rawVersion is the shape of --version=raw: k8s.io/component-base's
 // verflag prints "%#v" of a version.Info (kube-rbac-proxy v0.21.0 too).
 var rawVersion = regexp.MustCompile(`^version\.Info\{Major:"", Minor:"", EmulationMajor:"", EmulationMinor:"", MinCompatibilityMajor:"", MinCompatibilityMinor:"", ` +
-	`GitVersion:"v[^"]+", GitCommit:"[0-9a-f]*", GitTreeState:"(clean|dirty|)", BuildDate:"1970-01-01T00:00:00Z", ` +
+	`GitVersion:"(v[^"]+|\(devel\))", GitCommit:"([0-9a-f]+(-dirty)?)?", GitTreeState:"(clean|dirty|)", BuildDate:"[0-9TZ:.+-]*", ` +
 	`GoVersion:"go1\.[^"]+", Compiler:"gc", Platform:"[a-z0-9]+/[a-z0-9]+"\}\n$`)
 
 // CheckExits checks how the program named name exits, as cli.Main makes

@@ -14,12 +14,14 @@ import (
 	"strconv"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"syscall"
 	"time"
 
 	utilnet "k8s.io/apimachinery/pkg/util/net"
 	"k8s.io/client-go/kubernetes"
 	"k8s.io/client-go/rest"
+	"k8s.io/client-go/restmapper"
 )
 
 // DefaultAudience is the API server's own audience and issuer when
@@ -66,6 +68,10 @@ type Cluster struct {
 	etcd       *process
 	apiserver  *process
 	probe      *http.Client
+
+	mapperMu sync.Mutex
+	mapper   *restmapper.DeferredDiscoveryRESTMapper // see resourceFor
+	restarts atomic.Int64
 
 	closeOnce sync.Once
 	closeErr  error
@@ -387,6 +393,7 @@ func (c *Cluster) Kill() { c.apiserver.stop(0) }
 // [Options.StartTimeout] and ctx. Tokens issued before keep validating.
 // The API server's metrics counters start again from zero.
 func (c *Cluster) Restart(ctx context.Context) error {
+	c.restarts.Add(1)
 	c.Stop()
 	ctx, cancel := context.WithTimeout(ctx, c.opts.StartTimeout)
 	defer cancel()
@@ -395,6 +402,11 @@ func (c *Cluster) Restart(ctx context.Context) error {
 	}
 	return nil
 }
+
+// Restarts returns how many times [Cluster.Restart] was called. After a
+// restart the API server's RBAC authorizer refuses everything for a
+// moment, until its caches are filled.
+func (c *Cluster) Restarts() int64 { return c.restarts.Load() }
 
 // LogTail returns the last n lines of the API server's log (all runs,
 // each starting with a "=== cluster: starting" line).

@@ -5,3 +5,6 @@ var OnlyFamily = onlyFamily
 
 // ParseMetrics exports parseMetrics for tests.
 var ParseMetrics = parseMetrics
+
+// LocalPath exports localPath for tests.
+var LocalPath = localPath

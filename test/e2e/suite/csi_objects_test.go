@@ -9,6 +9,7 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"slices"
 	"strings"
 	"sync"
 	"testing"
@@ -17,7 +18,6 @@ import (
 	snapshotv1 "github.com/kubernetes-csi/external-snapshotter/client/v8/apis/volumesnapshot/v1"
 	snapshotclient "github.com/kubernetes-csi/external-snapshotter/client/v8/clientset/versioned"
 	corev1 "k8s.io/api/core/v1"
-	rbacv1 "k8s.io/api/rbac/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
@@ -25,30 +25,20 @@ import (
 	"k8s.io/apimachinery/pkg/util/wait"
 	utilyaml "k8s.io/apimachinery/pkg/util/yaml"
 	"k8s.io/client-go/dynamic"
-	"k8s.io/client-go/tools/clientcmd"
-	clientcmdapi "k8s.io/client-go/tools/clientcmd/api"
 
-	smsv1alpha1 "github.com/kubernetes-csi/external-snapshot-metadata/client/apis/snapshotmetadataservice/v1alpha1"
 	smsclient "github.com/kubernetes-csi/external-snapshot-metadata/client/clientset/versioned"
 
 	"github.com/reviewauth/reviewauth/test/e2e/cluster"
 )
 
-// The upstream modules whose manifests the CSI flows install unchanged:
-// the VolumeSnapshot CRDs of external-snapshotter's client module, and the
-// SnapshotMetadataService CRD and ClusterRoles of external-snapshot-metadata.
+// The upstream modules whose CRDs the CSI flows install unchanged, as
+// examples/snapshotmetadata/deploy names them: the VolumeSnapshot CRDs of
+// external-snapshotter's client module and the SnapshotMetadataService
+// CRD of external-snapshot-metadata's. (The RBAC is the manifests'.)
 const (
 	snapshotterClientModule = "github.com/kubernetes-csi/external-snapshotter/client/v8"
 	smsClientModule         = "github.com/kubernetes-csi/external-snapshot-metadata/client"
 	snapshotMetadataModule  = "github.com/kubernetes-csi/external-snapshot-metadata"
-	// upstreamSidecarRole and upstreamClientRole are the ClusterRoles of
-	// external-snapshot-metadata's deploy/ directory: what the sidecar and
-	// a backup application need.
-	upstreamSidecarRole = "external-snapshot-metadata-runner"
-	upstreamClientRole  = "external-snapshot-metadata-client-runner"
-	// sidecarWatchRole adds what the reviewauth sidecar needs beyond
-	// upstream's role: watch, for its snapshot caches.
-	sidecarWatchRole = "reviewauth-snapshotmetadata-watch"
 )
 
 // upstreamManifests are the files installed once per cluster, relative to
@@ -58,8 +48,6 @@ var upstreamManifests = []struct{ module, path string }{
 	{snapshotterClientModule, "config/crd/snapshot.storage.k8s.io_volumesnapshotcontents.yaml"},
 	{snapshotterClientModule, "config/crd/snapshot.storage.k8s.io_volumesnapshotclasses.yaml"},
 	{smsClientModule, "config/crd/cbt.storage.k8s.io_snapshotmetadataservices.yaml"},
-	{snapshotMetadataModule, "deploy/snapshot-metadata-cluster-role.yaml"},
-	{snapshotMetadataModule, "deploy/snapshot-metadata-client-cluster-role.yaml"},
 }
 
 var (
@@ -67,9 +55,9 @@ var (
 	installErr  error
 )
 
-// installSnapshotAPIs installs, once per run, the upstream CRDs and
-// ClusterRoles (read from the module cache, as released), and the watch
-// role, and waits until the new resources are served.
+// installSnapshotAPIs installs, once per run, the upstream CRDs (read
+// from the module cache, as released), and waits until the new resources
+// are served.
 func installSnapshotAPIs(t testing.TB, c *cluster.Cluster) {
 	t.Helper()
 	installOnce.Do(func() {
@@ -89,7 +77,6 @@ func installManifests(ctx context.Context, c *cluster.Cluster) error {
 	}
 	resources := map[string]schema.GroupVersionResource{
 		"CustomResourceDefinition": {Group: "apiextensions.k8s.io", Version: "v1", Resource: "customresourcedefinitions"},
-		"ClusterRole":              {Group: "rbac.authorization.k8s.io", Version: "v1", Resource: "clusterroles"},
 	}
 	dirs := map[string]string{}
 	for _, m := range upstreamManifests {
@@ -123,12 +110,6 @@ func installManifests(ctx context.Context, c *cluster.Cluster) error {
 				return fmt.Errorf("creating %s %s from %s/%s: %w", u.GetKind(), u.GetName(), m.module, m.path, err)
 			}
 		}
-	}
-	watch := &rbacv1.ClusterRole{ObjectMeta: metav1.ObjectMeta{Name: sidecarWatchRole}, Rules: []rbacv1.PolicyRule{{
-		APIGroups: []string{snapshotGroup}, Resources: []string{"volumesnapshots", "volumesnapshotcontents"}, Verbs: []string{"watch"},
-	}}}
-	if _, err := c.Clientset().RbacV1().ClusterRoles().Create(ctx, watch, metav1.CreateOptions{}); err != nil && !apierrors.IsAlreadyExists(err) {
-		return err
 	}
 	// The CRDs are served once they are established.
 	snaps, sms, err := snapshotClients(c)
@@ -260,62 +241,35 @@ func deleteSnapshot(t testing.TB, c *cluster.Cluster, ns, name, contentName stri
 	}
 }
 
-// createSnapshotMetadataService creates the SnapshotMetadataService object
-// of driver with audience, as a CSI driver's deployment does; its address
-// and CA are set by publishSnapshotMetadataService once the sidecar runs.
-func createSnapshotMetadataService(t testing.TB, c *cluster.Cluster, driver, audience string) {
-	t.Helper()
-	_, sms, err := snapshotClients(c)
-	if err != nil {
-		t.Fatal(err)
-	}
-	ctx, cancel := ctxFor(t, 30*time.Second)
-	defer cancel()
-	if _, err := sms.CbtV1alpha1().SnapshotMetadataServices().Create(ctx, &smsv1alpha1.SnapshotMetadataService{
-		ObjectMeta: metav1.ObjectMeta{Name: driver},
-		Spec:       smsv1alpha1.SnapshotMetadataServiceSpec{Audience: audience, Address: "pending", CACert: []byte("pending")},
-	}, metav1.CreateOptions{}); err != nil {
-		t.Fatalf("create SnapshotMetadataService %s: %v", driver, err)
-	}
-	t.Cleanup(func() {
-		ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
-		defer cancel()
-		_ = sms.CbtV1alpha1().SnapshotMetadataServices().Delete(ctx, driver, metav1.DeleteOptions{})
-	})
-}
+var (
+	clientRoleOnce sync.Once
+	clientRole     *cluster.Manifests
+)
 
-// publishSnapshotMetadataService sets the address and CA of the
-// SnapshotMetadataService object of driver, where clients find them.
-func publishSnapshotMetadataService(t testing.TB, c *cluster.Cluster, driver, addr string, caPEM []byte) {
+// snapshotClientRole applies, once per run, the ClusterRole of
+// examples/snapshotmetadata/deploy/client (what a backup application
+// needs to call the sidecar) and returns its name, for tests that bind
+// their callers to it in one namespace.
+func snapshotClientRole(t testing.TB, c *cluster.Cluster) string {
 	t.Helper()
-	_, sms, err := snapshotClients(c)
-	if err != nil {
-		t.Fatal(err)
+	clientRoleOnce.Do(func() {
+		m, err := cluster.Render(deployDir("snapshotmetadata", "client"), cluster.RenderOptions{NameSuffix: cluster.UniqueName("")})
+		if err != nil {
+			t.Fatal(err)
+		}
+		m.Objects = slices.DeleteFunc(m.Objects, func(o *unstructured.Unstructured) bool { return o.GetKind() != "ClusterRole" })
+		c.Apply(t, m)
+		clientRole = m
+	})
+	if clientRole == nil {
+		t.Fatal("the client ClusterRole of examples/snapshotmetadata/deploy/client was not applied")
 	}
-	ctx, cancel := ctxFor(t, 30*time.Second)
-	defer cancel()
-	obj, err := sms.CbtV1alpha1().SnapshotMetadataServices().Get(ctx, driver, metav1.GetOptions{})
-	if err != nil {
-		t.Fatal(err)
-	}
-	obj.Spec.Address, obj.Spec.CACert = addr, caPEM
-	if _, err := sms.CbtV1alpha1().SnapshotMetadataServices().Update(ctx, obj, metav1.UpdateOptions{}); err != nil {
-		t.Fatalf("update SnapshotMetadataService %s: %v", driver, err)
-	}
+	return clientRole.Name("snapshot-metadata-client")
 }
 
 // tokenKubeconfig writes a kubeconfig for the cluster with token and
 // returns its path.
 func tokenKubeconfig(t testing.TB, c *cluster.Cluster, token string) string {
 	t.Helper()
-	cfg := clientcmdapi.NewConfig()
-	cfg.Clusters["e2e"] = &clientcmdapi.Cluster{Server: c.URL(), CertificateAuthorityData: c.ServingCA().CertPEM}
-	cfg.AuthInfos["user"] = &clientcmdapi.AuthInfo{Token: token}
-	cfg.Contexts["e2e"] = &clientcmdapi.Context{Cluster: "e2e", AuthInfo: "user"}
-	cfg.CurrentContext = "e2e"
-	path := filepath.Join(t.TempDir(), "kubeconfig")
-	if err := clientcmd.WriteToFile(*cfg, path); err != nil {
-		t.Fatal(err)
-	}
-	return path
+	return c.Kubeconfig(t, token)
 }

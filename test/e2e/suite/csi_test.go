@@ -3,10 +3,13 @@ package suite_test
 import (
 	"context"
 	"crypto/x509"
+	"encoding/base64"
 	"errors"
 	"io"
-	"os"
-	"path/filepath"
+	corev1 "k8s.io/api/core/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
+	"net"
 	"strings"
 	"testing"
 	"time"
@@ -17,7 +20,6 @@ import (
 	"google.golang.org/grpc/credentials"
 	"google.golang.org/grpc/status"
 	authorizationv1 "k8s.io/api/authorization/v1"
-	rbacv1 "k8s.io/api/rbac/v1"
 
 	"github.com/reviewauth/reviewauth/test/e2e/cluster"
 )
@@ -40,12 +42,13 @@ const (
 	callTimeout = 20 * time.Second
 )
 
-// snapshotReader is the rule of the Role the backup application needs.
-var snapshotReader = rbacv1.PolicyRule{Verbs: []string{"get"}, APIGroups: []string{snapshotGroup}, Resources: []string{snapshotResource}}
-
-// sidecar is a running snapshotmetadata example and a client for it.
+// sidecar is the snapshotmetadata sidecar from
+// examples/snapshotmetadata/deploy (its Deployment's container, with the
+// manifests' ServiceAccount and RBAC, and its SnapshotMetadataService
+// object, whose audience it reads), serving with a certificate from a
+// Secret as users create it, and a client for it.
 type sidecar struct {
-	*example
+	*server
 	c        *cluster.Cluster
 	driver   string
 	audience string
@@ -54,35 +57,57 @@ type sidecar struct {
 	client   api.SnapshotMetadataClient
 }
 
-// startSidecar runs the snapshotmetadata example against the cluster as it
-// is deployed upstream, and connects the upstream generated client to it:
-// the snapshot CRDs are installed; the example's driver (a unique name) has
-// a SnapshotMetadataService object, from which the example reads its
-// audience and in which its address and CA are published once it serves;
-// it runs as a ServiceAccount bound to system:auth-delegator, upstream's
-// sidecar ClusterRole, and watch on snapshots. Extra flags are args.
+// startSidecar runs the sidecar as its manifests deploy it, after the
+// steps they name: the snapshot CRDs installed, the Secret
+// csi-snapshot-metadata-tls created (a serving certificate for 127.0.0.1
+// from a fresh CA), and values.yaml filled with the address the sidecar
+// will listen on and that CA. Each sidecar has a namespace and a driver
+// (the object's name, with the suffix) of its own. Extra flags are args.
 func startSidecar(t testing.TB, c *cluster.Cluster, args ...string) *sidecar {
 	t.Helper()
-	installSnapshotAPIs(t, c)
-	driver := cluster.UniqueName("snapshotmetadata") + ".csi.example.com"
-	audience := cluster.UniqueName("snapshotmetadata") + ".example.com"
-	createSnapshotMetadataService(t, c, driver, audience)
-	kubeconfig := reviewerKubeconfig(t, c, "snapshotmetadata", upstreamSidecarRole, sidecarWatchRole)
-	caFile := filepath.Join(t.TempDir(), "sidecar-ca.pem")
-	e := startExample(t, snapshotMetadataBin, append([]string{"--listen=127.0.0.1:0", "--kubeconfig=" + kubeconfig,
-		"--driver=" + driver, "--self-signed-ca-file=" + caFile}, args...)...)
-	caPEM, err := os.ReadFile(caFile)
-	if err != nil {
-		t.Fatalf("reading the sidecar's --self-signed-ca-file: %v", err)
+	addr := loopback(freePort(t))
+	m, ca := applySidecar(t, c, addr)
+	sms := m.Object("SnapshotMetadataService", "hostpath.csi.k8s.io")
+	audience, _, _ := unstructured.NestedString(sms.Object, "spec", "audience")
+	srv := startServer(t, c, m, "Deployment", "csi-snapshot-metadata", "",
+		append([]string{"--listen=" + addr, "--metrics-listen=127.0.0.1:0"}, args...)...)
+	if got := srv.arg(t, "driver"); got != sms.GetName() {
+		t.Fatalf("the sidecar's --driver=%q; want its SnapshotMetadataService object's name %q", got, sms.GetName())
 	}
-	roots := x509.NewCertPool()
-	if !roots.AppendCertsFromPEM(caPEM) {
-		t.Fatalf("--self-signed-ca-file %s holds no certificate", caFile)
-	}
-	publishSnapshotMetadataService(t, c, driver, e.addr, caPEM)
-	s := &sidecar{example: e, c: c, driver: driver, audience: audience, caPEM: caPEM, roots: roots}
+	metrics := strings.TrimSuffix(strings.TrimPrefix(srv.lineAfter(t, "metrics on "), "http://"), "/metrics")
+	srv.checkProbes(t, map[int32]string{9090: metrics})
+	s := &sidecar{server: srv, c: c, driver: sms.GetName(), audience: audience, caPEM: ca.CertPEM, roots: ca.Pool()}
 	s.client = s.newClient(t)
 	return s
+}
+
+// applySidecar applies examples/snapshotmetadata/deploy after the steps
+// it names: the snapshot CRDs installed, values.yaml filled with addr
+// and the CA, and the Secret csi-snapshot-metadata-tls created with a
+// serving certificate for 127.0.0.1 from that CA, which it returns.
+func applySidecar(t testing.TB, c *cluster.Cluster, addr string) (*cluster.Manifests, *cluster.CA) {
+	t.Helper()
+	installSnapshotAPIs(t, c)
+	ca, err := cluster.NewCA(cluster.UniqueName("snapshot-metadata-ca"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	cert, key, err := ca.Issue(cluster.CertOptions{CommonName: "csi-snapshot-metadata", DNSNames: []string{"localhost"},
+		IPs: []net.IP{net.IPv4(127, 0, 0, 1)}, Server: true})
+	if err != nil {
+		t.Fatal(err)
+	}
+	m := deploy(t, c, deployDir("snapshotmetadata"), deployOptions{values: map[string]map[string]any{
+		"values.yaml": {"spec.address": addr, "spec.caCert": base64.StdEncoding.EncodeToString(ca.CertPEM)}}})
+	ctx, cancel := ctxFor(t, callTimeout)
+	defer cancel()
+	if _, err := c.Clientset().CoreV1().Secrets(m.Namespace()).Create(ctx, &corev1.Secret{
+		ObjectMeta: metav1.ObjectMeta{Name: "csi-snapshot-metadata-tls"}, Type: corev1.SecretTypeTLS,
+		Data: map[string][]byte{corev1.TLSCertKey: cert, corev1.TLSPrivateKeyKey: key},
+	}, metav1.CreateOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	return m, ca
 }
 
 // createSnapshots creates ready VolumeSnapshots of the sidecar's driver in
@@ -185,18 +210,17 @@ func TestCSISnapshotMetadata(t *testing.T) {
 	c.CreateServiceAccount(t, ns, "backup")
 	user := serviceAccountUser(ns, "backup")
 	s.createSnapshots(t, ns, "snap-0", "snap-1", "snap-2")
-	c.CreateRole(t, ns, "snapshot-reader", snapshotReader)
 
 	good := c.RequestToken(t, ns, "backup", cluster.TokenOptions{Audiences: []string{s.audience}})
 	otherAudience := c.RequestToken(t, ns, "backup", cluster.TokenOptions{Audiences: []string{"other.example.com"}})
 	apiServerAudience := c.RequestToken(t, ns, "backup", cluster.TokenOptions{})
 	tokens := []string{good, otherAudience, apiServerAudience}
 
-	// Before the Role is bound: the same ServiceAccount is denied.
+	// Before the client's ClusterRole is bound: the same ServiceAccount is denied.
 	_, err := allocated(t.Context(), s.client, good, ns, "snap-0")
-	wantCode(t, "GetMetadataAllocated(snap-0) without the Role", err, codes.PermissionDenied, tokens...)
+	wantCode(t, "GetMetadataAllocated(snap-0) without the client's role", err, codes.PermissionDenied, tokens...)
 
-	c.BindRole(t, ns, "snapshot-reader", cluster.ServiceAccountSubject(ns, "backup"))
+	c.BindClusterRole(t, ns, snapshotClientRole(t, c), cluster.ServiceAccountSubject(ns, "backup"))
 	c.WaitForAccess(t, snapshotSpec(user, ns, "snap-1"), true)
 
 	t.Run("allocated streams", func(t *testing.T) {

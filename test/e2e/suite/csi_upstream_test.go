@@ -35,9 +35,20 @@ type backupApp struct {
 	lister     string
 }
 
-// newBackupApp creates the ServiceAccount ns/name, binds it to
-// clusterRoles cluster-wide and roles in ns, and writes its kubeconfig.
-func newBackupApp(t testing.TB, c *cluster.Cluster, ns, name string, clusterRoles, roles []string) *backupApp {
+// newBackupApp applies examples/snapshotmetadata/deploy/client in ns:
+// the backup application's ServiceAccount, bound cluster-wide to the
+// client's ClusterRole, with the Role to request its own tokens; and
+// writes its kubeconfig.
+func newBackupApp(t testing.TB, c *cluster.Cluster, ns string) *backupApp {
+	t.Helper()
+	m := deploy(t, c, deployDir("snapshotmetadata", "client"), deployOptions{namespace: ns})
+	return backupAppFor(t, c, ns, m.Name("backup-app"))
+}
+
+// newRestrictedApp creates the ServiceAccount ns/name, binds it to
+// clusterRoles cluster-wide and roles in ns (a test's own narrowing), and
+// writes its kubeconfig.
+func newRestrictedApp(t testing.TB, c *cluster.Cluster, ns, name string, clusterRoles, roles []string) *backupApp {
 	t.Helper()
 	c.CreateServiceAccount(t, ns, name)
 	sub := cluster.ServiceAccountSubject(ns, name)
@@ -47,6 +58,12 @@ func newBackupApp(t testing.TB, c *cluster.Cluster, ns, name string, clusterRole
 	for _, r := range roles {
 		c.BindRole(t, ns, r, sub)
 	}
+	return backupAppFor(t, c, ns, name)
+}
+
+// backupAppFor writes the kubeconfig of the ServiceAccount ns/name.
+func backupAppFor(t testing.TB, c *cluster.Cluster, ns, name string) *backupApp {
+	t.Helper()
 	token := c.RequestToken(t, ns, name, cluster.TokenOptions{ExpirationSeconds: 7200})
 	return &backupApp{ns: ns, name: name, user: serviceAccountUser(ns, name), kubeconfig: tokenKubeconfig(t, c, token), lister: buildLister(t)}
 }
@@ -108,11 +125,11 @@ func TestCSIUpstreamIteratorCost(t *testing.T) {
 			s := startSidecar(t, c, row.args...)
 			ns := c.UniqueNamespace(t, "cost")
 			s.createSnapshots(t, ns, "snap-1", "snap-2")
-			app := newBackupApp(t, c, ns, "backup", []string{upstreamClientRole}, nil)
+			app := newBackupApp(t, c, ns)
 			for _, snap := range []string{"snap-1", "snap-2"} {
 				c.WaitForAccess(t, snapshotSpec(app.user, ns, snap), true)
 			}
-			token := c.RequestToken(t, ns, "backup", cluster.TokenOptions{Audiences: []string{s.audience}})
+			token := c.RequestToken(t, ns, app.name, cluster.TokenOptions{Audiences: []string{s.audience}})
 			call := func(ctx context.Context) error {
 				switch {
 				case row.freshTokens && row.delta:
@@ -205,7 +222,7 @@ func TestCSIUpstreamContract(t *testing.T) {
 	deleteSnapshot(t, c, ns, "base-deleted", deletedContent, false)
 	deleteSnapshot(t, c, ns, "base-retained", retainedContent, true)
 
-	app := newBackupApp(t, c, ns, "backup", []string{upstreamClientRole}, nil)
+	app := newBackupApp(t, c, ns)
 	c.WaitForAccess(t, snapshotSpec(app.user, ns, "snap-1"), true)
 
 	// restricted may get the VolumeSnapshot snap-1 only, and what the
@@ -217,7 +234,7 @@ func TestCSIUpstreamContract(t *testing.T) {
 		rbacv1.PolicyRule{Verbs: []string{"get"}, APIGroups: []string{snapshotGroup}, Resources: []string{"volumesnapshotcontents"}})
 	c.CreateRole(t, ns, "restricted", rbacv1.PolicyRule{Verbs: []string{"get"}, APIGroups: []string{snapshotGroup}, Resources: []string{snapshotResource}, ResourceNames: []string{"snap-1"}},
 		rbacv1.PolicyRule{Verbs: []string{"create"}, APIGroups: []string{""}, Resources: []string{"serviceaccounts/token"}, ResourceNames: []string{"restricted"}})
-	restricted := newBackupApp(t, c, ns, "restricted", []string{reader}, []string{"restricted"})
+	restricted := newRestrictedApp(t, c, ns, "restricted", []string{reader}, []string{"restricted"})
 	c.WaitForAccess(t, snapshotSpec(restricted.user, ns, "snap-1"), true)
 
 	listed := []struct {
@@ -264,8 +281,8 @@ func TestCSIUpstreamContract(t *testing.T) {
 		want     codes.Code
 		wantMsgs []string
 	}{
-		{name: "missing", user: "backup", target: "missing", want: codes.Unavailable, wantMsgs: []string{"failed to get VolumeSnapshot", "not found"}},
-		{name: "another driver's target", user: "backup", target: "other-driver", want: codes.InvalidArgument, wantMsgs: []string{"does not belong to the CSI driver"}},
+		{name: "missing", user: app.name, target: "missing", want: codes.Unavailable, wantMsgs: []string{"failed to get VolumeSnapshot", "not found"}},
+		{name: "another driver's target", user: app.name, target: "other-driver", want: codes.InvalidArgument, wantMsgs: []string{"does not belong to the CSI driver"}},
 		{name: "resourceNames: other snapshot", user: "restricted", target: "snap-2", want: codes.PermissionDenied, wantMsgs: []string{`"snap-2"`, "the snapshot"}},
 	}
 	for _, tt := range called {
@@ -283,7 +300,7 @@ func TestCSIUpstreamContract(t *testing.T) {
 	}
 
 	t.Run("unauthenticated", func(t *testing.T) {
-		tok := c.RequestToken(t, ns, "backup", cluster.TokenOptions{Audiences: []string{"other.example.com"}})
+		tok := c.RequestToken(t, ns, app.name, cluster.TokenOptions{Audiences: []string{"other.example.com"}})
 		_, err := allocated(t.Context(), s.client, tok, ns, "snap-1")
 		wantCode(t, "GetMetadataAllocated(token for another audience)", err, codes.Unauthenticated, tok)
 	})
@@ -360,14 +377,12 @@ func buildLister(t testing.TB) string {
 func TestCSIAudienceMismatch(t *testing.T) {
 	t.Parallel()
 	c := cluster.Get(t)
-	installSnapshotAPIs(t, c)
-	driver := cluster.UniqueName("mismatch") + ".csi.example.com"
-	createSnapshotMetadataService(t, c, driver, "from-the-object.example.com")
-	kubeconfig := reviewerKubeconfig(t, c, "snapshotmetadata", upstreamSidecarRole, sidecarWatchRole)
+	m, _ := applySidecar(t, c, "127.0.0.1:1")
+	_, bin, args := serverCommand(t, c, m, "Deployment", "csi-snapshot-metadata", "", "--listen=127.0.0.1:0",
+		"--metrics-listen=127.0.0.1:0", "--audience=from-the-flag.example.com")
 	ctx, cancel := ctxFor(t, exampleStartTimeout)
 	defer cancel()
-	out, err := exec.CommandContext(ctx, filepath.Join(buildExamples(t), snapshotMetadataBin), "--listen=127.0.0.1:0",
-		"--kubeconfig="+kubeconfig, "--driver="+driver, "--audience=from-the-flag.example.com").CombinedOutput()
+	out, err := exec.CommandContext(ctx, bin, args...).CombinedOutput()
 	t.Logf("observed: snapshotmetadata --audience disagreeing with its SnapshotMetadataService: %v: %s", err, strings.TrimSpace(string(out)))
 	var exit *exec.ExitError
 	if !errors.As(err, &exit) || !strings.Contains(string(out), "disagrees") || strings.Contains(string(out), "listening on") {

@@ -7,11 +7,12 @@ import (
 	"io"
 	"net/http"
 	"net/http/httptest"
+	"os"
+	"path/filepath"
 	"strings"
 	"testing"
 
 	authorizationv1 "k8s.io/api/authorization/v1"
-	rbacv1 "k8s.io/api/rbac/v1"
 
 	"github.com/reviewauth/reviewauth/test/e2e/cluster"
 )
@@ -20,19 +21,26 @@ import (
 // on /metrics.
 const upstreamMetrics = "# TYPE node_up gauge\nnode_up 1\n"
 
-// proxy is a running metricsproxy example in front of a fake node
-// endpoint.
+// proxy is metricsproxy from examples/metricsproxy/deploy (its DaemonSet's
+// metricsproxy container on a node of its own, with the manifests'
+// ServiceAccount and RBAC) in front of a fake node endpoint, and the
+// scraper of examples/metricsproxy/deploy/client, bound by the client's
+// ClusterRoleBinding, with the token the kubelet would project into it.
 type proxy struct {
-	*example
-	audience string
-	node     string
-	roots    *x509.CertPool
+	*server
+	ns              string
+	clientManifests *cluster.Manifests
+	// scraper is the client's ServiceAccount, token its projected token.
+	scraper, token string
+	audience       string
+	node           string
+	roots          *x509.CertPool
 }
 
-// startProxy runs the metricsproxy example for a made-up node, with a
-// serving certificate from a fresh CA and the cluster's client CA as
-// --client-ca-file, in front of an httptest server serving /metrics and
-// /logs/.
+// startProxy runs metricsproxy for a new Node, serving /metrics and
+// /logs/ of an httptest upstream, with the cluster's client CA as
+// --client-ca-file (for the certificate cases), and checks the probes of
+// the manifests on its --metrics-listen port.
 func startProxy(t testing.TB, c *cluster.Cluster) *proxy {
 	t.Helper()
 	upstream := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
@@ -46,14 +54,34 @@ func startProxy(t testing.TB, c *cluster.Cluster) *proxy {
 		}
 	}))
 	t.Cleanup(upstream.Close)
-	kubeconfig := reviewerKubeconfig(t, c, "metricsproxy")
-	certFile, keyFile, roots := servingCert(t)
+	m := deploy(t, c, deployDir("metricsproxy"), deployOptions{})
+	p := &proxy{ns: m.Namespace(), node: c.CreateNode(t, cluster.UniqueName("node-m")).Name}
+	p.clientManifests = deploy(t, c, deployDir("metricsproxy", "client"), deployOptions{namespace: p.ns, suffix: m.NameSuffix})
+	p.scraper = p.clientManifests.Name("metrics-scraper")
+	p.token = projectedToken(t, c, p.clientManifests, "Job", "metricsproxy-smoke", "", "/var/run/secrets/metricsproxy")
+
 	clientCA := writeFile(t, "client-ca.crt", c.ClientCA().CertPEM)
-	p := &proxy{audience: cluster.UniqueName("metricsproxy") + ".example.com", node: cluster.UniqueName("node-m"), roots: roots}
-	p.example = startExample(t, metricsProxyBin, "--upstream="+upstream.URL, "--listen=127.0.0.1:0",
-		"--kubeconfig="+kubeconfig, "--audience="+p.audience, "--node-name="+p.node,
-		"--tls-cert-file="+certFile, "--tls-private-key-file="+keyFile, "--client-ca-file="+clientCA)
+	caFile := filepath.Join(t.TempDir(), "ca.crt")
+	p.server = startServer(t, c, m, "DaemonSet", "metricsproxy", p.node, "--upstream="+upstream.URL, "--listen=127.0.0.1:0",
+		"--metrics-listen=127.0.0.1:0", "--client-ca-file="+clientCA, "--self-signed-ca-file="+caFile)
+	if got := p.arg(t, "node-name"); got != p.node {
+		t.Fatalf("--node-name=%q from the downward API; want the pod's node %q", got, p.node)
+	}
+	p.audience = p.arg(t, "audience")
+	metrics := strings.TrimSuffix(strings.TrimPrefix(p.lineAfter(t, "metrics on "), "http://"), "/metrics")
+	p.checkProbes(t, map[int32]string{9090: metrics})
+	caPEM, err := os.ReadFile(caFile)
+	if err != nil {
+		t.Fatal(err)
+	}
+	p.roots = x509.NewCertPool()
+	p.roots.AppendCertsFromPEM(caPEM)
 	return p
+}
+
+// metricsReader is the client's ClusterRole: get nodes/metrics.
+func (p *proxy) metricsReader() string {
+	return p.clientManifests.Name("metricsproxy-node-metrics-reader")
 }
 
 // client returns an HTTP client trusting the proxy and presenting certs;
@@ -87,11 +115,6 @@ func (p *proxy) get(ctx context.Context, t testing.TB, client *http.Client, path
 	return resp.StatusCode, string(body)
 }
 
-// nodeSubresource is the rule for one kubelet API subresource.
-func nodeSubresource(sub string) rbacv1.PolicyRule {
-	return rbacv1.PolicyRule{Verbs: []string{"get"}, APIGroups: []string{""}, Resources: []string{"nodes/" + sub}}
-}
-
 // nodeMetricsSpec is the SubjectAccessReview metricsproxy makes for /metrics.
 func nodeMetricsSpec(user string, groups []string, node string) authorizationv1.SubjectAccessReviewSpec {
 	return authorizationv1.SubjectAccessReviewSpec{User: user, Groups: groups, ResourceAttributes: &authorizationv1.ResourceAttributes{
@@ -106,17 +129,14 @@ func TestKubeletMetricsProxy(t *testing.T) {
 	t.Parallel()
 	c := cluster.Get(t)
 	p := startProxy(t, c)
-	ns := c.UniqueNamespace(t, "monitoring")
-	c.CreateServiceAccount(t, ns, "prometheus")
-	role := cluster.UniqueName("node-metrics")
-	c.CreateClusterRole(t, role, nodeSubresource("metrics"))
+	// The client's ClusterRole, bound to certificate users too.
 	certUser, certGroup := cluster.UniqueName("scraper"), cluster.UniqueName("scrapers")
-	c.BindClusterRole(t, "", role, cluster.ServiceAccountSubject(ns, "prometheus"), cluster.UserSubject(certUser), cluster.GroupSubject(certGroup))
-	c.WaitForAccess(t, nodeMetricsSpec(serviceAccountUser(ns, "prometheus"), nil, p.node), true)
+	c.BindClusterRole(t, "", p.metricsReader(), cluster.UserSubject(certUser), cluster.GroupSubject(certGroup))
+	c.WaitForAccess(t, nodeMetricsSpec(serviceAccountUser(p.ns, p.scraper), nil, p.node), true)
 	c.WaitForAccess(t, nodeMetricsSpec(certUser, nil, p.node), true)
 	c.WaitForAccess(t, nodeMetricsSpec("anyone", []string{certGroup}, p.node), true)
-	token := c.RequestToken(t, ns, "prometheus", cluster.TokenOptions{Audiences: []string{p.audience}})
-	apiServerToken := c.RequestToken(t, ns, "prometheus", cluster.TokenOptions{})
+	token := p.token
+	apiServerToken := c.RequestToken(t, p.ns, p.scraper, cluster.TokenOptions{})
 
 	cert := func(user string, groups ...string) tls.Certificate {
 		t.Helper()

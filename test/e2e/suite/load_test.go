@@ -48,14 +48,13 @@ func TestLoadReviewCount(t *testing.T) {
 	s := startSidecar(t, c)
 	ns := c.UniqueNamespace(t, "load")
 	s.createSnapshots(t, ns, "snap-1", "snap-2")
-	c.CreateRole(t, ns, "snapshot-reader", snapshotReader)
 	subjects := make([]rbacv1.Subject, loadCallers)
 	for i := range subjects {
 		name := fmt.Sprintf("backup-%d", i)
 		c.CreateServiceAccount(t, ns, name)
 		subjects[i] = cluster.ServiceAccountSubject(ns, name)
 	}
-	c.BindRole(t, ns, "snapshot-reader", subjects...)
+	c.BindClusterRole(t, ns, snapshotClientRole(t, c), subjects...)
 	type caller struct {
 		token  string
 		client api.SnapshotMetadataClient

@@ -24,20 +24,15 @@ func TestOutage(t *testing.T) {
 	ns := c.UniqueNamespace(t, "outage")
 	s.createSnapshots(t, ns, "snap-1", "snap-2")
 	c.CreateServiceAccount(t, ns, "backup")
-	c.CreateServiceAccount(t, ns, "prometheus")
-	c.CreateRole(t, ns, "snapshot-reader", snapshotReader)
-	c.BindRole(t, ns, "snapshot-reader", cluster.ServiceAccountSubject(ns, "backup"))
-	role := cluster.UniqueName("node-metrics")
-	c.CreateClusterRole(t, role, nodeSubresource("metrics"))
-	c.BindClusterRole(t, "", role, cluster.ServiceAccountSubject(ns, "prometheus"))
-	backup, prometheus := serviceAccountUser(ns, "backup"), serviceAccountUser(ns, "prometheus")
+	c.BindClusterRole(t, ns, snapshotClientRole(t, c), cluster.ServiceAccountSubject(ns, "backup"))
+	backup, prometheus := serviceAccountUser(ns, "backup"), serviceAccountUser(p.ns, p.scraper)
 	c.WaitForAccess(t, snapshotSpec(backup, ns, "snap-2"), true)
 	c.WaitForAccess(t, nodeMetricsSpec(prometheus, nil, p.node), true)
 
 	warm := c.RequestToken(t, ns, "backup", cluster.TokenOptions{Audiences: []string{s.audience}})
 	fresh := c.RequestToken(t, ns, "backup", cluster.TokenOptions{Audiences: []string{s.audience}})
-	warmProm := c.RequestToken(t, ns, "prometheus", cluster.TokenOptions{Audiences: []string{p.audience}})
-	freshProm := c.RequestToken(t, ns, "prometheus", cluster.TokenOptions{Audiences: []string{p.audience}})
+	warmProm := p.token
+	freshProm := c.RequestToken(t, p.ns, p.scraper, cluster.TokenOptions{Audiences: []string{p.audience}})
 	tokens := []string{warm, fresh, warmProm, freshProm}
 	web := p.client(t)
 

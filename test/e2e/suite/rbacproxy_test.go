@@ -8,9 +8,9 @@ import (
 	"net/http"
 	"net/http/httptest"
 	"os"
-	"os/exec"
 	"path/filepath"
 	"slices"
+	"strconv"
 	"strings"
 	"sync"
 	"testing"
@@ -26,54 +26,22 @@ import (
 	"github.com/reviewauth/reviewauth/test/e2e/cluster"
 )
 
-// rbacProxyBin is the rbacproxy example, built next to the other examples.
-const rbacProxyBin = "rbacproxy"
-
-var (
-	rbacProxyBuild    sync.Once
-	rbacProxyBuildErr error
-)
-
-// buildRBACProxy builds the rbacproxy example into the examples' directory.
-func buildRBACProxy(t testing.TB) {
-	t.Helper()
-	dir := buildExamples(t)
-	rbacProxyBuild.Do(func() {
-		ctx, cancel := context.WithTimeout(context.Background(), exampleBuildTimeout)
-		defer cancel()
-		cmd := exec.CommandContext(ctx, "go", "-C", examplesDir(), "build", "-o", filepath.Join(dir, rbacProxyBin), "./"+rbacProxyBin)
-		cmd.Env = append(os.Environ(), "GOWORK=off")
-		if out, err := cmd.CombinedOutput(); err != nil {
-			rbacProxyBuildErr = fmt.Errorf("go build of the rbacproxy example: %v\n%s", err, out)
-		}
-	})
-	if rbacProxyBuildErr != nil {
-		t.Fatal(rbacProxyBuildErr)
-	}
-}
-
-// krpRewriteConfig is a kube-rbac-proxy --config-file as its rewrites
-// example writes it: the metrics of the namespace named by ?namespace=.
-const krpRewriteConfig = `authorization:
-  rewrites:
-    byQueryParameter:
-      name: "namespace"
-  resourceAttributes:
-    apiVersion: v1
-    resource: namespaces
-    subresource: metrics
-    namespace: "{{ .Value }}"
-`
-
-// rbacEnv is rbacproxy in front of an upstream, with kube-rbac-proxy's
-// flags and a rewrite config, and a scraper bound by RBAC to the metrics
-// of two namespaces (allowed, allowed2) but not a third (denied).
+// rbacEnv is rbacproxy from examples/rbacproxy/deploy (its Deployment's
+// rbacproxy container, with the manifests' ServiceAccount, RBAC and
+// --config-file: kube-rbac-proxy's rewrites example, the metrics of the
+// namespace named by ?namespace=) in front of a test upstream, and the
+// caller of examples/rbacproxy/deploy/client, bound by RoleBindings to
+// the client's ClusterRole in two namespaces (allowed, allowed2) but not
+// a third (denied), with the token the kubelet would project into it.
 type rbacEnv struct {
-	*example
-	audience                      string
-	ns, allowed, allowed2, denied string
-	roots                         *x509.CertPool
-	client                        *http.Client
+	*server
+	// ns is the manifests' namespace; caller is the client's
+	// ServiceAccount there, token the token projected for it.
+	ns, caller, token         string
+	allowed, allowed2, denied string
+	client                    *http.Client
+	// roots trust rbacproxy's serving certificate.
+	roots *x509.CertPool
 
 	mu       sync.Mutex
 	upstream []http.Header
@@ -81,8 +49,7 @@ type rbacEnv struct {
 
 func startRBACProxy(t *testing.T, c *cluster.Cluster, extraArgs ...string) *rbacEnv {
 	t.Helper()
-	buildRBACProxy(t)
-	e := &rbacEnv{audience: cluster.UniqueName("rbacproxy") + ".example.com"}
+	e := &rbacEnv{}
 	up := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		e.mu.Lock()
 		h := r.Header.Clone()
@@ -92,22 +59,29 @@ func startRBACProxy(t *testing.T, c *cluster.Cluster, extraArgs ...string) *rbac
 		_, _ = io.WriteString(w, "# TYPE up gauge\nup 1\n")
 	}))
 	t.Cleanup(up.Close)
-	e.ns = c.UniqueNamespace(t, "monitoring")
+	m := deploy(t, c, deployDir("rbacproxy"), deployOptions{})
+	e.ns = m.Namespace()
+	client := deploy(t, c, deployDir("rbacproxy", "client"), deployOptions{namespace: e.ns, suffix: m.NameSuffix})
+	e.caller = client.Name("metrics-reader")
 	e.allowed, e.allowed2, e.denied = c.UniqueNamespace(t, "team-a"), c.UniqueNamespace(t, "team-b"), c.UniqueNamespace(t, "kube")
-	c.CreateServiceAccount(t, e.ns, "prometheus")
-	rule := rbacv1.PolicyRule{Verbs: []string{"get"}, APIGroups: []string{""}, Resources: []string{"namespaces/metrics"}}
 	for _, ns := range []string{e.allowed, e.allowed2} {
-		c.CreateRole(t, ns, "metrics-reader", rule)
-		c.BindRole(t, ns, "metrics-reader", cluster.ServiceAccountSubject(e.ns, "prometheus"))
+		c.BindClusterRole(t, ns, client.Name("rbacproxy-namespace-metrics-reader"), cluster.ServiceAccountSubject(e.ns, e.caller))
 		c.WaitForAccess(t, e.spec(ns), true)
 	}
-	certFile, keyFile, roots := servingCert(t)
-	e.roots = roots
-	e.example = startExample(t, rbacProxyBin, append([]string{"--secure-listen-address=127.0.0.1:0", "--upstream=" + up.URL + "/",
-		"--kubeconfig=" + reviewerKubeconfig(t, c, "rbacproxy"), "--auth-token-audiences=" + e.audience,
-		"--config-file=" + writeFile(t, "config.yaml", []byte(krpRewriteConfig)),
-		"--tls-cert-file=" + certFile, "--tls-private-key-file=" + keyFile}, extraArgs...)...)
-	tr := &http.Transport{TLSClientConfig: tlsConfig(roots)}
+	e.token = projectedToken(t, c, client, "Job", "rbacproxy-smoke", "", "/var/run/secrets/rbacproxy")
+
+	caFile := filepath.Join(t.TempDir(), "ca.crt")
+	health := freePort(t)
+	e.server = startServer(t, c, m, "Deployment", "app", "", append([]string{"--secure-listen-address=127.0.0.1:0", "--upstream=" + up.URL + "/",
+		"--proxy-endpoints-port=" + strconv.Itoa(health), "--self-signed-ca-file=" + caFile}, extraArgs...)...)
+	e.checkProbes(t, map[int32]string{8444: loopback(health)})
+	caPEM, err := os.ReadFile(caFile)
+	if err != nil {
+		t.Fatal(err)
+	}
+	e.roots = x509.NewCertPool()
+	e.roots.AppendCertsFromPEM(caPEM)
+	tr := &http.Transport{TLSClientConfig: tlsConfig(e.roots)}
 	t.Cleanup(tr.CloseIdleConnections)
 	e.client = &http.Client{Transport: tr, Timeout: callTimeout}
 	return e
@@ -115,7 +89,7 @@ func startRBACProxy(t *testing.T, c *cluster.Cluster, extraArgs ...string) *rbac
 
 // spec is the SubjectAccessReview rbacproxy sends for ?namespace=ns.
 func (e *rbacEnv) spec(ns string) authorizationv1.SubjectAccessReviewSpec {
-	return authorizationv1.SubjectAccessReviewSpec{User: serviceAccountUser(e.ns, "prometheus"), ResourceAttributes: &authorizationv1.ResourceAttributes{
+	return authorizationv1.SubjectAccessReviewSpec{User: serviceAccountUser(e.ns, e.caller), ResourceAttributes: &authorizationv1.ResourceAttributes{
 		Namespace: ns, Verb: "get", Version: "v1", Resource: "namespaces", Subresource: "metrics"}}
 }
 
@@ -156,8 +130,8 @@ func TestRBACProxy(t *testing.T) {
 	t.Parallel()
 	c := cluster.Get(t)
 	e := startRBACProxy(t, c)
-	token := c.RequestToken(t, e.ns, "prometheus", cluster.TokenOptions{Audiences: []string{e.audience}})
-	apiServerToken := c.RequestToken(t, e.ns, "prometheus", cluster.TokenOptions{})
+	token := e.token
+	apiServerToken := c.RequestToken(t, e.ns, e.caller, cluster.TokenOptions{})
 	spoofed := map[string]string{"X-Remote-User": "system:admin", "X-Remote-Group": "system:masters", "X-Remote-Groups": "system:masters",
 		"X-Remote-Extra-Scopes": "all", "Impersonate-User": "system:admin", "Impersonate-Group": "system:masters", "X-Remote_User": "system:admin"}
 	tests := []struct {
@@ -279,8 +253,8 @@ func TestRBACProxyCertificateCallers(t *testing.T) {
 func TestRBACProxyCostAndOutage(t *testing.T) {
 	c := cluster.Get(t)
 	e := startRBACProxy(t, c)
-	token := c.RequestToken(t, e.ns, "prometheus", cluster.TokenOptions{Audiences: []string{e.audience}})
-	fresh := c.RequestToken(t, e.ns, "prometheus", cluster.TokenOptions{Audiences: []string{e.audience}})
+	token := e.token
+	fresh := c.RequestToken(t, e.ns, e.caller, cluster.TokenOptions{Audiences: []string{e.arg(t, "auth-token-audiences")}})
 
 	ctx, cancel := ctxFor(t, 3*time.Minute)
 	defer cancel()
