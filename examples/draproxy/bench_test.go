@@ -103,6 +103,7 @@ func BenchmarkDRAProxy(b *testing.B) {
 	newHandler := func(up *rest.Config) http.Handler {
 		h, err := newProxy(options{
 			NodeName:      "node-a",
+			Drivers:       testDrivers(),
 			Authenticator: must(authn.NewForConfig(f.config(), authn.Options{Audiences: []string{testAudience}})),
 			SAR:           must(authz.NewForConfig(f.config(), authz.Options{})),
 			Upstream:      up,

@@ -209,6 +209,7 @@ import (
 	"fmt"
 	"io"
 	"net"
+	"net/http"
 	"os"
 	"sync"
 	"time"
@@ -217,6 +218,7 @@ import (
 	"k8s.io/client-go/rest"
 	"k8s.io/client-go/tools/clientcmd"
 	"k8s.io/klog/v2"
+	"k8s.io/utils/clock"
 
 	"github.com/reviewauth/reviewauth/examples/internal/cli"
 	"github.com/reviewauth/reviewauth/serving"
@@ -229,16 +231,23 @@ func main() {
 }
 
 type config struct {
-	socket           string
-	socketGroup      int
-	tlsListen        string
-	nodeUID          string
-	allow            []string
-	rules            []rule
-	sliceTTL, podTTL time.Duration
-	maxBody          int64
-	flags            *cli.Flags
-	review           *serving.Flags
+	socket            string
+	socketGroup       int
+	tlsListen         string
+	nodeUID           string
+	allow             []string
+	rules             []rule
+	driver            []string
+	drivers           *drivers
+	requireAdmission  bool
+	admissionPolicy   string
+	admissionBinding  string
+	admissionInterval time.Duration
+	requestTimeout    time.Duration
+	sliceTTL, podTTL  time.Duration
+	maxBody           int64
+	flags             *cli.Flags
+	review            *serving.Flags
 }
 
 func parseFlags(args []string, out io.Writer) (*config, error) {
@@ -251,7 +260,14 @@ func parseFlags(args []string, out io.Writer) (*config, error) {
 	fs.StringVar(&c.tlsListen, "tls-listen", "", "loopback address to serve TLS on, such as 127.0.0.1:8443; empty for none")
 	fs.StringVar(&c.nodeUID, "node-uid", "", "UID of this node; when set, drivers' tokens must carry it too (node-uid extra)")
 	fs.StringArrayVar(&c.allow, "allow", nil, "VERB[,VERB...]:RESOURCE[.GROUP][/SUBRESOURCE] to forward under the driver's RBAC alone, such as get,list,watch:deviceclasses.resource.k8s.io (repeatable)")
-	fs.DurationVar(&c.sliceTTL, "slice-cache-ttl", DefaultSliceTTL, "how long a ResourceSlice's spec.nodeName is remembered; 0 disables the cache")
+	fs.StringArrayVar(&c.driver, "driver", nil, "NAME=NAMESPACE/SERVICEACCOUNT: the DRA driver name NAME may be published (spec.driver of the ResourceSlices written) by that ServiceAccount only, such as gpu.example.com=gpu-driver/kubelet-plugin (repeatable; at least one)")
+	fs.BoolVar(&c.requireAdmission, "require-admission-policy", true, "refuse to start unless the ValidatingAdmissionPolicy and binding of deploy/admission-policy.yaml are in place, with a parameter listing every --driver identity; false serves without them (logged, and draproxy_admission_policy_verified is 0)")
+	fs.StringVar(&c.admissionPolicy, "admission-policy", DefaultAdmissionPolicy, "name of the ValidatingAdmissionPolicy to check")
+	fs.StringVar(&c.admissionBinding, "admission-policy-binding", DefaultAdmissionPolicy, "name of the ValidatingAdmissionPolicyBinding to check")
+	fs.DurationVar(&c.admissionInterval, "admission-policy-check-interval", DefaultAdmissionCheckInterval, "how often to check, after the start, that the admission policy is still in place")
+	fs.DurationVar(&c.requestTimeout, "request-timeout", DefaultRequestTimeout, "deadline of every forwarded request but watches, as the API server's own --request-timeout: 504 with Retry-After past it")
+	fs.DurationVar(&c.sliceTTL, "slice-cache-ttl", 0, "no effect: draproxy reads a ResourceSlice on every request that needs it")
+	_ = fs.MarkDeprecated("slice-cache-ttl", "draproxy no longer remembers ResourceSlices; the flag has no effect")
 	fs.DurationVar(&c.podTTL, "pod-cache-ttl", DefaultPodTTL, "how long a pod's spec.nodeName is remembered (by UID); 0 disables the cache")
 	fs.Int64Var(&c.maxBody, "max-request-body-bytes", DefaultMaxBodyBytes, "largest request body accepted (413 above)")
 	c.flags.AddFlags(fs, true) // logging, --version, --metrics-listen, --max-connections, --kubeconfig, --audience, --node-name, --authentication-*, --authorization-*, --tls-* (for --tls-listen), --self-signed-ca-file
@@ -275,8 +291,12 @@ func parseFlags(args []string, out io.Writer) (*config, error) {
 		return nil, errors.New("draproxy: --socket or --tls-listen is required")
 	case len(c.review.Authz.AlwaysAllowGroups) > 0:
 		return nil, errors.New("draproxy: --authorization-always-allow-groups is not supported: every request is checked")
-	case c.sliceTTL < 0 || c.podTTL < 0:
-		return nil, errors.New("draproxy: --slice-cache-ttl and --pod-cache-ttl must not be negative")
+	case c.podTTL < 0:
+		return nil, errors.New("draproxy: --pod-cache-ttl must not be negative")
+	case c.requestTimeout <= 0:
+		return nil, errors.New("draproxy: --request-timeout must be positive")
+	case c.admissionInterval <= 0:
+		return nil, errors.New("draproxy: --admission-policy-check-interval must be positive")
 	case c.maxBody <= 0:
 		return nil, errors.New("draproxy: --max-request-body-bytes must be positive")
 	}
@@ -284,6 +304,10 @@ func parseFlags(args []string, out io.Writer) (*config, error) {
 		if err := checkLoopback(c.tlsListen); err != nil {
 			return nil, fmt.Errorf("draproxy: %w", err)
 		}
+	}
+	var err error
+	if c.drivers, err = parseDrivers(c.driver); err != nil {
+		return nil, fmt.Errorf("draproxy: %w", err)
 	}
 	for _, a := range c.allow {
 		r, err := parseAllow(a)
@@ -293,6 +317,20 @@ func parseFlags(args []string, out io.Writer) (*config, error) {
 		c.rules = append(c.rules, r)
 	}
 	return c, nil
+}
+
+// newAdmissionCheckFor is the admission policy check of c, reading with
+// the API server's configuration up (draproxy's own credentials).
+func newAdmissionCheckFor(up *rest.Config, c *config) (*admissionCheck, error) {
+	host, _, err := rest.DefaultServerUrlFor(up)
+	if err != nil {
+		return nil, fmt.Errorf("draproxy: the API server's URL: %w", err)
+	}
+	base, err := rest.TransportFor(up)
+	if err != nil {
+		return nil, fmt.Errorf("draproxy: the API server's transport: %w", err)
+	}
+	return newAdmissionCheck(newObjects(&http.Client{Transport: base}, host, clock.RealClock{}, -1), c.admissionPolicy, c.admissionBinding, c.drivers)
 }
 
 // upstreamConfig is the API server with draproxy's own credentials: the
@@ -334,19 +372,39 @@ func run(ctx context.Context, args []string, stdout io.Writer) error {
 		return fmt.Errorf("draproxy: --kubeconfig: %w", err)
 	}
 	handler, err := newProxy(options{
-		NodeName:      c.review.Authz.NodeName,
-		NodeUID:       c.nodeUID,
-		Authenticator: built.Authenticator,
-		SAR:           built.SAR,
-		Upstream:      up,
-		Allow:         c.rules,
-		SliceTTL:      ttl(c.sliceTTL),
-		PodTTL:        ttl(c.podTTL),
-		MaxBodyBytes:  c.maxBody,
-		Metrics:       built.Metrics,
+		NodeName:       c.review.Authz.NodeName,
+		NodeUID:        c.nodeUID,
+		Drivers:        c.drivers,
+		Authenticator:  built.Authenticator,
+		SAR:            built.SAR,
+		Upstream:       up,
+		Allow:          c.rules,
+		PodTTL:         ttl(c.podTTL),
+		RequestTimeout: c.requestTimeout,
+		MaxBodyBytes:   c.maxBody,
+		Metrics:        built.Metrics,
 	})
 	if err != nil {
 		return err
+	}
+
+	// The second line: the API server's own check of every ResourceSlice
+	// write (deploy/admission-policy.yaml), checked now and then every
+	// --admission-policy-check-interval.
+	admission, err := newAdmissionCheckFor(up, c)
+	if err != nil {
+		return err
+	}
+	if err := built.Registry.Register(admission.Collector()); err != nil {
+		return fmt.Errorf("draproxy: %w", err)
+	}
+	clk := clock.RealClock{}
+	checkCtx, stopCheck := withDeadline(ctx, clk, c.requestTimeout)
+	err = admission.check(checkCtx)
+	stopCheck()
+	admission.log(ctx, err)
+	if err != nil && c.requireAdmission {
+		return fmt.Errorf("%w (--require-admission-policy=false serves without it)", err)
 	}
 
 	// Requests, watches included, end when serving ends.
@@ -422,6 +480,8 @@ func run(ctx context.Context, args []string, stdout io.Writer) error {
 			cancel()
 		})
 	}
+	// The admission policy, again every interval, until serving ends.
+	wg.Go(func() { admission.run(ctx, clk, c.admissionInterval, c.requestTimeout, nil) })
 	wg.Wait()
 	if err := errors.Join(errs...); err != nil {
 		return fmt.Errorf("draproxy: %w", err)

@@ -64,7 +64,7 @@ func startProxy(t testing.TB, f *fakeAPI, mods ...func(*options)) *harness {
 		t.Fatal(err)
 	}
 	h := &harness{f: f, clk: clocktesting.NewFakeClock(time.Now())}
-	o := options{NodeName: "node-a", Authenticator: an, SAR: sar, Upstream: f.config(), Clock: h.clk}
+	o := options{NodeName: "node-a", Drivers: testDrivers(), Authenticator: an, SAR: sar, Upstream: f.config(), Clock: h.clk}
 	for _, m := range mods {
 		m(&o)
 	}
@@ -203,32 +203,52 @@ func TestSlices(t *testing.T) {
 		}
 	})
 	t.Run("one slice", func(t *testing.T) {
-		const notOurs = `is not a slice of node "node-a", or does not exist`
+		const notOurs = `not found (draproxy shows a driver only the ResourceSlices of node "node-a")`
 		if _, err := rs.Get(ctx, "a-1", metav1.GetOptions{}); err != nil {
 			t.Errorf("Get(a-1) = %v", err)
 		}
+		// Another node's slice, one bound to no node, and none at all
+		// look alike: the API server's 404.
 		for _, name := range []string{"b-1", "none-1", "missing"} {
 			_, err := rs.Get(ctx, name, metav1.GetOptions{})
-			wantStatus(t, "Get("+name+")", err, http.StatusForbidden, notOurs)
-			_, err = rs.Update(ctx, &resourcev1.ResourceSlice{ObjectMeta: metav1.ObjectMeta{Name: name}, Spec: resourcev1.ResourceSliceSpec{NodeName: ptr.To("node-a")}}, metav1.UpdateOptions{})
-			wantStatus(t, "Update("+name+")", err, http.StatusForbidden, notOurs)
+			wantStatus(t, "Get("+name+")", err, http.StatusNotFound, notOurs)
+			_, err = rs.Update(ctx, &resourcev1.ResourceSlice{ObjectMeta: metav1.ObjectMeta{Name: name}, Spec: resourcev1.ResourceSliceSpec{NodeName: ptr.To("node-a"), Driver: testDriver}}, metav1.UpdateOptions{})
+			wantStatus(t, "Update("+name+")", err, http.StatusNotFound, notOurs)
 			_, err = rs.Patch(ctx, name, types.MergePatchType, []byte(`{"metadata":{"labels":{"x":"y"}}}`), metav1.PatchOptions{})
-			wantStatus(t, "Patch("+name+")", err, http.StatusForbidden, notOurs)
+			wantStatus(t, "Patch("+name+")", err, http.StatusNotFound, notOurs)
 			err = rs.Delete(ctx, name, metav1.DeleteOptions{})
-			wantStatus(t, "Delete("+name+")", err, http.StatusForbidden, notOurs)
+			wantStatus(t, "Delete("+name+")", err, http.StatusNotFound, notOurs)
 		}
-		if _, err := rs.Update(ctx, &resourcev1.ResourceSlice{ObjectMeta: metav1.ObjectMeta{Name: "a-1"}, Spec: resourcev1.ResourceSliceSpec{NodeName: ptr.To("node-a")}}, metav1.UpdateOptions{}); err != nil {
+		if _, err := rs.Update(ctx, &resourcev1.ResourceSlice{ObjectMeta: metav1.ObjectMeta{Name: "a-1"}, Spec: resourcev1.ResourceSliceSpec{NodeName: ptr.To("node-a"), Driver: testDriver}}, metav1.UpdateOptions{}); err != nil {
 			t.Errorf("Update(a-1) = %v", err)
 		}
-		if _, err := rs.Patch(ctx, "a-1", types.ApplyPatchType, []byte(`{"apiVersion":"resource.k8s.io/v1","kind":"ResourceSlice"}`), metav1.PatchOptions{FieldManager: "x"}); err != nil {
+		apply := func(name, node string) error {
+			_, err := rs.Patch(ctx, name, types.ApplyPatchType, []byte(`{"apiVersion":"resource.k8s.io/v1","kind":"ResourceSlice","spec":{"nodeName":"`+node+`","driver":"`+testDriver+`"}}`), metav1.PatchOptions{FieldManager: "x"})
+			return err
+		}
+		if err := apply("a-1", "node-a"); err != nil {
 			t.Errorf("Patch(a-1, apply) = %v", err)
 		}
-		// Server-side apply of a slice that does not exist would create
-		// it: refused like any slice not known to be this node's.
-		_, err := rs.Patch(ctx, "new-by-apply", types.ApplyPatchType, []byte(`{"apiVersion":"resource.k8s.io/v1","kind":"ResourceSlice","spec":{"nodeName":"node-a"}}`), metav1.PatchOptions{FieldManager: "x"})
-		wantStatus(t, "Patch(new slice, apply)", err, http.StatusForbidden, notOurs)
+		// A partial apply (no spec.nodeName) is checked as the create it
+		// may be.
+		_, err := rs.Patch(ctx, "a-1", types.ApplyPatchType, []byte(`{"apiVersion":"resource.k8s.io/v1","kind":"ResourceSlice"}`), metav1.PatchOptions{FieldManager: "x"})
+		wantStatus(t, "Patch(a-1, partial apply)", err, http.StatusForbidden, "it has none")
+		// Server-side apply of a slice that does not exist creates it:
+		// checked as a create.
+		if err := apply("new-by-apply", "node-a"); err != nil {
+			t.Errorf("Patch(new slice of node-a, apply) = %v", err)
+		}
+		wantStatus(t, "Patch(new slice of node-b, apply)", apply("new-by-apply-b", "node-b"), http.StatusForbidden, `must have spec.nodeName "node-a" (this node), not "node-b"`)
+		wantStatus(t, "Patch(b-1, apply)", apply("b-1", "node-b"), http.StatusForbidden, `not "node-b"`)
+		wantStatus(t, "Patch(b-1, apply as node-a)", apply("b-1", "node-a"), http.StatusNotFound, notOurs)
 		if err := rs.Delete(ctx, "a-1", metav1.DeleteOptions{}); err != nil {
 			t.Errorf("Delete(a-1) = %v", err)
+		}
+		if n, _ := f.sliceNode("b-1"); n != "node-b" {
+			t.Errorf("b-1 is now of node %q; want node-b", n)
+		}
+		if n, _ := f.sliceNode("new-by-apply-b"); n != "" {
+			t.Errorf("new-by-apply-b was created on node %q; want none", n)
 		}
 	})
 	t.Run("create", func(t *testing.T) {
@@ -257,8 +277,15 @@ func TestSlices(t *testing.T) {
 	t.Run("deletecollection", func(t *testing.T) {
 		err := rs.DeleteCollection(ctx, metav1.DeleteOptions{}, metav1.ListOptions{})
 		wantStatus(t, "DeleteCollection(no selector)", err, http.StatusForbidden, need)
-		if err := rs.DeleteCollection(ctx, metav1.DeleteOptions{}, metav1.ListOptions{FieldSelector: "spec.nodeName=node-a"}); err != nil {
-			t.Errorf("DeleteCollection(node-a) = %v", err)
+		err = rs.DeleteCollection(ctx, metav1.DeleteOptions{}, metav1.ListOptions{FieldSelector: "spec.nodeName=node-a"})
+		wantStatus(t, "DeleteCollection(node-a, any driver)", err, http.StatusForbidden, "requires the field selector spec.driver=NAME")
+		err = rs.DeleteCollection(ctx, metav1.DeleteOptions{}, metav1.ListOptions{FieldSelector: "spec.nodeName=node-a,spec.driver=" + otherDriver})
+		wantStatus(t, "DeleteCollection(node-a, another identity's driver)", err, http.StatusForbidden, `it has spec.driver = "other.example.com"`)
+		if err := rs.DeleteCollection(ctx, metav1.DeleteOptions{}, metav1.ListOptions{FieldSelector: "spec.nodeName=node-a,spec.driver=" + testDriver}); err != nil {
+			t.Errorf("DeleteCollection(node-a, its driver) = %v", err)
+		}
+		if n, _ := f.sliceNode("b-1"); n != "node-b" {
+			t.Errorf("b-1 after the deletecollections: node %q; want node-b", n)
 		}
 	})
 }
@@ -271,24 +298,29 @@ func TestCreateBodies(t *testing.T) {
 	h := startProxy(t, f)
 	token := f.token(driverOn("node-a"))
 	const target = "/apis/resource.k8s.io/v1/resourceslices"
+	const d = `,"driver":"` + testDriver + `"`
 	tests := []struct {
 		name, contentType, body string
 		want                    int
+		forwarded               string // when not the body itself
 	}{
-		{name: "this node", contentType: "application/json", body: `{"metadata":{"name":"x1"},"spec":{"nodeName":"node-a"}}`, want: http.StatusCreated},
-		{name: "charset", contentType: "application/json; charset=utf-8", body: `{"metadata":{"name":"x2"},"spec":{"nodeName":"node-a"}}`, want: http.StatusCreated},
-		{name: "escaped key", contentType: "application/json", body: `{"metadata":{"name":"x3"},"spec":{"node\u004eame":"node-a"}}`, want: http.StatusCreated},
-		{name: "older version", contentType: "application/json", body: `{"apiVersion":"resource.k8s.io/v1beta1","spec":{"nodeName":"node-a"}}`, want: http.StatusCreated},
-		{name: "other node", contentType: "application/json", body: `{"spec":{"nodeName":"node-b"}}`, want: http.StatusForbidden},
-		{name: "null node", contentType: "application/json", body: `{"spec":{"nodeName":null}}`, want: http.StatusForbidden},
-		{name: "case differs", contentType: "application/json", body: `{"spec":{"NodeName":"node-a"}}`, want: http.StatusForbidden},
-		{name: "duplicate nodeName", contentType: "application/json", body: `{"spec":{"nodeName":"node-a","nodeName":"node-b"}}`, want: http.StatusBadRequest},
-		{name: "duplicate spec", contentType: "application/json", body: `{"spec":{"nodeName":"node-b"},"spec":{"nodeName":"node-a"}}`, want: http.StatusBadRequest},
+		{name: "this node", contentType: "application/json", body: `{"metadata":{"name":"x1"},"spec":{"nodeName":"node-a"` + d + `}}`, want: http.StatusCreated},
+		{name: "charset", contentType: "application/json; charset=utf-8", body: `{"metadata":{"name":"x2"},"spec":{"nodeName":"node-a"` + d + `}}`, want: http.StatusCreated},
+		{name: "escaped key", contentType: "application/json", body: `{"metadata":{"name":"x3"},"spec":{"node\u004eame":"node-a"` + d + `}}`, want: http.StatusCreated},
+		{name: "older version", contentType: "application/json", body: `{"apiVersion":"resource.k8s.io/v1beta1","spec":{"nodeName":"node-a"` + d + `}}`, want: http.StatusCreated},
+		{name: "other node", contentType: "application/json", body: `{"spec":{"nodeName":"node-b"` + d + `}}`, want: http.StatusForbidden},
+		{name: "null node", contentType: "application/json", body: `{"spec":{"nodeName":null` + d + `}}`, want: http.StatusForbidden},
+		{name: "case differs", contentType: "application/json", body: `{"spec":{"NodeName":"node-a"` + d + `}}`, want: http.StatusForbidden},
+		{name: "driver case differs", contentType: "application/json", body: `{"spec":{"nodeName":"node-a","Driver":"` + testDriver + `"}}`, want: http.StatusForbidden},
+		{name: "duplicate nodeName", contentType: "application/json", body: `{"spec":{"nodeName":"node-a","nodeName":"node-b"` + d + `}}`, want: http.StatusBadRequest},
+		{name: "duplicate driver", contentType: "application/json", body: `{"spec":{"nodeName":"node-a"` + d + `,"driver":"x.example.com"}}`, want: http.StatusBadRequest},
+		{name: "duplicate spec", contentType: "application/json", body: `{"spec":{"nodeName":"node-b"},"spec":{"nodeName":"node-a"` + d + `}}`, want: http.StatusBadRequest},
 		{name: "number", contentType: "application/json", body: `{"spec":{"nodeName":1}}`, want: http.StatusBadRequest},
 		{name: "not an object", contentType: "application/json", body: `["spec"]`, want: http.StatusBadRequest},
-		{name: "trailing data", contentType: "application/json", body: `{"spec":{"nodeName":"node-a"}}{"spec":{"nodeName":"node-b"}}`, want: http.StatusBadRequest},
+		{name: "trailing data", contentType: "application/json", body: `{"spec":{"nodeName":"node-a"` + d + `}}{"spec":{"nodeName":"node-b"}}`, want: http.StatusBadRequest},
 		{name: "empty", contentType: "application/json", body: ``, want: http.StatusBadRequest},
-		{name: "yaml", contentType: "application/yaml", body: "spec:\n  nodeName: node-a\n", want: http.StatusUnsupportedMediaType},
+		{name: "yaml", contentType: "application/yaml", body: "spec:\n  nodeName: node-a\n  driver: " + testDriver + "\n", want: http.StatusCreated, forwarded: `{"spec":{"driver":"` + testDriver + `","nodeName":"node-a"}}`},
+		{name: "yaml, other node", contentType: "application/yaml", body: "spec:\n  nodeName: node-b\n  driver: " + testDriver + "\n", want: http.StatusForbidden},
 		{name: "protobuf", contentType: "application/vnd.kubernetes.protobuf", body: "k8s\x00", want: http.StatusUnsupportedMediaType},
 		{name: "cbor", contentType: "application/cbor", body: "\xa0", want: http.StatusUnsupportedMediaType},
 		{name: "no content type", contentType: "", body: `{"spec":{"nodeName":"node-a"}}`, want: http.StatusUnsupportedMediaType},
@@ -314,9 +346,13 @@ func TestCreateBodies(t *testing.T) {
 					forwarded = append(forwarded, s.Body)
 				}
 			}
+			want := tt.body
+			if tt.forwarded != "" {
+				want = tt.forwarded
+			}
 			switch {
-			case code == http.StatusCreated && (len(forwarded) != 1 || string(forwarded[0]) != tt.body):
-				t.Errorf("forwarded %q; want exactly the body %q", forwarded, tt.body)
+			case code == http.StatusCreated && (len(forwarded) != 1 || string(forwarded[0]) != want):
+				t.Errorf("forwarded %q; want exactly %q", forwarded, want)
 			case code != http.StatusCreated && len(forwarded) != 0:
 				t.Errorf("forwarded %q; want nothing", forwarded)
 			}
@@ -575,7 +611,7 @@ func TestImpersonationHeaders(t *testing.T) {
 func TestBodyLimit(t *testing.T) {
 	t.Parallel()
 	f := startFakeAPI(t)
-	prefix := `{"spec":{"nodeName":"node-a"},"pad":"`
+	prefix := `{"spec":{"nodeName":"node-a","driver":"` + testDriver + `"},"pad":"`
 	limit := int64(len(prefix) + 100 + len(`"}`))
 	h := startProxy(t, f, func(o *options) { o.MaxBodyBytes = limit })
 	token := f.token(driverOn("node-a"))
@@ -619,57 +655,6 @@ func TestBodyLimit(t *testing.T) {
 	}
 }
 
-// TestSliceCache: a slice's node is read once per TTL (at the TTL it is
-// read again, 1ns before it is not), and forgotten when the slice is
-// deleted through the proxy.
-func TestSliceCache(t *testing.T) {
-	t.Parallel()
-	f := startFakeAPI(t)
-	h := startProxy(t, f)
-	f.addSlice("a-1", "node-a")
-	rs := h.client(t, f.token(driverOn("node-a"))).ResourceV1().ResourceSlices()
-	ctx := t.Context()
-	get := func() {
-		t.Helper()
-		if _, err := rs.Get(ctx, "a-1", metav1.GetOptions{}); err != nil {
-			t.Fatalf("Get(a-1) = %v", err)
-		}
-	}
-	// Each Get is one lookup (when not cached) plus the forwarded GET.
-	reads := func() int {
-		t.Helper()
-		n := 0
-		for _, s := range f.seen() {
-			if s.Path == slicePath("a-1") && s.Header.Get("Impersonate-User") == "" {
-				n++
-			}
-		}
-		return n
-	}
-	get()
-	if n := reads(); n != 1 {
-		t.Fatalf("first Get: %d lookups; want 1", n)
-	}
-	h.clk.Step(DefaultSliceTTL - 1)
-	get()
-	if n := reads(); n != 0 {
-		t.Errorf("Get 1ns before the TTL: %d lookups; want 0", n)
-	}
-	h.clk.Step(1)
-	get()
-	if n := reads(); n != 1 {
-		t.Errorf("Get at the TTL: %d lookups; want 1", n)
-	}
-	// Deleted through the proxy, then re-created for another node: the
-	// remembered node-a must not let the driver at it.
-	if err := rs.Delete(ctx, "a-1", metav1.DeleteOptions{}); err != nil {
-		t.Fatal(err)
-	}
-	f.addSlice("a-1", "node-b")
-	_, err := rs.Get(ctx, "a-1", metav1.GetOptions{})
-	wantStatus(t, "Get(a-1, re-created on node-b)", err, http.StatusForbidden, "is not a slice of node")
-}
-
 // TestPodCache: a pod's node is read once per TTL and keyed by UID; claims
 // are read on every request.
 func TestPodCache(t *testing.T) {
@@ -686,11 +671,8 @@ func TestPodCache(t *testing.T) {
 			t.Fatalf("Get(c) = %v", err)
 		}
 		for _, s := range f.seen() {
-			if s.Header.Get("Impersonate-User") != "" {
-				continue
-			}
 			switch s.Path {
-			case claimPath("gpu", "c"):
+			case claimPath("gpu", "c"): // forwarded, and checked
 				claimReads++
 			case podPath("gpu", "job-a"):
 				podReads++
@@ -733,44 +715,38 @@ func TestOutage(t *testing.T) {
 	if _, err := rs.List(t.Context(), metav1.ListOptions{FieldSelector: "spec.nodeName=node-a"}); err != nil {
 		t.Fatal(err)
 	}
-	targets := []string{
-		"/apis/resource.k8s.io/v1/resourceslices?fieldSelector=spec.nodeName%3Dnode-a", // forwarded
-		"/apis/resource.k8s.io/v1/resourceslices/a-1",                                  // slice lookup
-		"/apis/resource.k8s.io/v1/namespaces/gpu/resourceclaims/c",                     // claim lookup
+	type call struct {
+		method, target string
+		body           string
+		lookup         bool // draproxy reads an object for its check first
+	}
+	calls := []call{
+		{method: http.MethodGet, target: "/apis/resource.k8s.io/v1/resourceslices?fieldSelector=spec.nodeName%3Dnode-a"}, // forwarded
+		{method: http.MethodGet, target: "/apis/resource.k8s.io/v1/resourceslices/a-1"},                                  // forwarded, the answer checked
+		{method: http.MethodGet, target: "/apis/resource.k8s.io/v1/namespaces/gpu/resourceclaims/c"},                     // forwarded, the answer checked
+		{method: http.MethodPatch, target: "/apis/resource.k8s.io/v1/resourceslices/a-1", body: `{}`, lookup: true},
+		{method: http.MethodPatch, target: "/apis/resource.k8s.io/v1/namespaces/gpu/resourceclaims/c/status", body: `{}`, lookup: true},
 	}
 	for _, fault := range []int32{-1, http.StatusServiceUnavailable, http.StatusInternalServerError, http.StatusTooManyRequests, http.StatusForbidden, http.StatusUnauthorized} {
 		f.fail.Store(fault)
-		for _, target := range targets {
-			req, err := http.NewRequestWithContext(t.Context(), http.MethodGet, h.url+target, nil)
-			if err != nil {
-				t.Fatal(err)
-			}
-			req.Header.Set("Authorization", "Bearer "+token)
-			resp, err := http.DefaultClient.Do(req)
-			if err != nil {
-				t.Fatal(err)
-			}
-			b, _ := io.ReadAll(resp.Body)
-			resp.Body.Close()
+		for _, c := range calls {
+			code, b := h.do(t, c.method, c.target, token, []byte(c.body), http.Header{"Content-Type": {mediaMergePatch}})
 			want := http.StatusServiceUnavailable
-			if fault > 0 && strings.Contains(target, "?") && fault != http.StatusUnauthorized {
+			if fault > 0 && !c.lookup && fault != http.StatusUnauthorized {
 				want = int(fault) // forwarded: the API server's own answer passes through
 			}
-			if resp.StatusCode != want {
-				t.Errorf("fault %d: GET %s = %d %s; want %d", fault, target, resp.StatusCode, b, want)
+			if code != want {
+				t.Errorf("fault %d: %s %s = %d %s; want %d", fault, c.method, c.target, code, b, want)
 				continue
 			}
-			if want == http.StatusServiceUnavailable {
-				if ra, err := strconv.Atoi(resp.Header.Get("Retry-After")); err != nil || ra < 1 {
-					t.Errorf("fault %d: GET %s: Retry-After %q; want whole seconds", fault, target, resp.Header.Get("Retry-After"))
-				}
+			if own := c.lookup || fault <= 0 || fault == http.StatusUnauthorized; own {
 				var st metav1.Status
-				if json.Unmarshal(b, &st) != nil || st.Kind != "Status" || st.Code != 503 || strings.Contains(string(b), token) || strings.Contains(string(b), f.srv.Listener.Addr().String()) {
-					t.Errorf("fault %d: GET %s answered %s; want a 503 Status without the token or the API server's address", fault, target, b)
+				if json.Unmarshal([]byte(b), &st) != nil || st.Kind != "Status" || st.Code != 503 || st.Details == nil || st.Details.RetryAfterSeconds < 1 || strings.Contains(b, token) || strings.Contains(b, f.srv.Listener.Addr().String()) {
+					t.Errorf("fault %d: %s %s answered %s; want a 503 Status with Retry-After, without the token or the API server's address", fault, c.method, c.target, b)
 				}
 				// The fake's failures carry Retry-After: 3; a lookup passes it on.
-				if lookup := !strings.Contains(target, "?"); lookup && (fault == http.StatusServiceUnavailable || fault == http.StatusTooManyRequests) && resp.Header.Get("Retry-After") != "3" {
-					t.Errorf("fault %d: GET %s: Retry-After %q; want the API server's 3", fault, target, resp.Header.Get("Retry-After"))
+				if c.lookup && (fault == http.StatusServiceUnavailable || fault == http.StatusTooManyRequests) && st.Details != nil && st.Details.RetryAfterSeconds != 3 {
+					t.Errorf("fault %d: %s %s: Retry-After %d; want the API server's 3", fault, c.method, c.target, st.Details.RetryAfterSeconds)
 				}
 			}
 		}
