@@ -670,3 +670,96 @@ func writeToken(t testing.TB, token string) string {
 func pemEncode(der []byte) []byte {
 	return pem.EncodeToMemory(&pem.Block{Type: "CERTIFICATE", Bytes: der})
 }
+
+// fault is one way the link to the API server, or the API server itself,
+// fails a request: answers that are not the object asked for, answers
+// that never come or never end.
+type fault struct {
+	name string
+	// serve answers r; arrived is closed once it has the request.
+	serve func(w http.ResponseWriter, r *http.Request, arrived func())
+	// hangs: the answer (or its end) never comes; draproxy's deadline
+	// must end the request.
+	hangs bool
+	// partial: the answer's status and part of its body were sent.
+	partial bool
+}
+
+// faults is the catalog of fault tests. foreign is another object of
+// node-a the API server might be confused into answering with.
+func faults(foreign map[string]any) []fault {
+	answer := func(v any) func(w http.ResponseWriter, r *http.Request, arrived func()) {
+		return func(w http.ResponseWriter, _ *http.Request, arrived func()) {
+			arrived()
+			writeJSON(w, http.StatusOK, v)
+		}
+	}
+	return []fault{
+		{name: "empty object", serve: answer(map[string]any{})},
+		{name: "empty body", serve: func(w http.ResponseWriter, _ *http.Request, arrived func()) {
+			arrived()
+			w.Header().Set("Content-Type", "application/json")
+			w.WriteHeader(http.StatusOK)
+		}},
+		{name: "Status with 200", serve: answer(status(http.StatusOK, "all is well"))},
+		{name: "Status of failure with 200", serve: answer(status(http.StatusNotFound, "not found"))},
+		{name: "foreign object", serve: answer(foreign)},
+		{name: "not JSON", serve: func(w http.ResponseWriter, _ *http.Request, arrived func()) {
+			arrived()
+			w.Header().Set("Content-Type", "application/vnd.kubernetes.protobuf")
+			w.WriteHeader(http.StatusOK)
+			_, _ = w.Write([]byte("k8s\x00\x0a\x0b"))
+		}},
+		{name: "connection dropped", serve: func(_ http.ResponseWriter, _ *http.Request, arrived func()) {
+			arrived()
+			panic(http.ErrAbortHandler)
+		}},
+		{name: "truncated", partial: true, serve: func(w http.ResponseWriter, _ *http.Request, arrived func()) {
+			arrived()
+			w.Header().Set("Content-Type", "application/json")
+			w.Header().Set("Content-Length", "1000")
+			w.WriteHeader(http.StatusOK)
+			_, _ = w.Write([]byte(`{"apiVersion":"resource.k8s.io/v1","kind":"ResourceSli`))
+			_ = http.NewResponseController(w).Flush()
+			panic(http.ErrAbortHandler)
+		}},
+		{name: "hang", hangs: true, serve: func(_ http.ResponseWriter, r *http.Request, arrived func()) {
+			arrived()
+			<-r.Context().Done()
+		}},
+		{name: "slow body", hangs: true, partial: true, serve: func(w http.ResponseWriter, r *http.Request, arrived func()) {
+			w.Header().Set("Content-Type", "application/json")
+			w.WriteHeader(http.StatusOK)
+			_, _ = w.Write([]byte(`{"apiVersion":"resource.k8s.io/v1",`))
+			_ = http.NewResponseController(w).Flush()
+			arrived()
+			<-r.Context().Done()
+		}},
+	}
+}
+
+// inject makes the fake answer the requests match selects with fl, and
+// returns a channel that receives once per such request, when it has
+// arrived (and, for a fault that hangs, is waiting).
+func (f *fakeAPI) inject(fl fault, match func(r *http.Request) bool) <-chan struct{} {
+	arrivals := make(chan struct{}, 16)
+	hook := func(w http.ResponseWriter, r *http.Request, _ []byte) bool {
+		if !match(r) {
+			return false
+		}
+		fl.serve(w, r, func() { arrivals <- struct{}{} })
+		return true
+	}
+	f.fault.Store(&hook)
+	return arrivals
+}
+
+// openFDs counts this process's open file descriptors.
+func openFDs(t testing.TB) int {
+	t.Helper()
+	entries, err := os.ReadDir("/proc/self/fd")
+	if err != nil {
+		t.Skipf("counting file descriptors: %v", err)
+	}
+	return len(entries)
+}

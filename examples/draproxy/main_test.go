@@ -60,18 +60,31 @@ func shortDir(t testing.TB) string {
 }
 
 // startRun runs draproxy with args plus the fake API server's kubeconfig,
-// the test audience and node-a, and returns its output once it listens and
-// a stop function that cancels it and returns run's result.
+// the test audience, node-a and the test drivers, once the fake holds the
+// admission policy for them, and returns its output once it listens and a
+// stop function that cancels it and returns run's result.
 func startRun(t *testing.T, f *fakeAPI, args ...string) (*lines, func() error) {
+	t.Helper()
+	f.installAdmission(t, testIdentities)
+	return startRunAs(t, f, args...)
+}
+
+// runArgs are the arguments startRun adds to its own.
+func runArgs(t testing.TB, f *fakeAPI) []string {
+	args := []string{"--kubeconfig=" + f.writeKubeconfig(t), "--audience=" + testAudience, "--node-name=node-a"}
+	for _, d := range testDriverFlags {
+		args = append(args, "--driver="+d)
+	}
+	return args
+}
+
+// startRunAs is startRun without installing the admission policy.
+func startRunAs(t *testing.T, f *fakeAPI, args ...string) (*lines, func() error) {
 	t.Helper()
 	out := &lines{ready: make(chan string, 1)}
 	ctx, cancel := context.WithCancel(context.Background())
 	done := make(chan error, 1)
-	f.installAdmission(t, testIdentities)
-	base := []string{"--kubeconfig=" + f.writeKubeconfig(t), "--audience=" + testAudience, "--node-name=node-a"}
-	for _, d := range testDriverFlags {
-		base = append(base, "--driver="+d)
-	}
+	base := runArgs(t, f)
 	go func() {
 		done <- run(ctx, append(base, args...), out)
 	}()

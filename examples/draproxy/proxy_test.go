@@ -3,15 +3,18 @@ package main
 import (
 	"bufio"
 	"bytes"
+	"context"
 	"encoding/json"
 	"errors"
 	"io"
+	"net"
 	"net/http"
 	"net/http/httptest"
 	"reflect"
 	"slices"
 	"strconv"
 	"strings"
+	"sync"
 	"sync/atomic"
 	"testing"
 	"time"
@@ -915,5 +918,220 @@ func TestNewProxyValidates(t *testing.T) {
 		if _, err := newProxy(o); err == nil {
 			t.Errorf("newProxy(%s) = nil error; want one", name)
 		}
+	}
+}
+
+// TestWithDeadline: a request's context ends at its deadline on the
+// injected clock, not 1ns before, with errDeadline as its cause.
+func TestWithDeadline(t *testing.T) {
+	t.Parallel()
+	clk := clocktesting.NewFakeClock(time.Now())
+	ctx, stop := withDeadline(t.Context(), clk, DefaultRequestTimeout)
+	defer stop()
+	clk.Step(DefaultRequestTimeout - 1)
+	if ctx.Err() != nil || pastDeadline(ctx) {
+		t.Fatalf("1ns before the deadline: %v", context.Cause(ctx))
+	}
+	clk.Step(1)
+	<-ctx.Done()
+	if !pastDeadline(ctx) {
+		t.Errorf("at the deadline: cause %v; want errDeadline", context.Cause(ctx))
+	}
+	// Stopped before its deadline, it is cancelled without that cause.
+	ctx, stop = withDeadline(t.Context(), clk, DefaultRequestTimeout)
+	stop()
+	if ctx.Err() == nil || pastDeadline(ctx) || clk.HasWaiters() {
+		t.Errorf("stopped: %v, waiters %v; want cancelled, not past its deadline, no timer left", context.Cause(ctx), clk.HasWaiters())
+	}
+}
+
+// TestForwardFaults: a forwarded request (a list, a create) whose answer
+// does not come is answered 504 with Retry-After at its deadline, and 503
+// with Retry-After when the connection fails first; an answer cut off, or
+// still arriving at the deadline, is never completed to look whole: the
+// driver's read of it fails. The answers the API server gives are passed
+// on as they are: draproxy decides nothing on them.
+func TestForwardFaults(t *testing.T) {
+	t.Parallel()
+	f := startFakeAPI(t)
+	h := startProxy(t, f)
+	token := f.token(driverOn("node-a"))
+	const list = "/apis/resource.k8s.io/v1/resourceslices?fieldSelector=spec.nodeName%3Dnode-a"
+	type call struct {
+		method, target, body string
+	}
+	calls := []call{
+		{method: http.MethodGet, target: list},
+		{method: http.MethodPost, target: sliceCollection, body: sliceBody("new", "node-a", testDriver)},
+	}
+	for _, c := range calls {
+		for _, fl := range faults(map[string]any{"apiVersion": "v1", "kind": "Pod", "metadata": map[string]any{"name": "p"}}) {
+			arrived := f.inject(fl, func(r *http.Request) bool { return r.Header.Get("Impersonate-User") != "" })
+			type result struct {
+				code    int
+				retry   string
+				body    []byte
+				readErr error
+			}
+			done := make(chan result, 1)
+			headers := make(chan struct{}, 1)
+			go func() {
+				req, _ := http.NewRequestWithContext(t.Context(), c.method, h.url+c.target, strings.NewReader(c.body))
+				req.Header.Set("Authorization", "Bearer "+token)
+				req.Header.Set("Content-Type", mediaJSON)
+				resp, err := http.DefaultClient.Do(req)
+				if err != nil { // cut off before the headers arrived
+					done <- result{readErr: err}
+					return
+				}
+				headers <- struct{}{}
+				defer resp.Body.Close()
+				b, err := io.ReadAll(resp.Body)
+				done <- result{resp.StatusCode, resp.Header.Get("Retry-After"), b, err}
+			}()
+			select {
+			case <-arrived:
+			case <-time.After(30 * time.Second):
+				t.Fatalf("%s %s, %s: not forwarded within 30s", c.method, c.target, fl.name)
+			}
+			if fl.hangs {
+				if fl.partial {
+					<-headers // the driver has the status: only the body can be cut
+				}
+				h.clk.Step(DefaultRequestTimeout)
+			}
+			r := <-done
+			switch {
+			case fl.partial:
+				if r.readErr == nil {
+					t.Errorf("%s %s, %s: the driver read %d %q to its end; want the answer cut off", c.method, c.target, fl.name, r.code, r.body)
+				}
+			case fl.hangs || fl.name == "connection dropped":
+				want := http.StatusServiceUnavailable
+				if fl.hangs {
+					want = http.StatusGatewayTimeout
+				}
+				var st metav1.Status
+				if r.code != want || json.Unmarshal(r.body, &st) != nil || st.Kind != "Status" || r.retry == "" {
+					t.Errorf("%s %s, %s = %d %q (Retry-After %q); want a %d Status with Retry-After", c.method, c.target, fl.name, r.code, r.body, r.retry, want)
+				}
+			default:
+				if r.code != http.StatusOK || r.readErr != nil {
+					t.Errorf("%s %s, %s = %d %q, %v; want the API server's answer as it is", c.method, c.target, fl.name, r.code, r.body, r.readErr)
+				}
+			}
+			f.fault.Store(nil)
+		}
+	}
+}
+
+// blackhole is a TCP proxy to addr that can stop passing bytes without
+// closing anything, as a dead link (a peer gone, a cable cut) does.
+type blackhole struct {
+	ln  net.Listener
+	cut atomic.Bool
+	mu  sync.Mutex
+	all []net.Conn
+}
+
+func startBlackhole(t testing.TB, addr string) *blackhole {
+	t.Helper()
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	b := &blackhole{ln: ln}
+	var wg sync.WaitGroup
+	wg.Go(func() {
+		for {
+			c, err := ln.Accept()
+			if err != nil {
+				return
+			}
+			up, err := net.Dial("tcp", addr)
+			if err != nil {
+				c.Close()
+				continue
+			}
+			b.mu.Lock()
+			b.all = append(b.all, c, up)
+			b.mu.Unlock()
+			pipe := func(dst, src net.Conn) {
+				buf := make([]byte, 32<<10)
+				for {
+					n, err := src.Read(buf)
+					if err != nil {
+						return
+					}
+					if b.cut.Load() {
+						continue // swallowed: the link is dead
+					}
+					if _, err := dst.Write(buf[:n]); err != nil {
+						return
+					}
+				}
+			}
+			wg.Go(func() { pipe(up, c) })
+			wg.Go(func() { pipe(c, up) })
+		}
+	})
+	t.Cleanup(func() {
+		ln.Close()
+		b.mu.Lock()
+		for _, c := range b.all {
+			c.Close()
+		}
+		b.mu.Unlock()
+		wg.Wait()
+	})
+	return b
+}
+
+// TestWatchDeadLink: a watch is not cut for being quiet, but it ends, in
+// an error the driver sees, once the link to the API server is dead:
+// client-go's HTTP/2 health check (a ping after HTTP2_READ_IDLE_TIMEOUT_SECONDS
+// without a frame, the connection closed when no answer comes within
+// HTTP2_PING_TIMEOUT_SECONDS; 30 s and 15 s by default, here 1 s and 1 s)
+// closes draproxy's connection, and draproxy breaks off the driver's
+// stream. It waits for those real seconds: the health check runs on the
+// HTTP/2 transport's own timers.
+func TestWatchDeadLink(t *testing.T) {
+	t.Setenv("HTTP2_READ_IDLE_TIMEOUT_SECONDS", "1")
+	t.Setenv("HTTP2_PING_TIMEOUT_SECONDS", "1")
+	f := startFakeAPI(t)
+	bh := startBlackhole(t, f.srv.Listener.Addr().String())
+	up := f.config()
+	up.Host = "https://" + bh.ln.Addr().String()
+	// client-go caches transports by TLS settings, not by host, and every
+	// httptest server has the same certificate: a server name of its own
+	// (one of the certificate's) makes a new transport, which reads the
+	// environment above.
+	up.TLSClientConfig.ServerName = "example.com"
+	h := startProxy(t, f, func(o *options) { o.Upstream = up })
+	resp := h.send(t, http.MethodGet, "/apis/resource.k8s.io/v1/resourceslices?watch=true&fieldSelector=spec.nodeName%3Dnode-a", f.token(driverOn("node-a")), nil, nil)
+	defer resp.Body.Close()
+	if resp.StatusCode != http.StatusOK || resp.ProtoMajor != 1 {
+		t.Fatalf("watch = %d", resp.StatusCode)
+	}
+	f.addSlice("a-1", "node-a")
+	br := bufio.NewReader(resp.Body)
+	if line, err := br.ReadString('\n'); err != nil || !strings.Contains(line, `"a-1"`) {
+		t.Fatalf("first event = %q, %v", line, err)
+	}
+	bh.cut.Store(true)
+	start := time.Now()
+	done := make(chan error, 1)
+	go func() {
+		_, err := io.ReadAll(br)
+		done <- err
+	}()
+	select {
+	case err := <-done:
+		t.Logf("observed: the watch ended %v after the link died: %v", time.Since(start).Round(100*time.Millisecond), err)
+		if err == nil {
+			t.Error("the watch ended cleanly after its link died; want an error")
+		}
+	case <-time.After(20 * time.Second):
+		t.Fatal("the watch did not end within 20s of its link dying (health check 1s + 1s)")
 	}
 }
