@@ -39,6 +39,10 @@ var errDeadline = errors.New("draproxy: the request's deadline passed")
 // withDeadline returns ctx cancelled with the cause errDeadline after d on
 // clk, and a function that stops the timer and releases the context.
 func withDeadline(ctx context.Context, clk clock.WithDelayedExecution, d time.Duration) (context.Context, func()) {
+	if _, ok := clk.(clock.RealClock); ok {
+		// The same, in one timer context (half the allocations).
+		return context.WithTimeoutCause(ctx, d, errDeadline)
+	}
 	ctx, cancel := context.WithCancelCause(ctx)
 	t := clk.AfterFunc(d, func() { cancel(errDeadline) })
 	return ctx, func() {
@@ -58,14 +62,59 @@ type plan struct {
 	// contentType, when not empty, replaces the driver's Content-Type (a
 	// body draproxy wrote).
 	contentType string
-	// checkAnswer, when not nil, makes the request a checked read: the
-	// API server is asked for JSON, its whole answer is read, and a 200 is
-	// passed on only if checkAnswer returns no status (a refusal, or
-	// "could not check" with the error for the log).
-	checkAnswer func(ctx context.Context, data []byte) (*apierrors.StatusError, error)
-	// notFound answers a checked read the API server answers 404: the
-	// answer to an object the driver may not see, so that both look alike.
-	notFound *apierrors.StatusError
+	// read, when not noRead, makes the request a checked read of the
+	// object ref names: the API server is asked for JSON, its whole answer
+	// is read, and a 200 is passed on only if checkAnswer finds it is that
+	// object and the driver may see it; a 404 is answered as the object
+	// the driver may not see is (readRefusal), so that both look alike.
+	read readKind
+	ref  objectRef
+	a    authorizer.Attributes
+}
+
+// readKind is what a checked read reads.
+type readKind int
+
+const (
+	noRead    readKind = iota
+	sliceRead          // a ResourceSlice: bound to this node
+	claimRead          // a ResourceClaim: reserved for a pod on this node
+)
+
+// checkAnswer checks the answer (a 200's body) of pl's checked read: it
+// returns nil to pass it on, or the status to answer instead (a refusal,
+// or "could not check" with the error for the log).
+func (p *proxy) checkAnswer(ctx context.Context, pl *plan, data []byte) (*apierrors.StatusError, error) {
+	ref := pl.ref
+	switch pl.read {
+	case sliceRead:
+		var s sliceAnswer
+		if err := readSliceAnswer(data, ref, &s); err != nil {
+			err = &lookupError{what: ref.String(), err: err}
+			return p.lookupUnavailable(ctx, ref.String(), err), err
+		}
+		if !s.boundTo(p.node) {
+			return p.sliceNotFound(pl.a), nil
+		}
+		return nil, nil
+	case claimRead:
+		var c claimObject
+		if err := decodeObject(data, ref, &c); err != nil {
+			err = &lookupError{what: ref.String(), err: err}
+			return p.lookupUnavailable(ctx, ref.String(), err), err
+		}
+		return p.claimOnNode(ctx, pl.a, ref, &c)
+	}
+	return responsewriters.ForbiddenStatusError(pl.a, "draproxy: unknown check"), nil // fail closed
+}
+
+// readRefusal is the answer to a checked read the API server answers
+// 404: the same as to an object the driver may not see.
+func (p *proxy) readRefusal(pl *plan) *apierrors.StatusError {
+	if pl.read == sliceRead {
+		return p.sliceNotFound(pl.a)
+	}
+	return p.claimRefusal(pl.a)
 }
 
 // check checks what the rule requires beyond the attributes, and says in
@@ -105,18 +154,7 @@ func (p *proxy) checkSlice(ctx context.Context, r *http.Request, u user.Info, a 
 		if st := wholeObjectsOnly(r.Header, a); st != nil {
 			return st, nil
 		}
-		pl.notFound = p.sliceNotFound(a)
-		pl.checkAnswer = func(ctx context.Context, data []byte) (*apierrors.StatusError, error) {
-			s, err := decodeSlice(data, ref)
-			if err != nil {
-				err = &lookupError{what: ref.String(), err: err}
-				return p.lookupUnavailable(ctx, ref.String(), err), err
-			}
-			if !s.Spec.boundTo(p.node) {
-				return pl.notFound, nil
-			}
-			return nil, nil
-		}
+		pl.read, pl.ref, pl.a = sliceRead, ref, a
 		return nil, nil
 	}
 
@@ -352,30 +390,11 @@ func (p *proxy) checkClaim(ctx context.Context, r *http.Request, a authorizer.At
 		}}, nil
 	}
 	ref := objectRef{group: a.GetAPIGroup(), version: a.GetAPIVersion(), resource: a.GetResource(), kind: "ResourceClaim", namespace: a.GetNamespace(), name: a.GetName()}
-	refusal := responsewriters.ForbiddenStatusError(a, fmt.Sprintf("the ResourceClaim is not reserved for a pod on node %q, or does not exist", p.node))
-	onNode := func(ctx context.Context, c *claimObject) (*apierrors.StatusError, error) {
-		ok, err := p.objects.reservedOnNode(ctx, ref.namespace, c.Status.ReservedFor, p.node)
-		switch {
-		case ok:
-			return nil, nil
-		case err == nil:
-			return refusal, nil
-		}
-		return p.lookupUnavailable(ctx, ref.String()+" or the pods it is reserved for", err), err
-	}
 	if a.GetVerb() == "get" {
 		if st := wholeObjectsOnly(r.Header, a); st != nil {
 			return st, nil
 		}
-		pl.notFound = refusal
-		pl.checkAnswer = func(ctx context.Context, data []byte) (*apierrors.StatusError, error) {
-			var c claimObject
-			if err := decodeObject(data, ref, &c); err != nil {
-				err = &lookupError{what: ref.String(), err: err}
-				return p.lookupUnavailable(ctx, ref.String(), err), err
-			}
-			return onNode(ctx, &c)
-		}
+		pl.read, pl.ref, pl.a = claimRead, ref, a
 		return nil, nil
 	}
 	// update or patch of the status.
@@ -391,14 +410,33 @@ func (p *proxy) checkClaim(ctx context.Context, r *http.Request, a authorizer.At
 	c, err := p.objects.claim(ctx, ref)
 	switch {
 	case errors.Is(err, errNotFound):
-		return refusal, nil
+		return p.claimRefusal(a), nil
 	case err != nil:
 		return p.lookupUnavailable(ctx, ref.String(), err), err
 	}
-	if st, err := onNode(ctx, c); st != nil {
+	if st, err := p.claimOnNode(ctx, a, ref, c); st != nil {
 		return st, err
 	}
 	return p.pin(a, pl, b, c.Metadata.UID, query), nil
+}
+
+// claimOnNode checks that the claim c (of ref) is reserved for a pod on
+// this node.
+func (p *proxy) claimOnNode(ctx context.Context, a authorizer.Attributes, ref objectRef, c *claimObject) (*apierrors.StatusError, error) {
+	ok, err := p.objects.reservedOnNode(ctx, ref.namespace, c.Status.ReservedFor, p.node)
+	switch {
+	case ok:
+		return nil, nil
+	case err == nil:
+		return p.claimRefusal(a), nil
+	}
+	return p.lookupUnavailable(ctx, ref.String()+" or the pods it is reserved for", err), err
+}
+
+// claimRefusal is the answer to a request for a claim that is not reserved
+// for a pod on this node, or does not exist: the same for both.
+func (p *proxy) claimRefusal(a authorizer.Attributes) *apierrors.StatusError {
+	return responsewriters.ForbiddenStatusError(a, fmt.Sprintf("the ResourceClaim is not reserved for a pod on node %q, or does not exist", p.node))
 }
 
 // wholeObjectsOnly refuses (406) a get of one object that asks for a

@@ -2,7 +2,6 @@ package main
 
 import (
 	"context"
-	"encoding/json"
 	"errors"
 	"fmt"
 	"io"
@@ -162,11 +161,13 @@ type sliceObject struct {
 // (where nodeName and allNodes are plain values, empty and false when
 // unset).
 type sliceSpec struct {
-	Driver                 *string         `json:"driver"`
-	NodeName               *string         `json:"nodeName"`
-	NodeSelector           json.RawMessage `json:"nodeSelector"`
-	AllNodes               *bool           `json:"allNodes"`
-	PerDeviceNodeSelection *bool           `json:"perDeviceNodeSelection"`
+	Driver   *string `json:"driver"`
+	NodeName *string `json:"nodeName"`
+	// NodeSelector is set (to a struct{}, which costs no allocation) when
+	// the field is an object, nil when it is absent or null.
+	NodeSelector           *struct{} `json:"nodeSelector"`
+	AllNodes               *bool     `json:"allNodes"`
+	PerDeviceNodeSelection *bool     `json:"perDeviceNodeSelection"`
 }
 
 // driver is spec.driver, "" when unset.
@@ -186,8 +187,7 @@ func (s *sliceSpec) boundTo(node string) bool {
 // otherBinding reports whether spec sets allNodes, nodeSelector or
 // perDeviceNodeSelection (null and false are unset).
 func (s *sliceSpec) otherBinding() bool {
-	return (s.AllNodes != nil && *s.AllNodes) ||
-		(len(s.NodeSelector) > 0 && string(s.NodeSelector) != "null") ||
+	return (s.AllNodes != nil && *s.AllNodes) || s.NodeSelector != nil ||
 		(s.PerDeviceNodeSelection != nil && *s.PerDeviceNodeSelection)
 }
 
@@ -399,20 +399,25 @@ func (o *objects) read(ctx context.Context, what, path string) ([]byte, error) {
 		_, _ = io.Copy(io.Discard, io.LimitReader(resp.Body, maxObjectBytes))
 		return nil, e
 	}
-	data, err := readAnswer(resp)
+	data, err := readAnswer(resp, nil)
 	if err != nil {
 		return nil, &lookupError{what: what, err: err}
 	}
 	return data, nil
 }
 
-// readAnswer reads a whole answer body of at most maxObjectBytes.
-func readAnswer(resp *http.Response) ([]byte, error) {
+// readAnswer reads a whole answer body of at most maxObjectBytes, into buf
+// while it fits (then into a buffer of its own).
+func readAnswer(resp *http.Response, buf []byte) ([]byte, error) {
 	size := 512
 	if resp.ContentLength > 0 && resp.ContentLength <= maxObjectBytes {
-		size = int(resp.ContentLength) + 1 // +1: io.ReadAll's EOF read needs no growth
+		size = int(resp.ContentLength) + 1 // +1: the EOF read needs no growth
 	}
-	buf := make([]byte, 0, size)
+	if cap(buf) >= size {
+		buf = buf[:0]
+	} else {
+		buf = make([]byte, 0, size)
+	}
 	for {
 		n, err := resp.Body.Read(buf[len(buf):cap(buf)])
 		buf = buf[:len(buf)+n]

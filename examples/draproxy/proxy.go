@@ -336,7 +336,7 @@ func (p *proxy) forward(ctx context.Context, w http.ResponseWriter, r *http.Requ
 	if len(body) > 0 {
 		out.Body = io.NopCloser(bytes.NewReader(body))
 	}
-	if pl.checkAnswer != nil {
+	if pl.read != noRead {
 		p.checkedRead(ctx, w, r, out, pl)
 		return
 	}
@@ -392,9 +392,9 @@ func (p *proxy) forward(ctx context.Context, w http.ResponseWriter, r *http.Requ
 }
 
 // checkedRead sends out, a get whose answer draproxy checks before the
-// driver sees it (pl.checkAnswer): the whole answer is read (at most
-// maxObjectBytes), a 200 is passed on only once checked, a 404 becomes
-// pl.notFound, any other answer of the API server's is passed on as it
+// driver sees it (pl.read): the whole answer is read (at most
+// maxObjectBytes), a 200 is passed on only once checked (checkAnswer), a
+// 404 becomes readRefusal, any other answer of the API server's is passed on as it
 // is. An answer that does not arrive whole is draproxy's 503 (504 past the
 // deadline): nothing of it reaches the driver.
 func (p *proxy) checkedRead(ctx context.Context, w http.ResponseWriter, r, out *http.Request, pl *plan) {
@@ -411,17 +411,19 @@ func (p *proxy) checkedRead(ctx context.Context, w http.ResponseWriter, r, out *
 	}
 	if res.StatusCode == http.StatusNotFound {
 		res.Body.Close()
-		writeStatus(w, pl.notFound)
+		writeStatus(w, p.readRefusal(pl))
 		return
 	}
-	data, err := readAnswer(res)
+	buf := cli.ProxyBuffers.Get() // the usual answer fits: no allocation
+	defer cli.ProxyBuffers.Put(buf)
+	data, err := readAnswer(res, buf)
 	res.Body.Close()
 	if err != nil {
 		p.upstreamError(ctx, w, out, fmt.Errorf("draproxy: reading the API server's answer: %w", err))
 		return
 	}
 	if res.StatusCode == http.StatusOK {
-		if st, err := pl.checkAnswer(ctx, data); st != nil {
+		if st, err := p.checkAnswer(ctx, pl, data); st != nil {
 			logger := klog.FromContext(ctx)
 			if err != nil {
 				logger.Error(err, "draproxy: could not check the API server's answer", "path", r.URL.Path)
@@ -434,7 +436,10 @@ func (p *proxy) checkedRead(ctx context.Context, w http.ResponseWriter, r, out *
 	}
 	h := w.Header()
 	copyHeader(h, res.Header)
-	h["Content-Length"] = []string{strconv.Itoa(len(data))}
+	if res.ContentLength != int64(len(data)) || len(res.Header["Content-Length"]) != 1 {
+		// The transport decompressed it, or it came without a length.
+		h["Content-Length"] = []string{strconv.Itoa(len(data))}
+	}
 	w.WriteHeader(res.StatusCode)
 	if r.Method != http.MethodHead {
 		_, _ = w.Write(data)
@@ -560,7 +565,7 @@ func (p *proxy) outHeader(in http.Header, ctx context.Context, pl *plan) http.He
 		if pl.contentType != "" {
 			h["Content-Type"] = []string{pl.contentType}
 		}
-		if pl.checkAnswer != nil {
+		if pl.read != noRead {
 			h["Accept"] = acceptJSON
 			delete(h, "Accept-Encoding")
 		}

@@ -42,9 +42,16 @@ func (a *attacker) do(ctx context.Context, r *rest.Request) error {
 }
 
 // sliceJSON is a whole ResourceSlice of a's driver: bound by nodeName
-// (when node is not empty) and by the extra fields in spec.
+// (when node is not empty) and by the extra fields in spec. Its pool is
+// pool-NODE (pool-all without a node), as draEnv.slice names them, so
+// that a write to an existing slice of node is valid but for what binds
+// it, and only the checks under test can refuse it.
 func (a *attacker) sliceJSON(name, node string, spec map[string]any) []byte {
-	s := map[string]any{"driver": a.driver, "pool": map[string]any{"name": "pool-" + name, "resourceSliceCount": 1}, "devices": []any{map[string]any{"name": "dev"}}}
+	pool := "pool-" + node
+	if node == "" {
+		pool = "pool-all"
+	}
+	s := map[string]any{"driver": a.driver, "pool": map[string]any{"name": pool, "resourceSliceCount": 1}, "devices": []any{map[string]any{"name": "dev"}}}
 	if node != "" {
 		s["nodeName"] = node
 	}
@@ -282,7 +289,11 @@ func attackLayer(t *testing.T, e *draEnv, direct bool) {
 		check(step)
 	}
 	applyYAML := func(name, node string, extra string) []byte {
-		y := "apiVersion: resource.k8s.io/v1\nkind: ResourceSlice\nmetadata:\n  name: " + name + "\n  labels: {attack: \"true\"}\nspec:\n  driver: " + a.driver + "\n  pool: {name: pool-" + name + ", resourceSliceCount: 1}\n"
+		pool := "pool-" + node
+		if node == "" {
+			pool = "pool-all"
+		}
+		y := "apiVersion: resource.k8s.io/v1\nkind: ResourceSlice\nmetadata:\n  name: " + name + "\n  labels: {attack: \"true\"}\nspec:\n  driver: " + a.driver + "\n  pool: {name: " + pool + ", resourceSliceCount: 1}\n"
 		if node != "" {
 			y += "  nodeName: " + node + "\n"
 		}
@@ -293,7 +304,7 @@ func attackLayer(t *testing.T, e *draEnv, direct bool) {
 		t.Helper()
 		mustFail(who.name+": merge patch of "+name, who.patch(ctx, types.MergePatchType, name, []byte(`{"metadata":{"labels":{"stolen":"yes"}}}`)))
 		mustFail(who.name+": strategic merge patch of "+name, who.patch(ctx, types.StrategicMergePatchType, name, []byte(`{"metadata":{"labels":{"stolen":"yes"}}}`)))
-		mustFail(who.name+": JSON patch of "+name, who.patch(ctx, types.JSONPatchType, name, []byte(`[{"op":"add","path":"/metadata/labels/stolen","value":"yes"}]`)))
+		mustFail(who.name+": JSON patch of "+name, who.patch(ctx, types.JSONPatchType, name, []byte(`[{"op":"add","path":"/metadata/labels","value":{"stolen":"yes"}}]`)))
 		mustFail(who.name+": update of "+name+" as node A's", who.update(ctx, name, who.sliceJSON(name, nodeA, nil)))
 		mustFail(who.name+": update of "+name+" as node B's", who.update(ctx, name, who.sliceJSON(name, nodeB, nil)))
 		mustFail(who.name+": apply of "+name+" as node B's", who.patch(ctx, types.ApplyYAMLPatchType, name, applyYAML(name, nodeB, "")))
@@ -424,9 +435,16 @@ func attackLayer(t *testing.T, e *draEnv, direct bool) {
 		before[s.Name] = s.ResourceVersion
 	}
 	for _, s := range ctrlSlices {
+		// As the controller writes them (its pool, its owner), but for the
+		// label: valid, so that only the checks under test can refuse it.
+		s.Labels = map[string]string{"stolen": "yes"}
+		theirs, err := json.Marshal(s)
+		if err != nil {
+			t.Fatal(err)
+		}
 		mustFail("driver2: merge patch of the controller's "+s.Name, impostor.patch(ctx, types.MergePatchType, s.Name, []byte(`{"metadata":{"labels":{"stolen":"yes"}}}`)))
-		mustFail("driver2: update of the controller's "+s.Name, impostor.update(ctx, s.Name, impostor.sliceJSON(s.Name, nodeA, nil)))
-		mustFail("driver2: apply of the controller's "+s.Name, impostor.patch(ctx, types.ApplyYAMLPatchType, s.Name, applyYAML(s.Name, nodeA, "")))
+		mustFail("driver2: update of the controller's "+s.Name, impostor.update(ctx, s.Name, theirs))
+		mustFail("driver2: apply of the controller's "+s.Name, impostor.patch(ctx, types.ApplyYAMLPatchType, s.Name, []byte(`{"apiVersion":"resource.k8s.io/v1","kind":"ResourceSlice","metadata":{"name":"`+s.Name+`","labels":{"stolen":"yes"}},"spec":{"driver":"`+e.driver+`","nodeName":"`+nodeA+`"}}`)))
 		mustFail("driver2: delete of the controller's "+s.Name, impostor.delete(ctx, s.Name))
 	}
 	mustFail("driver2: deletecollection of the first identity's driver", impostor.deleteCollection(ctx, "spec.nodeName="+nodeA+",spec.driver="+e.driver, ""))
@@ -479,7 +497,7 @@ func TestDRAProxyPolicyScope(t *testing.T) {
 	c.BindClusterRole(t, "", role, cluster.ServiceAccountSubject(e.ns, "central"))
 	pod := c.CreatePod(t, e.ns, "central", cluster.PodOptions{NodeName: e.nodeA.Name, ServiceAccount: "central"})
 	central := e.direct(t, c.RequestToken(t, e.ns, "central", cluster.TokenOptions{BoundPod: pod}))
-	all := e.slice(cluster.UniqueName("all"), "", "dev")
+	all := e.slice(cluster.UniqueName("all"), "all", "dev")
 	all.Spec.NodeName, all.Spec.AllNodes = nil, ptr.To(true)
 	other := e.slice(cluster.UniqueName("b"), e.nodeB.Name, "dev")
 	for _, s := range []*resourcev1.ResourceSlice{all, other} {
@@ -494,7 +512,7 @@ func TestDRAProxyPolicyScope(t *testing.T) {
 	}
 	// The listed identity, with the same kind of token, may not.
 	drv := e.direct(t, c.RequestToken(t, e.ns, "driver", cluster.TokenOptions{BoundPod: e.podA}))
-	s := e.slice(cluster.UniqueName("all"), "", "dev")
+	s := e.slice(cluster.UniqueName("all"), "all", "dev")
 	s.Spec.NodeName, s.Spec.AllNodes = nil, ptr.To(true)
 	_, err := drv.ResourceV1().ResourceSlices().Create(t.Context(), s, metav1.CreateOptions{})
 	wantAPIStatus(t, "the listed driver's create of an allNodes slice", err, http.StatusForbidden, "ValidatingAdmissionPolicy")
