@@ -79,88 +79,80 @@ func readSliceAnswer(data []byte, ref objectRef, a *sliceAnswer) error {
 }
 
 func (r *jsonReader) sliceDocument(a *sliceAnswer) error {
-	var seen fieldSet
-	if err := r.enter("the answer"); err != nil {
-		return err
-	}
-	for first := true; ; {
-		key, more, err := r.next(&first)
-		if err != nil || !more {
-			return err
-		}
+	return r.fields("the answer", func(key []byte) (int, error) {
 		switch string(key) {
 		case "apiVersion":
-			err = seen.add(0, key, r.str(&a.apiVersion, "apiVersion"))
+			return 0, r.str(&a.apiVersion, "apiVersion")
 		case "kind":
-			err = seen.add(1, key, r.str(&a.kind, "kind"))
+			return 1, r.str(&a.kind, "kind")
 		case "metadata":
-			err = seen.add(2, key, r.metadata(a))
+			return 2, r.metadata(a)
 		case "spec":
-			err = seen.add(3, key, r.spec(a))
-		default:
-			err = r.skip(1)
+			return 3, r.spec(a)
 		}
-		if err != nil {
-			return err
-		}
-	}
+		return -1, r.skip(1)
+	})
 }
 
 func (r *jsonReader) metadata(a *sliceAnswer) error {
-	var seen fieldSet
-	if err := r.enter("metadata"); err != nil {
-		return err
-	}
-	for first := true; ; {
-		key, more, err := r.next(&first)
-		if err != nil || !more {
-			return err
-		}
+	return r.fields("metadata", func(key []byte) (int, error) {
 		switch string(key) {
 		case "name":
-			err = seen.add(0, key, r.str(&a.name, "metadata.name"))
+			return 0, r.str(&a.name, "metadata.name")
 		case "namespace":
-			err = seen.add(1, key, r.str(&a.namespace, "metadata.namespace"))
+			return 1, r.str(&a.namespace, "metadata.namespace")
 		case "uid":
-			err = seen.add(2, key, r.str(&a.uid, "metadata.uid"))
-		default:
-			err = r.skip(2)
+			return 2, r.str(&a.uid, "metadata.uid")
 		}
-		if err != nil {
-			return err
-		}
-	}
+		return -1, r.skip(2)
+	})
 }
 
 func (r *jsonReader) spec(a *sliceAnswer) error {
-	var seen fieldSet
 	if r.null() { // as an absent spec: no driver, refused by check
 		return nil
 	}
-	if err := r.enter("spec"); err != nil {
-		return err
+	return r.fields("spec", func(key []byte) (int, error) {
+		switch string(key) {
+		case "driver":
+			return 0, r.optStr(&a.driver, &a.driverSet, "spec.driver")
+		case "nodeName":
+			return 1, r.optStr(&a.nodeName, &a.nodeNameSet, "spec.nodeName")
+		case "allNodes":
+			return 2, r.optBool(&a.allNodes, &a.allNodesSet, "spec.allNodes")
+		case "perDeviceNodeSelection":
+			return 3, r.optBool(&a.perDevice, &a.perDeviceSet, "spec.perDeviceNodeSelection")
+		case "nodeSelector":
+			return 4, r.nodeSelector(a)
+		}
+		return -1, r.skip(2)
+	})
+}
+
+// fields reads an object (what, in messages) member by member: read gets
+// each name with the reader at its value, which it must consume, and
+// returns the index of the field it read (0 to 7), or -1 for one it
+// skipped. A field read twice is refused, as decodeJSON refuses it.
+func (r *jsonReader) fields(what string, read func(key []byte) (int, error)) error {
+	if r.peek() != '{' {
+		return fmt.Errorf("%s is not an object", what)
 	}
+	r.pos++
+	var seen uint8
 	for first := true; ; {
 		key, more, err := r.next(&first)
 		if err != nil || !more {
 			return err
 		}
-		switch string(key) {
-		case "driver":
-			err = seen.add(0, key, r.optStr(&a.driver, &a.driverSet, "spec.driver"))
-		case "nodeName":
-			err = seen.add(1, key, r.optStr(&a.nodeName, &a.nodeNameSet, "spec.nodeName"))
-		case "allNodes":
-			err = seen.add(2, key, r.optBool(&a.allNodes, &a.allNodesSet, "spec.allNodes"))
-		case "perDeviceNodeSelection":
-			err = seen.add(3, key, r.optBool(&a.perDevice, &a.perDeviceSet, "spec.perDeviceNodeSelection"))
-		case "nodeSelector":
-			err = seen.add(4, key, r.nodeSelector(a))
-		default:
-			err = r.skip(2)
-		}
-		if err != nil {
+		i, err := read(key)
+		switch {
+		case err != nil:
 			return err
+		case i < 0:
+		case seen&(1<<i) != 0:
+			return fmt.Errorf("duplicate field %q in %s", key, what)
+		default:
+			seen |= 1 << i
 		}
 	}
 }
@@ -175,21 +167,6 @@ func (r *jsonReader) nodeSelector(a *sliceAnswer) error {
 	}
 	a.nodeSelector = true
 	return r.skip(2)
-}
-
-// fieldSet records the fields read at one level of an object, by index:
-// a field said twice is refused, as decodeJSON refuses it.
-type fieldSet uint8
-
-func (s *fieldSet) add(i uint, key []byte, err error) error {
-	switch {
-	case err != nil:
-		return err
-	case *s&(1<<i) != 0:
-		return fmt.Errorf("duplicate field %q", key)
-	}
-	*s |= 1 << i
-	return nil
 }
 
 // maxAnswerDepth bounds the nesting of an answer: far below encoding/json's
@@ -236,15 +213,6 @@ func (r *jsonReader) literal(lit string) bool {
 
 // null consumes a null if it comes next.
 func (r *jsonReader) null() bool { return r.peek() == 'n' && r.literal("null") }
-
-// enter consumes the '{' of an object.
-func (r *jsonReader) enter(what string) error {
-	if r.peek() != '{' {
-		return fmt.Errorf("%s is not an object", what)
-	}
-	r.pos++
-	return nil
-}
 
 // next reads the name of the next member of an object entered, and its
 // ':': the reader is then at its value, which the caller must consume.

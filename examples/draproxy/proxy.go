@@ -341,14 +341,8 @@ func (p *proxy) forward(ctx context.Context, w http.ResponseWriter, r *http.Requ
 		return
 	}
 
-	res, err := p.rt.RoundTrip(out)
-	if err != nil {
-		p.upstreamError(ctx, w, out, err)
-		return
-	}
-	if err := checkResponse(res); err != nil {
-		res.Body.Close()
-		p.upstreamError(ctx, w, out, err)
+	res := p.roundTrip(ctx, w, out)
+	if res == nil {
 		return
 	}
 	h := w.Header()
@@ -399,14 +393,8 @@ func (p *proxy) forward(ctx context.Context, w http.ResponseWriter, r *http.Requ
 // deadline): nothing of it reaches the driver.
 func (p *proxy) checkedRead(ctx context.Context, w http.ResponseWriter, r, out *http.Request, pl *plan) {
 	out.Method = http.MethodGet // a HEAD is answered from the GET's checked answer
-	res, err := p.rt.RoundTrip(out)
-	if err != nil {
-		p.upstreamError(ctx, w, out, err)
-		return
-	}
-	if err := checkResponse(res); err != nil {
-		res.Body.Close()
-		p.upstreamError(ctx, w, out, err)
+	res := p.roundTrip(ctx, w, out)
+	if res == nil {
 		return
 	}
 	if res.StatusCode == http.StatusNotFound {
@@ -444,6 +432,22 @@ func (p *proxy) checkedRead(ctx context.Context, w http.ResponseWriter, r, out *
 	if r.Method != http.MethodHead {
 		_, _ = w.Write(data)
 	}
+}
+
+// roundTrip sends out and returns the API server's answer, or answers w
+// itself (upstreamError) and returns nil when there is none to pass on.
+func (p *proxy) roundTrip(ctx context.Context, w http.ResponseWriter, out *http.Request) *http.Response {
+	res, err := p.rt.RoundTrip(out)
+	if err == nil {
+		if err = checkResponse(res); err != nil {
+			res.Body.Close()
+		}
+	}
+	if err != nil {
+		p.upstreamError(ctx, w, out, err)
+		return nil
+	}
+	return res
 }
 
 // copyHeader adds the end-to-end headers of an answer (from) to the
