@@ -1,12 +1,14 @@
 package suite_test
 
 import (
+	"bufio"
 	"context"
 	"errors"
 	"fmt"
 	"io"
 	"net"
 	"net/http"
+	"net/url"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -542,6 +544,30 @@ func TestDRAProxy(t *testing.T) {
 			}
 		}
 		t.Logf("observed: watch(node A) events: %q", seen)
+
+		// The deprecated path form, with the node's selector, is served
+		// as the list form; one slice's watch needs the node's selector too.
+		sel := url.QueryEscape("spec.nodeName=" + nodeA)
+		for _, w := range []struct {
+			path string
+			want int
+		}{
+			{"/apis/resource.k8s.io/v1/watch/resourceslices?fieldSelector=" + sel, http.StatusOK},
+			{"/apis/resource.k8s.io/v1/watch/resourceslices/a-1-" + e.driver + "?fieldSelector=" + url.QueryEscape("metadata.name=a-1-"+e.driver+",spec.nodeName="+nodeA), http.StatusOK},
+			{"/apis/resource.k8s.io/v1/watch/resourceslices", http.StatusForbidden},
+			{"/apis/resource.k8s.io/v1/resourceslices?watch=1&fieldSelector=" + url.QueryEscape("metadata.name=a-1-"+e.driver), http.StatusForbidden},
+		} {
+			code, first := e.firstLine(t, w.path, tokA)
+			t.Logf("observed: GET %s = %d %s", w.path, code, first)
+			switch {
+			case code != w.want:
+				t.Errorf("GET %s = %d %s; want %d", w.path, code, first, w.want)
+			case code == http.StatusOK && !strings.Contains(first, `"a-1-`+e.driver+`"`):
+				t.Errorf("GET %s: first event %s; want node A's slice", w.path, first)
+			case code == http.StatusForbidden && !strings.Contains(first, needSelector):
+				t.Errorf("GET %s = %s; want the selector named", w.path, first)
+			}
+		}
 	})
 
 	t.Run("one slice", func(t *testing.T) {
@@ -594,6 +620,11 @@ func TestDRAProxy(t *testing.T) {
 		}
 		_, err = pb.ResourceV1().ResourceSlices().Create(ctx, e.slice("", nodeA, "dev"), metav1.CreateOptions{})
 		wantAPIStatus(t, "Create(node A, protobuf)", err, http.StatusUnsupportedMediaType, "application/json", tokA)
+		// A get asking for protobuf gets the JSON draproxy checked, which
+		// client-go decodes by its Content-Type.
+		if s, err := pb.ResourceV1().ResourceSlices().Get(ctx, created.Name, metav1.GetOptions{}); err != nil || s.Spec.NodeName == nil || *s.Spec.NodeName != nodeA {
+			t.Errorf("Get(own slice) asking for protobuf = %v, %v", s, err)
+		}
 	})
 
 	t.Run("TLS port and kubeconfig", func(t *testing.T) {
@@ -651,6 +682,10 @@ func TestDRAProxy(t *testing.T) {
 		wantAPIStatus(t, "UpdateStatus(claim on B)", err, http.StatusForbidden, "is not reserved for a pod on node", tokA)
 		_, err = claims.List(ctx, metav1.ListOptions{})
 		wantAPIStatus(t, "List(claims)", err, http.StatusForbidden, "draproxy refuses list of resourceclaims", tokA)
+		code, body := e.raw(t, http.MethodGet, "/apis/resource.k8s.io/v1/resourceclaims/"+claimA.Name, tokA, "", nil)
+		if code != http.StatusNotFound || !strings.Contains(body, "names no namespace") {
+			t.Errorf("GET a claim without its namespace = %d %s; want 404 naming the namespace", code, body)
+		}
 	})
 
 	t.Run("spoofed impersonation", func(t *testing.T) {
@@ -762,6 +797,31 @@ func (e *draEnv) raw(t testing.TB, method, path, token, body string, header map[
 	defer resp.Body.Close()
 	b, _ := io.ReadAll(resp.Body)
 	return resp.StatusCode, string(b)
+}
+
+// firstLine sends a GET of path to draproxy's socket with token and
+// returns its status and first line (a watch's first event), waiting at
+// most callTimeout.
+func (e *draEnv) firstLine(t testing.TB, path, token string) (int, string) {
+	t.Helper()
+	tr := &http.Transport{DialContext: func(ctx context.Context, _, _ string) (net.Conn, error) {
+		return (&net.Dialer{}).DialContext(ctx, "unix", e.socket)
+	}}
+	defer tr.CloseIdleConnections()
+	ctx, cancel := ctxFor(t, callTimeout)
+	defer cancel()
+	req, err := http.NewRequestWithContext(ctx, http.MethodGet, "http://localhost"+path, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	req.Header.Set("Authorization", "Bearer "+token)
+	resp, err := (&http.Client{Transport: tr}).Do(req)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer resp.Body.Close()
+	line, _ := bufio.NewReader(resp.Body).ReadString('\n')
+	return resp.StatusCode, line
 }
 
 // waitAudit polls the audit log until check accepts the events keep
