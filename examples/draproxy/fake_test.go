@@ -5,6 +5,7 @@ import (
 	"encoding/pem"
 	"fmt"
 	"io"
+	"mime"
 	"net/http"
 	"net/http/httptest"
 	"net/http/httputil"
@@ -19,6 +20,7 @@ import (
 	"time"
 
 	"k8s.io/apimachinery/pkg/fields"
+	"k8s.io/apimachinery/pkg/labels"
 	"k8s.io/apiserver/pkg/authentication/user"
 	"k8s.io/client-go/rest"
 	"k8s.io/client-go/tools/clientcmd"
@@ -31,7 +33,27 @@ const (
 	testAudience = "draproxy.example.com"
 	driverSA     = "system:serviceaccount:dra:driver"
 	driverUID    = "0b0e4c1e-0000-4000-8000-000000000007"
+	// testDriver is the driver name dra/driver may publish (testDrivers).
+	testDriver = "gpu.example.com"
+	// otherSA is a second driver identity, bound to otherDriver.
+	otherSA     = "system:serviceaccount:dra:other"
+	otherDriver = "other.example.com"
 )
+
+// testDriverFlags are the --driver values of the tests: dra/driver
+// publishes testDriver, dra/other otherDriver.
+var testDriverFlags = []string{testDriver + "=dra/driver", otherDriver + "=dra/other"}
+
+// testDrivers is testDriverFlags parsed.
+func testDrivers() *drivers { return must(parseDrivers(testDriverFlags)) }
+
+// otherOn is the identity of a token of the dra/other ServiceAccount bound
+// to a pod on node.
+func otherOn(node string) *user.DefaultInfo {
+	u := driverOn(node)
+	u.Name, u.UID = otherSA, "0b0e4c1e-0000-4000-8000-000000000008"
+	return u
+}
 
 // driverOn is the identity the API server gives a token of the dra/driver
 // ServiceAccount bound to pod driver-NODE on node (bound to no node when
@@ -56,10 +78,10 @@ func driverOn(node string) *user.DefaultInfo {
 }
 
 // driverRBAC is what a DRA driver's chart grants its ServiceAccount, plus
-// deviceclasses for the --allow tests.
+// deviceclasses for the --allow tests; dra/other has the same slice RBAC.
 func driverRBAC() authtest.Policy {
 	return authtest.Rules(
-		authtest.Rule{Users: []string{driverSA}, APIGroups: []string{"resource.k8s.io"}, Resources: []string{"resourceslices"},
+		authtest.Rule{Users: []string{driverSA, otherSA}, APIGroups: []string{"resource.k8s.io"}, Resources: []string{"resourceslices"},
 			Verbs: []string{"get", "list", "watch", "create", "update", "patch", "delete", "deletecollection"}},
 		authtest.Rule{Users: []string{driverSA}, APIGroups: []string{"resource.k8s.io"}, Resources: []string{"resourceclaims"}, Verbs: []string{"get", "list", "watch"}},
 		authtest.Rule{Users: []string{driverSA}, APIGroups: []string{"resource.k8s.io"}, Resources: []string{"resourceclaims"}, Subresources: []string{"status"}, Verbs: []string{"update", "patch"}},
@@ -89,6 +111,11 @@ type fakeAPI struct {
 	// fail, when not zero, is the status every resource request is
 	// answered with; -1 drops the connection.
 	fail atomic.Int32
+	// fault, when set, may answer a resource request itself (returning
+	// true) before the fake does: the fault tests' injections.
+	fault atomic.Pointer[func(w http.ResponseWriter, r *http.Request, body []byte) bool]
+	// uids numbers the UIDs of the objects the fake creates.
+	uids atomic.Int64
 	// noRecord stops recording requests (benchmarks).
 	noRecord atomic.Bool
 
@@ -206,18 +233,99 @@ func slicePath(name string) string {
 	return "/apis/resource.k8s.io/v1/resourceslices/" + name
 }
 
-// addSlice stores a ResourceSlice of node (none when empty) for driver.
+// addSlice stores a ResourceSlice of node (none when empty) for
+// testDriver, with the UID uid-NAME.
 func (f *fakeAPI) addSlice(name, node string) {
-	spec := map[string]any{"driver": "gpu.example.com", "pool": map[string]any{"name": "pool", "generation": 1, "resourceSliceCount": 1}}
+	f.addSliceOf(name, node, testDriver, "uid-"+name)
+}
+
+// addSliceOf stores a ResourceSlice of node (none when empty) for driver,
+// with uid.
+func (f *fakeAPI) addSliceOf(name, node, driver, uid string) {
+	spec := map[string]any{"driver": driver, "pool": map[string]any{"name": "pool", "generation": 1, "resourceSliceCount": 1}}
 	if node != "" {
 		spec["nodeName"] = node
 	}
 	f.put(slicePath(name), map[string]any{
 		"apiVersion": "resource.k8s.io/v1", "kind": "ResourceSlice",
-		"metadata": map[string]any{"name": name, "uid": "uid-" + name, "resourceVersion": "1"},
+		"metadata": map[string]any{"name": name, "uid": uid, "resourceVersion": "1"},
 		"spec":     spec,
 	})
 }
+
+// get returns a copy of the object stored at path, nil if none.
+func (f *fakeAPI) get(path string) map[string]any {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	obj, ok := f.objects[path]
+	if !ok {
+		return nil
+	}
+	b, _ := json.Marshal(obj)
+	var c map[string]any
+	_ = json.Unmarshal(b, &c)
+	return c
+}
+
+// remove deletes the object stored at path, as another actor would.
+func (f *fakeAPI) remove(path string) {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	if obj, ok := f.objects[path]; ok {
+		delete(f.objects, path)
+		f.notifyLocked("DELETED", obj)
+	}
+}
+
+// sliceNode returns the spec.nodeName and UID of the slice name as
+// stored ("" and "" when there is none).
+func (f *fakeAPI) sliceNode(name string) (node, uid string) {
+	obj := f.get(slicePath(name))
+	if obj == nil {
+		return "", ""
+	}
+	spec, _ := obj["spec"].(map[string]any)
+	md, _ := obj["metadata"].(map[string]any)
+	node, _ = spec["nodeName"].(string)
+	uid, _ = md["uid"].(string)
+	return node, uid
+}
+
+// installAdmission stores the admission policy and binding draproxy ships
+// and, for each identity in ids (NAMESPACE/NAME=DRIVER,...), a parameter
+// ConfigMap in dra-system.
+func (f *fakeAPI) installAdmission(t testing.TB, ids map[string]string) {
+	t.Helper()
+	pol, bind, err := shippedAdmission()
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, o := range []struct {
+		path string
+		obj  any
+	}{
+		{"/apis/admissionregistration.k8s.io/v1/validatingadmissionpolicies/" + pol.Name, pol},
+		{"/apis/admissionregistration.k8s.io/v1/validatingadmissionpolicybindings/" + bind.Name, bind},
+	} {
+		b, _ := json.Marshal(o.obj)
+		var m map[string]any
+		_ = json.Unmarshal(b, &m)
+		m["metadata"].(map[string]any)["uid"] = fmt.Sprintf("uid-%d", f.uids.Add(1))
+		f.put(o.path, m)
+	}
+	for sa, names := range ids {
+		name := "driver-identity-" + strings.ReplaceAll(sa, "/", "-")
+		f.put("/api/v1/namespaces/dra-system/configmaps/"+name, map[string]any{
+			"apiVersion": "v1", "kind": "ConfigMap",
+			"metadata": map[string]any{"name": name, "namespace": "dra-system", "uid": "uid-" + name, "labels": map[string]any{identityLabel: "true"}},
+			"data":     map[string]any{"serviceAccount": sa, "drivers": names},
+		})
+	}
+}
+
+// testIdentities are the parameters of the test identities, as
+// installAdmission takes them.
+var testIdentities = map[string]string{"dra/driver": testDriver, "dra/other": otherDriver}
 
 func claimPath(ns, name string) string {
 	return "/apis/resource.k8s.io/v1/namespaces/" + ns + "/resourceclaims/" + name
@@ -285,6 +393,9 @@ func (f *fakeAPI) serve(w http.ResponseWriter, r *http.Request) {
 		f.requests = append(f.requests, seen{Method: r.Method, Path: r.URL.Path, RawQuery: r.URL.RawQuery, Header: r.Header.Clone(), Body: body})
 		f.mu.Unlock()
 	}
+	if fault := f.fault.Load(); fault != nil && (*fault)(w, r, body) {
+		return
+	}
 	switch code := f.fail.Load(); {
 	case code == -1:
 		panic(http.ErrAbortHandler) // drops the connection
@@ -333,24 +444,162 @@ func (f *fakeAPI) serve(w http.ResponseWriter, r *http.Request) {
 			name = fmt.Sprintf("%s%d", gen, time.Now().UnixNano())
 			md["name"] = name
 		}
+		md["uid"] = fmt.Sprintf("uid-created-%d", f.uids.Add(1))
 		f.put(slices+"/"+name, obj)
 		writeJSON(w, http.StatusCreated, obj)
-	case p == slices && r.Method == http.MethodDelete:
-		writeJSON(w, http.StatusOK, map[string]any{"apiVersion": "resource.k8s.io/v1", "kind": "ResourceSliceList", "items": []any{}})
-	default:
+	case p == slices && r.Method == http.MethodDelete: // deletecollection, by field selector
+		sel, err := fields.ParseSelector(r.URL.Query().Get("fieldSelector"))
+		if err != nil {
+			writeJSON(w, http.StatusBadRequest, status(http.StatusBadRequest, err.Error()))
+			return
+		}
 		f.mu.Lock()
-		key := strings.TrimSuffix(p, "/status")
-		obj, ok := f.objects[key]
-		if ok && r.Method == http.MethodDelete {
-			delete(f.objects, key)
-			f.notifyLocked("DELETED", obj)
+		items := []any{}
+		for k, obj := range f.objects {
+			if strings.HasPrefix(k, slices+"/") && sel.Matches(sliceFields(obj)) {
+				delete(f.objects, k)
+				f.notifyLocked("DELETED", obj)
+				items = append(items, obj)
+			}
 		}
 		f.mu.Unlock()
+		writeJSON(w, http.StatusOK, map[string]any{"apiVersion": "resource.k8s.io/v1", "kind": "ResourceSliceList", "items": items})
+	case strings.HasSuffix(p, "/configmaps") && r.Method == http.MethodGet:
+		sel, err := labels.Parse(r.URL.Query().Get("labelSelector"))
+		if err != nil {
+			writeJSON(w, http.StatusBadRequest, status(http.StatusBadRequest, err.Error()))
+			return
+		}
+		f.mu.Lock()
+		items := []any{}
+		for k, obj := range f.objects {
+			md, _ := obj["metadata"].(map[string]any)
+			lm, _ := md["labels"].(map[string]any)
+			ls := labels.Set{}
+			for k, v := range lm {
+				ls[k], _ = v.(string)
+			}
+			if strings.HasPrefix(k, p+"/") && sel.Matches(ls) {
+				items = append(items, obj)
+			}
+		}
+		f.mu.Unlock()
+		writeJSON(w, http.StatusOK, map[string]any{"apiVersion": "v1", "kind": "ConfigMapList", "metadata": map[string]any{}, "items": items})
+	default:
+		f.serveObject(w, r, strings.TrimSuffix(p, "/status"), body)
+	}
+}
+
+// serveObject serves a request for the object at key as the API server
+// does, enforcing UID preconditions: metadata.uid in an update, a merge,
+// strategic merge or apply patch; a leading test of /metadata/uid in a
+// JSON patch; preconditions.uid in DeleteOptions. A PUT or a patch but an
+// apply of a missing object is 404; an apply of one creates it. Patches
+// are merged (apply and strategic merge as merge patches; JSON patches
+// change nothing but the test).
+func (f *fakeAPI) serveObject(w http.ResponseWriter, r *http.Request, key string, body []byte) {
+	conflict := func(want, have string) {
+		writeJSON(w, http.StatusConflict, status(http.StatusConflict, fmt.Sprintf("Precondition failed: UID in precondition: %s, UID in object meta: %s", want, have)))
+	}
+	ct, _, _ := mime.ParseMediaType(r.Header.Get("Content-Type"))
+	var doc map[string]any
+	var uidPre string
+	switch {
+	case r.Method == http.MethodPatch && ct == mediaJSONPatch:
+		var ops []map[string]any
+		if err := json.Unmarshal(body, &ops); err != nil {
+			writeJSON(w, http.StatusBadRequest, status(http.StatusBadRequest, err.Error()))
+			return
+		}
+		if len(ops) > 0 && ops[0]["op"] == "test" && ops[0]["path"] == "/metadata/uid" {
+			uidPre, _ = ops[0]["value"].(string)
+		}
+	case r.Method == http.MethodPut || r.Method == http.MethodPatch || (r.Method == http.MethodDelete && len(body) > 0):
+		if err := json.Unmarshal(body, &doc); err != nil {
+			writeJSON(w, http.StatusBadRequest, status(http.StatusBadRequest, err.Error()))
+			return
+		}
+		if r.Method == http.MethodDelete {
+			pre, _ := doc["preconditions"].(map[string]any)
+			uidPre, _ = pre["uid"].(string)
+		} else {
+			md, _ := doc["metadata"].(map[string]any)
+			uidPre, _ = md["uid"].(string)
+		}
+	}
+
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	obj, ok := f.objects[key]
+	have := ""
+	if ok {
+		md, _ := obj["metadata"].(map[string]any)
+		have, _ = md["uid"].(string)
+	}
+	switch {
+	case r.Method == http.MethodGet:
 		if !ok {
 			writeJSON(w, http.StatusNotFound, status(http.StatusNotFound, "not found"))
 			return
 		}
 		writeJSON(w, http.StatusOK, obj)
+		return
+	case !ok && r.Method == http.MethodPatch && ct == mediaApplyYAML && uidPre == "":
+		md, _ := doc["metadata"].(map[string]any)
+		if md == nil {
+			md = map[string]any{}
+			doc["metadata"] = md
+		}
+		md["uid"] = fmt.Sprintf("uid-created-%d", f.uids.Add(1))
+		f.objects[key] = doc
+		f.notifyLocked("ADDED", doc)
+		writeJSON(w, http.StatusCreated, doc)
+		return
+	case !ok && uidPre != "" && r.Method == http.MethodPatch && ct == mediaApplyYAML:
+		conflict(uidPre, "")
+		return
+	case !ok:
+		writeJSON(w, http.StatusNotFound, status(http.StatusNotFound, "not found"))
+		return
+	case uidPre != "" && uidPre != have:
+		conflict(uidPre, have)
+		return
+	}
+	switch r.Method {
+	case http.MethodDelete:
+		delete(f.objects, key)
+		f.notifyLocked("DELETED", obj)
+	case http.MethodPut:
+		md, _ := doc["metadata"].(map[string]any)
+		if md == nil {
+			md = map[string]any{}
+			doc["metadata"] = md
+		}
+		md["uid"] = have
+		f.objects[key], obj = doc, doc
+		f.notifyLocked("MODIFIED", doc)
+	case http.MethodPatch:
+		if doc != nil {
+			mergeInto(obj, doc)
+			f.notifyLocked("MODIFIED", obj)
+		}
+	}
+	writeJSON(w, http.StatusOK, obj)
+}
+
+// mergeInto merges patch into obj as a JSON merge patch does.
+func mergeInto(obj, patch map[string]any) {
+	for k, v := range patch {
+		pm, isMap := v.(map[string]any)
+		om, objMap := obj[k].(map[string]any)
+		switch {
+		case v == nil:
+			delete(obj, k)
+		case isMap && objMap:
+			mergeInto(om, pm)
+		default:
+			obj[k] = v
+		}
 	}
 }
 
@@ -420,4 +669,97 @@ func writeToken(t testing.TB, token string) string {
 
 func pemEncode(der []byte) []byte {
 	return pem.EncodeToMemory(&pem.Block{Type: "CERTIFICATE", Bytes: der})
+}
+
+// fault is one way the link to the API server, or the API server itself,
+// fails a request: answers that are not the object asked for, answers
+// that never come or never end.
+type fault struct {
+	name string
+	// serve answers r; arrived is closed once it has the request.
+	serve func(w http.ResponseWriter, r *http.Request, arrived func())
+	// hangs: the answer (or its end) never comes; draproxy's deadline
+	// must end the request.
+	hangs bool
+	// partial: the answer's status and part of its body were sent.
+	partial bool
+}
+
+// faults is the catalog of fault tests. foreign is another object of
+// node-a the API server might be confused into answering with.
+func faults(foreign map[string]any) []fault {
+	answer := func(v any) func(w http.ResponseWriter, r *http.Request, arrived func()) {
+		return func(w http.ResponseWriter, _ *http.Request, arrived func()) {
+			arrived()
+			writeJSON(w, http.StatusOK, v)
+		}
+	}
+	return []fault{
+		{name: "empty object", serve: answer(map[string]any{})},
+		{name: "empty body", serve: func(w http.ResponseWriter, _ *http.Request, arrived func()) {
+			arrived()
+			w.Header().Set("Content-Type", "application/json")
+			w.WriteHeader(http.StatusOK)
+		}},
+		{name: "Status with 200", serve: answer(status(http.StatusOK, "all is well"))},
+		{name: "Status of failure with 200", serve: answer(status(http.StatusNotFound, "not found"))},
+		{name: "foreign object", serve: answer(foreign)},
+		{name: "not JSON", serve: func(w http.ResponseWriter, _ *http.Request, arrived func()) {
+			arrived()
+			w.Header().Set("Content-Type", "application/vnd.kubernetes.protobuf")
+			w.WriteHeader(http.StatusOK)
+			_, _ = w.Write([]byte("k8s\x00\x0a\x0b"))
+		}},
+		{name: "connection dropped", serve: func(_ http.ResponseWriter, _ *http.Request, arrived func()) {
+			arrived()
+			panic(http.ErrAbortHandler)
+		}},
+		{name: "truncated", partial: true, serve: func(w http.ResponseWriter, _ *http.Request, arrived func()) {
+			arrived()
+			w.Header().Set("Content-Type", "application/json")
+			w.Header().Set("Content-Length", "1000")
+			w.WriteHeader(http.StatusOK)
+			_, _ = w.Write([]byte(`{"apiVersion":"resource.k8s.io/v1","kind":"ResourceSli`))
+			_ = http.NewResponseController(w).Flush()
+			panic(http.ErrAbortHandler)
+		}},
+		{name: "hang", hangs: true, serve: func(_ http.ResponseWriter, r *http.Request, arrived func()) {
+			arrived()
+			<-r.Context().Done()
+		}},
+		{name: "slow body", hangs: true, partial: true, serve: func(w http.ResponseWriter, r *http.Request, arrived func()) {
+			w.Header().Set("Content-Type", "application/json")
+			w.WriteHeader(http.StatusOK)
+			_, _ = w.Write([]byte(`{"apiVersion":"resource.k8s.io/v1",`))
+			_ = http.NewResponseController(w).Flush()
+			arrived()
+			<-r.Context().Done()
+		}},
+	}
+}
+
+// inject makes the fake answer the requests match selects with fl, and
+// returns a channel that receives once per such request, when it has
+// arrived (and, for a fault that hangs, is waiting).
+func (f *fakeAPI) inject(fl fault, match func(r *http.Request) bool) <-chan struct{} {
+	arrivals := make(chan struct{}, 16)
+	hook := func(w http.ResponseWriter, r *http.Request, _ []byte) bool {
+		if !match(r) {
+			return false
+		}
+		fl.serve(w, r, func() { arrivals <- struct{}{} })
+		return true
+	}
+	f.fault.Store(&hook)
+	return arrivals
+}
+
+// openFDs counts this process's open file descriptors.
+func openFDs(t testing.TB) int {
+	t.Helper()
+	entries, err := os.ReadDir("/proc/self/fd")
+	if err != nil {
+		t.Skipf("counting file descriptors: %v", err)
+	}
+	return len(entries)
 }

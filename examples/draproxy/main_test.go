@@ -60,15 +60,33 @@ func shortDir(t testing.TB) string {
 }
 
 // startRun runs draproxy with args plus the fake API server's kubeconfig,
-// the test audience and node-a, and returns its output once it listens and
-// a stop function that cancels it and returns run's result.
+// the test audience, node-a and the test drivers, once the fake holds the
+// admission policy for them, and returns its output once it listens and a
+// stop function that cancels it and returns run's result.
 func startRun(t *testing.T, f *fakeAPI, args ...string) (*lines, func() error) {
+	t.Helper()
+	f.installAdmission(t, testIdentities)
+	return startRunAs(t, f, args...)
+}
+
+// runArgs are the arguments startRun adds to its own.
+func runArgs(t testing.TB, f *fakeAPI) []string {
+	args := []string{"--kubeconfig=" + f.writeKubeconfig(t), "--audience=" + testAudience, "--node-name=node-a"}
+	for _, d := range testDriverFlags {
+		args = append(args, "--driver="+d)
+	}
+	return args
+}
+
+// startRunAs is startRun without installing the admission policy.
+func startRunAs(t *testing.T, f *fakeAPI, args ...string) (*lines, func() error) {
 	t.Helper()
 	out := &lines{ready: make(chan string, 1)}
 	ctx, cancel := context.WithCancel(context.Background())
 	done := make(chan error, 1)
+	base := runArgs(t, f)
 	go func() {
-		done <- run(ctx, append([]string{"--kubeconfig=" + f.writeKubeconfig(t), "--audience=" + testAudience, "--node-name=node-a"}, args...), out)
+		done <- run(ctx, append(base, args...), out)
 	}()
 	select {
 	case <-out.ready:
@@ -242,7 +260,7 @@ func TestRunReplacesStaleSocket(t *testing.T) {
 	if err := os.WriteFile(file, nil, 0o600); err != nil {
 		t.Fatal(err)
 	}
-	err = run(t.Context(), []string{"--kubeconfig=" + f.writeKubeconfig(t), "--audience=a", "--node-name=n", "--socket=" + file}, io.Discard)
+	err = run(t.Context(), []string{"--kubeconfig=" + f.writeKubeconfig(t), "--audience=a", "--node-name=n", "--driver=" + testDriverFlags[0], "--socket=" + file}, io.Discard)
 	if err == nil || !strings.Contains(err.Error(), "not a socket") {
 		t.Errorf("run(--socket=regular file) = %v; want an error saying it is not a socket", err)
 	}
@@ -250,13 +268,20 @@ func TestRunReplacesStaleSocket(t *testing.T) {
 
 func TestFlags(t *testing.T) {
 	t.Parallel()
-	base := []string{"--audience=a", "--node-name=n"}
+	base := []string{"--audience=a", "--node-name=n", "--driver=d.example.com=ns/sa"}
 	tests := []struct {
 		args []string
 		want string
 	}{
-		{args: []string{"--audience=a"}, want: "--node-name is required"},
-		{args: []string{"--node-name=n"}, want: "--audience is required"},
+		{args: []string{"--audience=a", "--driver=d.example.com=ns/sa"}, want: "--node-name is required"},
+		{args: []string{"--node-name=n", "--driver=d.example.com=ns/sa"}, want: "--audience is required"},
+		{args: []string{"--audience=a", "--node-name=n"}, want: "--driver is required"},
+		{args: append(base, "--driver=d.example.com"), want: "want NAME=NAMESPACE/SERVICEACCOUNT"},
+		{args: append(base, "--driver=d.example.com=ns"), want: "want NAME=NAMESPACE/SERVICEACCOUNT"},
+		{args: append(base, "--driver=D_X=ns/sa"), want: "driver name"},
+		{args: append(base, "--driver=d.example.com=n.s/sa"), want: "namespace"},
+		{args: append(base, "--request-timeout=0"), want: "--request-timeout must be positive"},
+		{args: append(base, "--admission-policy-check-interval=0"), want: "must be positive"},
 		{args: append(base, "--socket="), want: "--socket or --tls-listen is required"},
 		{args: append(base, "--tls-listen=0.0.0.0:8443"), want: "must be a loopback address"},
 		{args: append(base, "--tls-listen=10.0.0.1:8443"), want: "must be a loopback address"},
@@ -265,7 +290,7 @@ func TestFlags(t *testing.T) {
 		{args: append(base, "--tls-cert-file=c"), want: "go together"},
 		{args: append(base, "--authorization-always-allow-groups=system:masters"), want: "not supported"},
 		{args: append(base, "--authorization-always-allow-paths=/healthz"), want: "unknown flag"},
-		{args: append(base, "--slice-cache-ttl=-1s"), want: "must not be negative"},
+		{args: append(base, "--pod-cache-ttl=-1s"), want: "must not be negative"},
 		{args: append(base, "--max-request-body-bytes=0"), want: "must be positive"},
 		{args: append(base, "--allow=list:resourceclaims.resource.k8s.io"), want: "checked by content"},
 		{args: append(base, "extra"), want: "unexpected arguments"},
@@ -279,7 +304,9 @@ func TestFlags(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if c.socket != "/var/run/draproxy/draproxy.sock" || len(c.rules) != 2 || c.sliceTTL != DefaultSliceTTL || c.podTTL != DefaultPodTTL || c.maxBody != DefaultMaxBodyBytes {
+	if c.socket != "/var/run/draproxy/draproxy.sock" || len(c.rules) != 2 || c.podTTL != DefaultPodTTL || c.maxBody != DefaultMaxBodyBytes ||
+		!c.requireAdmission || c.admissionPolicy != DefaultAdmissionPolicy || c.admissionBinding != DefaultAdmissionPolicy ||
+		c.admissionInterval != DefaultAdmissionCheckInterval || c.requestTimeout != DefaultRequestTimeout || len(c.drivers.ids) != 1 {
 		t.Errorf("parseFlags defaults = %+v", c)
 	}
 	if _, err := parseFlags(append(base, "--tls-listen=localhost:0"), io.Discard); err != nil {

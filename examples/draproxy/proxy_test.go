@@ -3,15 +3,18 @@ package main
 import (
 	"bufio"
 	"bytes"
+	"context"
 	"encoding/json"
 	"errors"
 	"io"
+	"net"
 	"net/http"
 	"net/http/httptest"
 	"reflect"
 	"slices"
 	"strconv"
 	"strings"
+	"sync"
 	"sync/atomic"
 	"testing"
 	"time"
@@ -64,7 +67,7 @@ func startProxy(t testing.TB, f *fakeAPI, mods ...func(*options)) *harness {
 		t.Fatal(err)
 	}
 	h := &harness{f: f, clk: clocktesting.NewFakeClock(time.Now())}
-	o := options{NodeName: "node-a", Authenticator: an, SAR: sar, Upstream: f.config(), Clock: h.clk}
+	o := options{NodeName: "node-a", Drivers: testDrivers(), Authenticator: an, SAR: sar, Upstream: f.config(), Clock: h.clk}
 	for _, m := range mods {
 		m(&o)
 	}
@@ -203,32 +206,52 @@ func TestSlices(t *testing.T) {
 		}
 	})
 	t.Run("one slice", func(t *testing.T) {
-		const notOurs = `is not a slice of node "node-a", or does not exist`
+		const notOurs = `not found (draproxy shows a driver only the ResourceSlices of node "node-a")`
 		if _, err := rs.Get(ctx, "a-1", metav1.GetOptions{}); err != nil {
 			t.Errorf("Get(a-1) = %v", err)
 		}
+		// Another node's slice, one bound to no node, and none at all
+		// look alike: the API server's 404.
 		for _, name := range []string{"b-1", "none-1", "missing"} {
 			_, err := rs.Get(ctx, name, metav1.GetOptions{})
-			wantStatus(t, "Get("+name+")", err, http.StatusForbidden, notOurs)
-			_, err = rs.Update(ctx, &resourcev1.ResourceSlice{ObjectMeta: metav1.ObjectMeta{Name: name}, Spec: resourcev1.ResourceSliceSpec{NodeName: ptr.To("node-a")}}, metav1.UpdateOptions{})
-			wantStatus(t, "Update("+name+")", err, http.StatusForbidden, notOurs)
+			wantStatus(t, "Get("+name+")", err, http.StatusNotFound, notOurs)
+			_, err = rs.Update(ctx, &resourcev1.ResourceSlice{ObjectMeta: metav1.ObjectMeta{Name: name}, Spec: resourcev1.ResourceSliceSpec{NodeName: ptr.To("node-a"), Driver: testDriver}}, metav1.UpdateOptions{})
+			wantStatus(t, "Update("+name+")", err, http.StatusNotFound, notOurs)
 			_, err = rs.Patch(ctx, name, types.MergePatchType, []byte(`{"metadata":{"labels":{"x":"y"}}}`), metav1.PatchOptions{})
-			wantStatus(t, "Patch("+name+")", err, http.StatusForbidden, notOurs)
+			wantStatus(t, "Patch("+name+")", err, http.StatusNotFound, notOurs)
 			err = rs.Delete(ctx, name, metav1.DeleteOptions{})
-			wantStatus(t, "Delete("+name+")", err, http.StatusForbidden, notOurs)
+			wantStatus(t, "Delete("+name+")", err, http.StatusNotFound, notOurs)
 		}
-		if _, err := rs.Update(ctx, &resourcev1.ResourceSlice{ObjectMeta: metav1.ObjectMeta{Name: "a-1"}, Spec: resourcev1.ResourceSliceSpec{NodeName: ptr.To("node-a")}}, metav1.UpdateOptions{}); err != nil {
+		if _, err := rs.Update(ctx, &resourcev1.ResourceSlice{ObjectMeta: metav1.ObjectMeta{Name: "a-1"}, Spec: resourcev1.ResourceSliceSpec{NodeName: ptr.To("node-a"), Driver: testDriver}}, metav1.UpdateOptions{}); err != nil {
 			t.Errorf("Update(a-1) = %v", err)
 		}
-		if _, err := rs.Patch(ctx, "a-1", types.ApplyPatchType, []byte(`{"apiVersion":"resource.k8s.io/v1","kind":"ResourceSlice"}`), metav1.PatchOptions{FieldManager: "x"}); err != nil {
+		apply := func(name, node string) error {
+			_, err := rs.Patch(ctx, name, types.ApplyPatchType, []byte(`{"apiVersion":"resource.k8s.io/v1","kind":"ResourceSlice","spec":{"nodeName":"`+node+`","driver":"`+testDriver+`"}}`), metav1.PatchOptions{FieldManager: "x"})
+			return err
+		}
+		if err := apply("a-1", "node-a"); err != nil {
 			t.Errorf("Patch(a-1, apply) = %v", err)
 		}
-		// Server-side apply of a slice that does not exist would create
-		// it: refused like any slice not known to be this node's.
-		_, err := rs.Patch(ctx, "new-by-apply", types.ApplyPatchType, []byte(`{"apiVersion":"resource.k8s.io/v1","kind":"ResourceSlice","spec":{"nodeName":"node-a"}}`), metav1.PatchOptions{FieldManager: "x"})
-		wantStatus(t, "Patch(new slice, apply)", err, http.StatusForbidden, notOurs)
+		// A partial apply (no spec.nodeName) is checked as the create it
+		// may be.
+		_, err := rs.Patch(ctx, "a-1", types.ApplyPatchType, []byte(`{"apiVersion":"resource.k8s.io/v1","kind":"ResourceSlice"}`), metav1.PatchOptions{FieldManager: "x"})
+		wantStatus(t, "Patch(a-1, partial apply)", err, http.StatusForbidden, "it has none")
+		// Server-side apply of a slice that does not exist creates it:
+		// checked as a create.
+		if err := apply("new-by-apply", "node-a"); err != nil {
+			t.Errorf("Patch(new slice of node-a, apply) = %v", err)
+		}
+		wantStatus(t, "Patch(new slice of node-b, apply)", apply("new-by-apply-b", "node-b"), http.StatusForbidden, `must have spec.nodeName "node-a" (this node), not "node-b"`)
+		wantStatus(t, "Patch(b-1, apply)", apply("b-1", "node-b"), http.StatusForbidden, `not "node-b"`)
+		wantStatus(t, "Patch(b-1, apply as node-a)", apply("b-1", "node-a"), http.StatusNotFound, notOurs)
 		if err := rs.Delete(ctx, "a-1", metav1.DeleteOptions{}); err != nil {
 			t.Errorf("Delete(a-1) = %v", err)
+		}
+		if n, _ := f.sliceNode("b-1"); n != "node-b" {
+			t.Errorf("b-1 is now of node %q; want node-b", n)
+		}
+		if n, _ := f.sliceNode("new-by-apply-b"); n != "" {
+			t.Errorf("new-by-apply-b was created on node %q; want none", n)
 		}
 	})
 	t.Run("create", func(t *testing.T) {
@@ -257,8 +280,15 @@ func TestSlices(t *testing.T) {
 	t.Run("deletecollection", func(t *testing.T) {
 		err := rs.DeleteCollection(ctx, metav1.DeleteOptions{}, metav1.ListOptions{})
 		wantStatus(t, "DeleteCollection(no selector)", err, http.StatusForbidden, need)
-		if err := rs.DeleteCollection(ctx, metav1.DeleteOptions{}, metav1.ListOptions{FieldSelector: "spec.nodeName=node-a"}); err != nil {
-			t.Errorf("DeleteCollection(node-a) = %v", err)
+		err = rs.DeleteCollection(ctx, metav1.DeleteOptions{}, metav1.ListOptions{FieldSelector: "spec.nodeName=node-a"})
+		wantStatus(t, "DeleteCollection(node-a, any driver)", err, http.StatusForbidden, "requires the field selector spec.driver=NAME")
+		err = rs.DeleteCollection(ctx, metav1.DeleteOptions{}, metav1.ListOptions{FieldSelector: "spec.nodeName=node-a,spec.driver=" + otherDriver})
+		wantStatus(t, "DeleteCollection(node-a, another identity's driver)", err, http.StatusForbidden, `it has spec.driver = "other.example.com"`)
+		if err := rs.DeleteCollection(ctx, metav1.DeleteOptions{}, metav1.ListOptions{FieldSelector: "spec.nodeName=node-a,spec.driver=" + testDriver}); err != nil {
+			t.Errorf("DeleteCollection(node-a, its driver) = %v", err)
+		}
+		if n, _ := f.sliceNode("b-1"); n != "node-b" {
+			t.Errorf("b-1 after the deletecollections: node %q; want node-b", n)
 		}
 	})
 }
@@ -271,24 +301,29 @@ func TestCreateBodies(t *testing.T) {
 	h := startProxy(t, f)
 	token := f.token(driverOn("node-a"))
 	const target = "/apis/resource.k8s.io/v1/resourceslices"
+	const d = `,"driver":"` + testDriver + `"`
 	tests := []struct {
 		name, contentType, body string
 		want                    int
+		forwarded               string // when not the body itself
 	}{
-		{name: "this node", contentType: "application/json", body: `{"metadata":{"name":"x1"},"spec":{"nodeName":"node-a"}}`, want: http.StatusCreated},
-		{name: "charset", contentType: "application/json; charset=utf-8", body: `{"metadata":{"name":"x2"},"spec":{"nodeName":"node-a"}}`, want: http.StatusCreated},
-		{name: "escaped key", contentType: "application/json", body: `{"metadata":{"name":"x3"},"spec":{"node\u004eame":"node-a"}}`, want: http.StatusCreated},
-		{name: "older version", contentType: "application/json", body: `{"apiVersion":"resource.k8s.io/v1beta1","spec":{"nodeName":"node-a"}}`, want: http.StatusCreated},
-		{name: "other node", contentType: "application/json", body: `{"spec":{"nodeName":"node-b"}}`, want: http.StatusForbidden},
-		{name: "null node", contentType: "application/json", body: `{"spec":{"nodeName":null}}`, want: http.StatusForbidden},
-		{name: "case differs", contentType: "application/json", body: `{"spec":{"NodeName":"node-a"}}`, want: http.StatusForbidden},
-		{name: "duplicate nodeName", contentType: "application/json", body: `{"spec":{"nodeName":"node-a","nodeName":"node-b"}}`, want: http.StatusBadRequest},
-		{name: "duplicate spec", contentType: "application/json", body: `{"spec":{"nodeName":"node-b"},"spec":{"nodeName":"node-a"}}`, want: http.StatusBadRequest},
+		{name: "this node", contentType: "application/json", body: `{"metadata":{"name":"x1"},"spec":{"nodeName":"node-a"` + d + `}}`, want: http.StatusCreated},
+		{name: "charset", contentType: "application/json; charset=utf-8", body: `{"metadata":{"name":"x2"},"spec":{"nodeName":"node-a"` + d + `}}`, want: http.StatusCreated},
+		{name: "escaped key", contentType: "application/json", body: `{"metadata":{"name":"x3"},"spec":{"node\u004eame":"node-a"` + d + `}}`, want: http.StatusCreated},
+		{name: "older version", contentType: "application/json", body: `{"apiVersion":"resource.k8s.io/v1beta1","spec":{"nodeName":"node-a"` + d + `}}`, want: http.StatusCreated},
+		{name: "other node", contentType: "application/json", body: `{"spec":{"nodeName":"node-b"` + d + `}}`, want: http.StatusForbidden},
+		{name: "null node", contentType: "application/json", body: `{"spec":{"nodeName":null` + d + `}}`, want: http.StatusForbidden},
+		{name: "case differs", contentType: "application/json", body: `{"spec":{"NodeName":"node-a"` + d + `}}`, want: http.StatusForbidden},
+		{name: "driver case differs", contentType: "application/json", body: `{"spec":{"nodeName":"node-a","Driver":"` + testDriver + `"}}`, want: http.StatusForbidden},
+		{name: "duplicate nodeName", contentType: "application/json", body: `{"spec":{"nodeName":"node-a","nodeName":"node-b"` + d + `}}`, want: http.StatusBadRequest},
+		{name: "duplicate driver", contentType: "application/json", body: `{"spec":{"nodeName":"node-a"` + d + `,"driver":"x.example.com"}}`, want: http.StatusBadRequest},
+		{name: "duplicate spec", contentType: "application/json", body: `{"spec":{"nodeName":"node-b"},"spec":{"nodeName":"node-a"` + d + `}}`, want: http.StatusBadRequest},
 		{name: "number", contentType: "application/json", body: `{"spec":{"nodeName":1}}`, want: http.StatusBadRequest},
 		{name: "not an object", contentType: "application/json", body: `["spec"]`, want: http.StatusBadRequest},
-		{name: "trailing data", contentType: "application/json", body: `{"spec":{"nodeName":"node-a"}}{"spec":{"nodeName":"node-b"}}`, want: http.StatusBadRequest},
+		{name: "trailing data", contentType: "application/json", body: `{"spec":{"nodeName":"node-a"` + d + `}}{"spec":{"nodeName":"node-b"}}`, want: http.StatusBadRequest},
 		{name: "empty", contentType: "application/json", body: ``, want: http.StatusBadRequest},
-		{name: "yaml", contentType: "application/yaml", body: "spec:\n  nodeName: node-a\n", want: http.StatusUnsupportedMediaType},
+		{name: "yaml", contentType: "application/yaml", body: "spec:\n  nodeName: node-a\n  driver: " + testDriver + "\n", want: http.StatusCreated, forwarded: `{"spec":{"driver":"` + testDriver + `","nodeName":"node-a"}}`},
+		{name: "yaml, other node", contentType: "application/yaml", body: "spec:\n  nodeName: node-b\n  driver: " + testDriver + "\n", want: http.StatusForbidden},
 		{name: "protobuf", contentType: "application/vnd.kubernetes.protobuf", body: "k8s\x00", want: http.StatusUnsupportedMediaType},
 		{name: "cbor", contentType: "application/cbor", body: "\xa0", want: http.StatusUnsupportedMediaType},
 		{name: "no content type", contentType: "", body: `{"spec":{"nodeName":"node-a"}}`, want: http.StatusUnsupportedMediaType},
@@ -314,9 +349,13 @@ func TestCreateBodies(t *testing.T) {
 					forwarded = append(forwarded, s.Body)
 				}
 			}
+			want := tt.body
+			if tt.forwarded != "" {
+				want = tt.forwarded
+			}
 			switch {
-			case code == http.StatusCreated && (len(forwarded) != 1 || string(forwarded[0]) != tt.body):
-				t.Errorf("forwarded %q; want exactly the body %q", forwarded, tt.body)
+			case code == http.StatusCreated && (len(forwarded) != 1 || string(forwarded[0]) != want):
+				t.Errorf("forwarded %q; want exactly %q", forwarded, want)
 			case code != http.StatusCreated && len(forwarded) != 0:
 				t.Errorf("forwarded %q; want nothing", forwarded)
 			}
@@ -575,7 +614,7 @@ func TestImpersonationHeaders(t *testing.T) {
 func TestBodyLimit(t *testing.T) {
 	t.Parallel()
 	f := startFakeAPI(t)
-	prefix := `{"spec":{"nodeName":"node-a"},"pad":"`
+	prefix := `{"spec":{"nodeName":"node-a","driver":"` + testDriver + `"},"pad":"`
 	limit := int64(len(prefix) + 100 + len(`"}`))
 	h := startProxy(t, f, func(o *options) { o.MaxBodyBytes = limit })
 	token := f.token(driverOn("node-a"))
@@ -619,57 +658,6 @@ func TestBodyLimit(t *testing.T) {
 	}
 }
 
-// TestSliceCache: a slice's node is read once per TTL (at the TTL it is
-// read again, 1ns before it is not), and forgotten when the slice is
-// deleted through the proxy.
-func TestSliceCache(t *testing.T) {
-	t.Parallel()
-	f := startFakeAPI(t)
-	h := startProxy(t, f)
-	f.addSlice("a-1", "node-a")
-	rs := h.client(t, f.token(driverOn("node-a"))).ResourceV1().ResourceSlices()
-	ctx := t.Context()
-	get := func() {
-		t.Helper()
-		if _, err := rs.Get(ctx, "a-1", metav1.GetOptions{}); err != nil {
-			t.Fatalf("Get(a-1) = %v", err)
-		}
-	}
-	// Each Get is one lookup (when not cached) plus the forwarded GET.
-	reads := func() int {
-		t.Helper()
-		n := 0
-		for _, s := range f.seen() {
-			if s.Path == slicePath("a-1") && s.Header.Get("Impersonate-User") == "" {
-				n++
-			}
-		}
-		return n
-	}
-	get()
-	if n := reads(); n != 1 {
-		t.Fatalf("first Get: %d lookups; want 1", n)
-	}
-	h.clk.Step(DefaultSliceTTL - 1)
-	get()
-	if n := reads(); n != 0 {
-		t.Errorf("Get 1ns before the TTL: %d lookups; want 0", n)
-	}
-	h.clk.Step(1)
-	get()
-	if n := reads(); n != 1 {
-		t.Errorf("Get at the TTL: %d lookups; want 1", n)
-	}
-	// Deleted through the proxy, then re-created for another node: the
-	// remembered node-a must not let the driver at it.
-	if err := rs.Delete(ctx, "a-1", metav1.DeleteOptions{}); err != nil {
-		t.Fatal(err)
-	}
-	f.addSlice("a-1", "node-b")
-	_, err := rs.Get(ctx, "a-1", metav1.GetOptions{})
-	wantStatus(t, "Get(a-1, re-created on node-b)", err, http.StatusForbidden, "is not a slice of node")
-}
-
 // TestPodCache: a pod's node is read once per TTL and keyed by UID; claims
 // are read on every request.
 func TestPodCache(t *testing.T) {
@@ -686,11 +674,8 @@ func TestPodCache(t *testing.T) {
 			t.Fatalf("Get(c) = %v", err)
 		}
 		for _, s := range f.seen() {
-			if s.Header.Get("Impersonate-User") != "" {
-				continue
-			}
 			switch s.Path {
-			case claimPath("gpu", "c"):
+			case claimPath("gpu", "c"): // forwarded, and checked
 				claimReads++
 			case podPath("gpu", "job-a"):
 				podReads++
@@ -733,44 +718,38 @@ func TestOutage(t *testing.T) {
 	if _, err := rs.List(t.Context(), metav1.ListOptions{FieldSelector: "spec.nodeName=node-a"}); err != nil {
 		t.Fatal(err)
 	}
-	targets := []string{
-		"/apis/resource.k8s.io/v1/resourceslices?fieldSelector=spec.nodeName%3Dnode-a", // forwarded
-		"/apis/resource.k8s.io/v1/resourceslices/a-1",                                  // slice lookup
-		"/apis/resource.k8s.io/v1/namespaces/gpu/resourceclaims/c",                     // claim lookup
+	type call struct {
+		method, target string
+		body           string
+		lookup         bool // draproxy reads an object for its check first
+	}
+	calls := []call{
+		{method: http.MethodGet, target: "/apis/resource.k8s.io/v1/resourceslices?fieldSelector=spec.nodeName%3Dnode-a"}, // forwarded
+		{method: http.MethodGet, target: "/apis/resource.k8s.io/v1/resourceslices/a-1"},                                  // forwarded, the answer checked
+		{method: http.MethodGet, target: "/apis/resource.k8s.io/v1/namespaces/gpu/resourceclaims/c"},                     // forwarded, the answer checked
+		{method: http.MethodPatch, target: "/apis/resource.k8s.io/v1/resourceslices/a-1", body: `{}`, lookup: true},
+		{method: http.MethodPatch, target: "/apis/resource.k8s.io/v1/namespaces/gpu/resourceclaims/c/status", body: `{}`, lookup: true},
 	}
 	for _, fault := range []int32{-1, http.StatusServiceUnavailable, http.StatusInternalServerError, http.StatusTooManyRequests, http.StatusForbidden, http.StatusUnauthorized} {
 		f.fail.Store(fault)
-		for _, target := range targets {
-			req, err := http.NewRequestWithContext(t.Context(), http.MethodGet, h.url+target, nil)
-			if err != nil {
-				t.Fatal(err)
-			}
-			req.Header.Set("Authorization", "Bearer "+token)
-			resp, err := http.DefaultClient.Do(req)
-			if err != nil {
-				t.Fatal(err)
-			}
-			b, _ := io.ReadAll(resp.Body)
-			resp.Body.Close()
+		for _, c := range calls {
+			code, b := h.do(t, c.method, c.target, token, []byte(c.body), http.Header{"Content-Type": {mediaMergePatch}})
 			want := http.StatusServiceUnavailable
-			if fault > 0 && strings.Contains(target, "?") && fault != http.StatusUnauthorized {
+			if fault > 0 && !c.lookup && fault != http.StatusUnauthorized {
 				want = int(fault) // forwarded: the API server's own answer passes through
 			}
-			if resp.StatusCode != want {
-				t.Errorf("fault %d: GET %s = %d %s; want %d", fault, target, resp.StatusCode, b, want)
+			if code != want {
+				t.Errorf("fault %d: %s %s = %d %s; want %d", fault, c.method, c.target, code, b, want)
 				continue
 			}
-			if want == http.StatusServiceUnavailable {
-				if ra, err := strconv.Atoi(resp.Header.Get("Retry-After")); err != nil || ra < 1 {
-					t.Errorf("fault %d: GET %s: Retry-After %q; want whole seconds", fault, target, resp.Header.Get("Retry-After"))
-				}
+			if own := c.lookup || fault <= 0 || fault == http.StatusUnauthorized; own {
 				var st metav1.Status
-				if json.Unmarshal(b, &st) != nil || st.Kind != "Status" || st.Code != 503 || strings.Contains(string(b), token) || strings.Contains(string(b), f.srv.Listener.Addr().String()) {
-					t.Errorf("fault %d: GET %s answered %s; want a 503 Status without the token or the API server's address", fault, target, b)
+				if json.Unmarshal([]byte(b), &st) != nil || st.Kind != "Status" || st.Code != 503 || st.Details == nil || st.Details.RetryAfterSeconds < 1 || strings.Contains(b, token) || strings.Contains(b, f.srv.Listener.Addr().String()) {
+					t.Errorf("fault %d: %s %s answered %s; want a 503 Status with Retry-After, without the token or the API server's address", fault, c.method, c.target, b)
 				}
 				// The fake's failures carry Retry-After: 3; a lookup passes it on.
-				if lookup := !strings.Contains(target, "?"); lookup && (fault == http.StatusServiceUnavailable || fault == http.StatusTooManyRequests) && resp.Header.Get("Retry-After") != "3" {
-					t.Errorf("fault %d: GET %s: Retry-After %q; want the API server's 3", fault, target, resp.Header.Get("Retry-After"))
+				if c.lookup && (fault == http.StatusServiceUnavailable || fault == http.StatusTooManyRequests) && st.Details != nil && st.Details.RetryAfterSeconds != 3 {
+					t.Errorf("fault %d: %s %s: Retry-After %d; want the API server's 3", fault, c.method, c.target, st.Details.RetryAfterSeconds)
 				}
 			}
 		}
@@ -829,12 +808,23 @@ func watchNodeA(t *testing.T) (*fakeAPI, *http.Response) {
 func TestWatchAbort(t *testing.T) {
 	t.Parallel()
 	f, resp := watchNodeA(t)
+	breakWatch(t, f, resp, 10*time.Second, "the API server's connection broke", f.srv.CloseClientConnections) // draproxy's connection to the API server
+}
+
+// breakWatch reads the first event of resp, a watch of node-a's slices
+// through draproxy, once f stores a slice; then it breaks the watch's
+// link with cut and checks that the driver's watch ends, in an error
+// (never a clean end it could take for the API server closing the watch),
+// within limit.
+func breakWatch(t *testing.T, f *fakeAPI, resp *http.Response, limit time.Duration, what string, cut func()) {
+	t.Helper()
 	f.addSlice("a-1", "node-a")
 	br := bufio.NewReader(resp.Body)
 	if line, err := br.ReadString('\n'); err != nil || !strings.Contains(line, `"a-1"`) {
 		t.Fatalf("first event = %q, %v; want a-1", line, err)
 	}
-	f.srv.CloseClientConnections() // draproxy's connection to the API server
+	cut()
+	start := time.Now()
 	done := make(chan error, 1)
 	go func() {
 		_, err := io.ReadAll(br)
@@ -842,11 +832,12 @@ func TestWatchAbort(t *testing.T) {
 	}()
 	select {
 	case err := <-done:
+		t.Logf("observed: the watch ended %v after %s: %v", time.Since(start).Round(100*time.Millisecond), what, err)
 		if err == nil {
-			t.Error("the watch ended cleanly after the API server's connection broke; want an error")
+			t.Errorf("the watch ended cleanly after %s; want an error", what)
 		}
-	case <-time.After(10 * time.Second):
-		t.Fatal("the watch did not end within 10s of the API server's connection breaking")
+	case <-time.After(limit):
+		t.Fatalf("the watch did not end within %v after %s", limit, what)
 	}
 }
 
@@ -940,4 +931,199 @@ func TestNewProxyValidates(t *testing.T) {
 			t.Errorf("newProxy(%s) = nil error; want one", name)
 		}
 	}
+}
+
+// TestWithDeadline: a request's context ends at its deadline on the
+// injected clock, not 1ns before, with errDeadline as its cause.
+func TestWithDeadline(t *testing.T) {
+	t.Parallel()
+	clk := clocktesting.NewFakeClock(time.Now())
+	ctx, stop := withDeadline(t.Context(), clk, DefaultRequestTimeout)
+	defer stop()
+	clk.Step(DefaultRequestTimeout - 1)
+	if ctx.Err() != nil || pastDeadline(ctx) {
+		t.Fatalf("1ns before the deadline: %v", context.Cause(ctx))
+	}
+	clk.Step(1)
+	<-ctx.Done()
+	if !pastDeadline(ctx) {
+		t.Errorf("at the deadline: cause %v; want errDeadline", context.Cause(ctx))
+	}
+	// Stopped before its deadline, it is cancelled without that cause.
+	ctx, stop = withDeadline(t.Context(), clk, DefaultRequestTimeout)
+	stop()
+	if ctx.Err() == nil || pastDeadline(ctx) || clk.HasWaiters() {
+		t.Errorf("stopped: %v, waiters %v; want cancelled, not past its deadline, no timer left", context.Cause(ctx), clk.HasWaiters())
+	}
+}
+
+// TestForwardFaults: a forwarded request (a list, a create) whose answer
+// does not come is answered 504 with Retry-After at its deadline, and 503
+// with Retry-After when the connection fails first; an answer cut off, or
+// still arriving at the deadline, is never completed to look whole: the
+// driver's read of it fails. The answers the API server gives are passed
+// on as they are: draproxy decides nothing on them.
+func TestForwardFaults(t *testing.T) {
+	t.Parallel()
+	f := startFakeAPI(t)
+	h := startProxy(t, f)
+	token := f.token(driverOn("node-a"))
+	const list = "/apis/resource.k8s.io/v1/resourceslices?fieldSelector=spec.nodeName%3Dnode-a"
+	type call struct {
+		method, target, body string
+	}
+	calls := []call{
+		{method: http.MethodGet, target: list},
+		{method: http.MethodPost, target: sliceCollection, body: sliceBody("new", "node-a", testDriver)},
+	}
+	for _, c := range calls {
+		for _, fl := range faults(map[string]any{"apiVersion": "v1", "kind": "Pod", "metadata": map[string]any{"name": "p"}}) {
+			arrived := f.inject(fl, func(r *http.Request) bool { return r.Header.Get("Impersonate-User") != "" })
+			type result struct {
+				code    int
+				retry   string
+				body    []byte
+				readErr error
+			}
+			done := make(chan result, 1)
+			headers := make(chan struct{}, 1)
+			go func() {
+				req, _ := http.NewRequestWithContext(t.Context(), c.method, h.url+c.target, strings.NewReader(c.body))
+				req.Header.Set("Authorization", "Bearer "+token)
+				req.Header.Set("Content-Type", mediaJSON)
+				resp, err := http.DefaultClient.Do(req)
+				if err != nil { // cut off before the headers arrived
+					done <- result{readErr: err}
+					return
+				}
+				headers <- struct{}{}
+				defer resp.Body.Close()
+				b, err := io.ReadAll(resp.Body)
+				done <- result{resp.StatusCode, resp.Header.Get("Retry-After"), b, err}
+			}()
+			select {
+			case <-arrived:
+			case <-time.After(30 * time.Second):
+				t.Fatalf("%s %s, %s: not forwarded within 30s", c.method, c.target, fl.name)
+			}
+			if fl.hangs {
+				if fl.partial {
+					<-headers // the driver has the status: only the body can be cut
+				}
+				h.clk.Step(DefaultRequestTimeout)
+			}
+			r := <-done
+			switch {
+			case fl.partial:
+				if r.readErr == nil {
+					t.Errorf("%s %s, %s: the driver read %d %q to its end; want the answer cut off", c.method, c.target, fl.name, r.code, r.body)
+				}
+			case fl.hangs || fl.name == "connection dropped":
+				want := http.StatusServiceUnavailable
+				if fl.hangs {
+					want = http.StatusGatewayTimeout
+				}
+				var st metav1.Status
+				if r.code != want || json.Unmarshal(r.body, &st) != nil || st.Kind != "Status" || r.retry == "" {
+					t.Errorf("%s %s, %s = %d %q (Retry-After %q); want a %d Status with Retry-After", c.method, c.target, fl.name, r.code, r.body, r.retry, want)
+				}
+			default:
+				if r.code != http.StatusOK || r.readErr != nil {
+					t.Errorf("%s %s, %s = %d %q, %v; want the API server's answer as it is", c.method, c.target, fl.name, r.code, r.body, r.readErr)
+				}
+			}
+			f.fault.Store(nil)
+		}
+	}
+}
+
+// blackhole is a TCP proxy to addr that can stop passing bytes without
+// closing anything, as a dead link (a peer gone, a cable cut) does.
+type blackhole struct {
+	ln  net.Listener
+	cut atomic.Bool
+	mu  sync.Mutex
+	all []net.Conn
+}
+
+func startBlackhole(t testing.TB, addr string) *blackhole {
+	t.Helper()
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	b := &blackhole{ln: ln}
+	var wg sync.WaitGroup
+	wg.Go(func() {
+		for {
+			c, err := ln.Accept()
+			if err != nil {
+				return
+			}
+			up, err := net.Dial("tcp", addr)
+			if err != nil {
+				c.Close()
+				continue
+			}
+			b.mu.Lock()
+			b.all = append(b.all, c, up)
+			b.mu.Unlock()
+			pipe := func(dst, src net.Conn) {
+				buf := make([]byte, 32<<10)
+				for {
+					n, err := src.Read(buf)
+					if err != nil {
+						return
+					}
+					if b.cut.Load() {
+						continue // swallowed: the link is dead
+					}
+					if _, err := dst.Write(buf[:n]); err != nil {
+						return
+					}
+				}
+			}
+			wg.Go(func() { pipe(up, c) })
+			wg.Go(func() { pipe(c, up) })
+		}
+	})
+	t.Cleanup(func() {
+		ln.Close()
+		b.mu.Lock()
+		for _, c := range b.all {
+			c.Close()
+		}
+		b.mu.Unlock()
+		wg.Wait()
+	})
+	return b
+}
+
+// TestWatchDeadLink: a watch is not cut for being quiet, but it ends, in
+// an error the driver sees, once the link to the API server is dead:
+// client-go's HTTP/2 health check (a ping after HTTP2_READ_IDLE_TIMEOUT_SECONDS
+// without a frame, the connection closed when no answer comes within
+// HTTP2_PING_TIMEOUT_SECONDS; 30 s and 15 s by default, here 1 s and 1 s)
+// closes draproxy's connection, and draproxy breaks off the driver's
+// stream. It waits for those real seconds: the health check runs on the
+// HTTP/2 transport's own timers.
+func TestWatchDeadLink(t *testing.T) {
+	t.Setenv("HTTP2_READ_IDLE_TIMEOUT_SECONDS", "1")
+	t.Setenv("HTTP2_PING_TIMEOUT_SECONDS", "1")
+	f := startFakeAPI(t)
+	bh := startBlackhole(t, f.srv.Listener.Addr().String())
+	up := f.config()
+	up.Host = "https://" + bh.ln.Addr().String()
+	// client-go caches transports by TLS settings, not by host, and every
+	// httptest server has the same certificate: a server name of its own
+	// (one of the certificate's) makes a new transport, which reads the
+	// environment above.
+	up.TLSClientConfig.ServerName = "example.com"
+	h := startProxy(t, f, func(o *options) { o.Upstream = up })
+	resp := h.send(t, http.MethodGet, "/apis/resource.k8s.io/v1/resourceslices?watch=true&fieldSelector=spec.nodeName%3Dnode-a", f.token(driverOn("node-a")), nil, nil)
+	defer resp.Body.Close()
+	if resp.StatusCode != http.StatusOK || resp.ProtoMajor != 1 {
+		t.Fatalf("watch = %d", resp.StatusCode)
+	}
+	breakWatch(t, f, resp, 20*time.Second, "its link died (health check 1s + 1s)", func() { bh.cut.Store(true) })
 }

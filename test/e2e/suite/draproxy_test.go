@@ -1,12 +1,14 @@
 package suite_test
 
 import (
+	"bufio"
 	"context"
 	"errors"
 	"fmt"
 	"io"
 	"net"
 	"net/http"
+	"net/url"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -61,22 +63,37 @@ func buildDRAProxy(t testing.TB) {
 	}
 }
 
-// draEnv is a DRA setup: two Nodes, a driver ServiceAccount with the RBAC
-// a DRA driver's chart grants, driver pods bound to node A and to node B,
-// and a draproxy for node A with the RBAC its documentation lists.
+// draEnv is a DRA setup: two Nodes, two driver ServiceAccounts (driver,
+// publishing the DRA driver name driver, and driver2, publishing driver2)
+// with the RBAC a DRA driver's chart grants, driver pods of each bound to
+// node A and a driver pod bound to node B, and a draproxy for node A with
+// the RBAC its documentation lists, serving both identities.
 type draEnv struct {
 	c            *cluster.Cluster
 	nodeA, nodeB *corev1.Node
-	ns           string // the driver's namespace
+	ns           string // the drivers' namespace
 	driverUser   string
 	proxyUser    string
 	podA, podB   *corev1.Pod
-	driver       string // the DRA driver's name, unique per test
+	pod2A        *corev1.Pod // driver2's pod on node A
+	driver       string      // the DRA driver's name, unique per test
+	driver2      string      // the second identity's driver name
 	audience     string
 	socket       string
 	tlsAddr      string
 	caFile       string
 	proxy        *example
+	// policy: the admission policy lists both identities (a parameter
+	// each), and draproxy requires it.
+	policy bool
+}
+
+// draOptions are setupDRA's choices.
+type draOptions struct {
+	// noPolicy leaves both identities out of the admission policy's
+	// parameters (the API server confines nothing of theirs), and starts
+	// draproxy with --require-admission-policy=false: draproxy alone.
+	noPolicy bool
 }
 
 // driverRules is the RBAC of the DRA driver named driver's kubelet
@@ -102,28 +119,36 @@ var extraKeys = []string{
 	"authentication.kubernetes.io/credential-id",
 }
 
-func setupDRA(t *testing.T, c *cluster.Cluster) *draEnv {
+func setupDRA(t *testing.T, c *cluster.Cluster, opts ...draOptions) *draEnv {
 	t.Helper()
+	var o draOptions
+	if len(opts) > 0 {
+		o = opts[0]
+	}
 	buildDRAProxy(t)
-	e := &draEnv{c: c, driver: cluster.UniqueName("gpu") + ".example.com"}
+	installDRAProxyDeploy(t, c) // the admission policy and its binding, as users apply them
+	e := &draEnv{c: c, driver: cluster.UniqueName("gpu") + ".example.com", policy: !o.noPolicy}
+	e.driver2 = "second-" + e.driver
 	e.nodeA, e.nodeB = c.CreateNode(t, cluster.UniqueName("node-a")), c.CreateNode(t, cluster.UniqueName("node-b"))
 	e.ns = c.UniqueNamespace(t, "dra-driver")
 	sa := c.CreateServiceAccount(t, e.ns, "driver")
+	sa2 := c.CreateServiceAccount(t, e.ns, "driver2")
 	e.driverUser = serviceAccountUser(e.ns, "driver")
 	role := cluster.UniqueName("dra-driver")
-	c.CreateClusterRole(t, role, driverRules(e.driver)...)
-	c.BindClusterRole(t, "", role, cluster.ServiceAccountSubject(e.ns, "driver"))
+	c.CreateClusterRole(t, role, append(driverRules(e.driver), driverRules(e.driver2)[3])...)
+	c.BindClusterRole(t, "", role, cluster.ServiceAccountSubject(e.ns, "driver"), cluster.ServiceAccountSubject(e.ns, "driver2"))
 	e.podA = c.CreatePod(t, e.ns, "driver-a", cluster.PodOptions{NodeName: e.nodeA.Name, ServiceAccount: "driver"})
 	e.podB = c.CreatePod(t, e.ns, "driver-b", cluster.PodOptions{NodeName: e.nodeB.Name, ServiceAccount: "driver"})
+	e.pod2A = c.CreatePod(t, e.ns, "driver2-a", cluster.PodOptions{NodeName: e.nodeA.Name, ServiceAccount: "driver2"})
 
 	// draproxy's own ServiceAccount: system:auth-delegator (reviews), and
-	// exactly the RBAC of draproxy's package documentation.
+	// exactly the RBAC of draproxy's deploy/rbac.yaml.
 	kubeconfig := reviewerKubeconfig(t, c, "draproxy")
 	proxyNS := proxyNamespace(t, kubeconfig)
 	e.proxyUser = serviceAccountUser(proxyNS, "draproxy")
 	proxy := cluster.ServiceAccountSubject(proxyNS, "draproxy")
 	c.CreateRole(t, e.ns, "draproxy-impersonate", rbacv1.PolicyRule{
-		APIGroups: []string{""}, Resources: []string{"serviceaccounts"}, Verbs: []string{"impersonate"}, ResourceNames: []string{"driver"},
+		APIGroups: []string{""}, Resources: []string{"serviceaccounts"}, Verbs: []string{"impersonate"}, ResourceNames: []string{"driver", "driver2"},
 	})
 	c.BindRole(t, e.ns, "draproxy-impersonate", proxy)
 	proxyRole := cluster.UniqueName("draproxy")
@@ -133,32 +158,99 @@ func setupDRA(t *testing.T, c *cluster.Cluster) *draEnv {
 	}
 	c.CreateClusterRole(t, proxyRole,
 		rbacv1.PolicyRule{APIGroups: []string{""}, Resources: []string{"groups"}, Verbs: []string{"impersonate"}, ResourceNames: []string{"system:serviceaccounts", "system:serviceaccounts:" + e.ns}},
-		rbacv1.PolicyRule{APIGroups: []string{"authentication.k8s.io"}, Resources: []string{"uids"}, Verbs: []string{"impersonate"}, ResourceNames: []string{string(sa.UID)}},
+		rbacv1.PolicyRule{APIGroups: []string{"authentication.k8s.io"}, Resources: []string{"uids"}, Verbs: []string{"impersonate"}, ResourceNames: []string{string(sa.UID), string(sa2.UID)}},
 		rbacv1.PolicyRule{APIGroups: []string{"authentication.k8s.io"}, Resources: extraResources, Verbs: []string{"impersonate"}},
 		rbacv1.PolicyRule{APIGroups: []string{"resource.k8s.io"}, Resources: []string{"resourceslices", "resourceclaims"}, Verbs: []string{"get"}},
 		rbacv1.PolicyRule{APIGroups: []string{""}, Resources: []string{"pods"}, Verbs: []string{"get"}},
+		rbacv1.PolicyRule{APIGroups: []string{"admissionregistration.k8s.io"}, Resources: []string{"validatingadmissionpolicies", "validatingadmissionpolicybindings"}, Verbs: []string{"get"}, ResourceNames: []string{draProxyPolicy}},
 	)
 	c.BindClusterRole(t, "", proxyRole, proxy)
+	c.CreateRole(t, draProxyNamespace, proxyRole+"-parameters", rbacv1.PolicyRule{APIGroups: []string{""}, Resources: []string{"configmaps"}, Verbs: []string{"get", "list"}})
+	c.BindRole(t, draProxyNamespace, proxyRole+"-parameters", proxy)
 	for _, ra := range []authorizationv1.ResourceAttributes{
-		{Verb: "impersonate", Resource: "serviceaccounts", Namespace: e.ns, Name: "driver"},
+		{Verb: "impersonate", Resource: "serviceaccounts", Namespace: e.ns, Name: "driver2"},
 		{Verb: "impersonate", Group: "authentication.k8s.io", Resource: "userextras", Subresource: extraKeys[0], Name: e.nodeA.Name},
 		{Verb: "get", Resource: "pods", Namespace: e.ns, Name: "x"},
+		{Verb: "list", Resource: "configmaps", Namespace: draProxyNamespace},
+		{Verb: "get", Group: "admissionregistration.k8s.io", Resource: "validatingadmissionpolicybindings", Name: draProxyPolicy},
 	} {
 		c.WaitForAccess(t, authorizationv1.SubjectAccessReviewSpec{User: e.proxyUser, ResourceAttributes: &ra}, true)
 	}
 	c.WaitForAccess(t, authorizationv1.SubjectAccessReviewSpec{User: e.driverUser, ResourceAttributes: &authorizationv1.ResourceAttributes{
 		Verb: "create", Group: "resource.k8s.io", Resource: "resourceslices"}}, true)
 
+	args := []string{"--driver=" + e.driver + "=" + e.ns + "/driver", "--driver=" + e.driver2 + "=" + e.ns + "/driver2"}
+	if e.policy {
+		e.listIdentity(t, "driver", e.driver)
+		e.listIdentity(t, "driver2", e.driver2)
+	} else {
+		args = append(args, "--require-admission-policy=false")
+	}
+
 	e.audience = cluster.UniqueName("draproxy") + ".example.com"
 	e.socket = filepath.Join(shortTempDir(t), "draproxy.sock")
 	e.caFile = filepath.Join(t.TempDir(), "draproxy-ca.crt")
-	e.proxy = startExample(t, draProxyBin, "--kubeconfig="+kubeconfig, "--audience="+e.audience, "--node-name="+e.nodeA.Name,
-		"--socket="+e.socket, "--tls-listen=127.0.0.1:0", "--self-signed-ca-file="+e.caFile)
+	e.proxy = startExample(t, draProxyBin, append([]string{"--kubeconfig=" + kubeconfig, "--audience=" + e.audience, "--node-name=" + e.nodeA.Name,
+		"--socket=" + e.socket, "--tls-listen=127.0.0.1:0", "--self-signed-ca-file=" + e.caFile}, args...)...)
 	_, addr, ok := strings.Cut(e.proxy.stdout.String(), "serving https://")
 	if e.tlsAddr, _, _ = strings.Cut(addr, "\n"); !ok || e.tlsAddr == "" {
 		t.Fatalf("draproxy printed no TLS address: %q", e.proxy.stdout.String())
 	}
 	return e
+}
+
+// listIdentity adds the admission policy's parameter for the ServiceAccount
+// sa of e's namespace, publishing driver, as deploy/driver-identity.yaml
+// does for the example driver, and waits until the API server enforces it:
+// a create of a slice of node B by sa's token bound to node A is refused
+// by the policy (a dry run, which admission sees as a create).
+func (e *draEnv) listIdentity(t *testing.T, sa, driver string) {
+	t.Helper()
+	ctx, cancel := ctxFor(t, callTimeout)
+	defer cancel()
+	name := cluster.UniqueName("driver-identity")
+	cms := e.c.Clientset().CoreV1().ConfigMaps(draProxyNamespace)
+	_, err := cms.Create(ctx, &corev1.ConfigMap{
+		ObjectMeta: metav1.ObjectMeta{Name: name, Labels: map[string]string{driverIdentityLabel: "true"}},
+		Data:       map[string]string{"serviceAccount": e.ns + "/" + sa, "drivers": driver},
+	}, metav1.CreateOptions{})
+	if err != nil {
+		t.Fatalf("admin: create the policy's parameter for %s: %v", sa, err)
+	}
+	t.Cleanup(func() {
+		ctx, cancel := context.WithTimeout(context.Background(), callTimeout)
+		defer cancel()
+		_ = cms.Delete(ctx, name, metav1.DeleteOptions{})
+	})
+	pod := e.podA
+	if sa == "driver2" {
+		pod = e.pod2A
+	}
+	direct := e.direct(t, e.c.RequestToken(t, e.ns, sa, cluster.TokenOptions{BoundPod: pod}))
+	s := e.slice("", e.nodeB.Name, "dev")
+	s.Spec.Driver = driver
+	var last error
+	err = wait.PollUntilContextTimeout(ctx, 100*time.Millisecond, callTimeout, true, func(ctx context.Context) (bool, error) {
+		_, last = direct.ResourceV1().ResourceSlices().Create(ctx, s, metav1.CreateOptions{DryRun: []string{metav1.DryRunAll}})
+		return last != nil && strings.Contains(last.Error(), "ValidatingAdmissionPolicy"), nil
+	})
+	if err != nil {
+		t.Fatalf("the admission policy does not refuse %s's slice of node B: %v", sa, last)
+	}
+}
+
+// direct is client-go straight to the API server with token (a driver
+// that bypasses draproxy), JSON bodies.
+func (e *draEnv) direct(t testing.TB, token string) *kubernetes.Clientset {
+	t.Helper()
+	cfg := e.c.TokenConfig(token)
+	cfg.ContentType = "application/json"
+	cfg.QPS = -1
+	cs, err := kubernetes.NewForConfig(cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return cs
 }
 
 // proxyNamespace reads the namespace of the ServiceAccount whose token a
@@ -382,14 +474,10 @@ func TestDRAProxy(t *testing.T) {
 		defer errMu.Unlock()
 		for _, msg := range handlerErrs {
 			// A delete that races the informer (the controller's own
-			// comment) finds the slice gone: the API server would answer
-			// 404, draproxy answers its one 403 for "not this node's or
-			// missing", and the controller retries; anything else is a
-			// refusal of what the driver may do.
-			if strings.Contains(msg, "or does not exist") {
-				continue
-			}
-			if strings.Contains(msg, "forbidden") || strings.Contains(msg, "Unsupported Media Type") || strings.Contains(msg, "unavailable") {
+			// comment) finds the slice gone: draproxy answers 404, as the
+			// API server does, which the controller takes for done.
+			// Anything else is a refusal of what the driver may do.
+			if strings.Contains(msg, "forbidden") || strings.Contains(msg, "Unsupported Media Type") || strings.Contains(msg, "unavailable") || strings.Contains(msg, "not found") {
 				t.Errorf("controller error through draproxy: %s", msg)
 			}
 		}
@@ -456,19 +544,45 @@ func TestDRAProxy(t *testing.T) {
 			}
 		}
 		t.Logf("observed: watch(node A) events: %q", seen)
+
+		// The deprecated path form, with the node's selector, is served
+		// as the list form; one slice's watch needs the node's selector too.
+		sel := url.QueryEscape("spec.nodeName=" + nodeA)
+		for _, w := range []struct {
+			path string
+			want int
+		}{
+			{"/apis/resource.k8s.io/v1/watch/resourceslices?fieldSelector=" + sel, http.StatusOK},
+			{"/apis/resource.k8s.io/v1/watch/resourceslices/a-1-" + e.driver + "?fieldSelector=" + url.QueryEscape("metadata.name=a-1-"+e.driver+",spec.nodeName="+nodeA), http.StatusOK},
+			{"/apis/resource.k8s.io/v1/watch/resourceslices", http.StatusForbidden},
+			{"/apis/resource.k8s.io/v1/resourceslices?watch=1&fieldSelector=" + url.QueryEscape("metadata.name=a-1-"+e.driver), http.StatusForbidden},
+		} {
+			code, first := e.firstLine(t, w.path, tokA)
+			t.Logf("observed: GET %s = %d %s", w.path, code, first)
+			switch {
+			case code != w.want:
+				t.Errorf("GET %s = %d %s; want %d", w.path, code, first, w.want)
+			case code == http.StatusOK && !strings.Contains(first, `"a-1-`+e.driver+`"`):
+				t.Errorf("GET %s: first event %s; want node A's slice", w.path, first)
+			case code == http.StatusForbidden && !strings.Contains(first, needSelector):
+				t.Errorf("GET %s = %s; want the selector named", w.path, first)
+			}
+		}
 	})
 
 	t.Run("one slice", func(t *testing.T) {
-		const notOurs = "is not a slice of node"
+		const notOurs = "not found (draproxy shows a driver only the ResourceSlices of node"
 		name := "b-1-" + e.driver
 		_, err := rs.Get(ctx, name, metav1.GetOptions{})
-		wantAPIStatus(t, "Get(node B's slice)", err, http.StatusForbidden, notOurs, tokA)
+		wantAPIStatus(t, "Get(node B's slice)", err, http.StatusNotFound, notOurs, tokA)
 		_, err = rs.Update(ctx, e.slice(name, nodeB, "stolen"), metav1.UpdateOptions{})
-		wantAPIStatus(t, "Update(node B's slice)", err, http.StatusForbidden, notOurs, tokA)
+		wantAPIStatus(t, "Update(node B's slice)", err, http.StatusForbidden, "must have spec.nodeName", tokA)
+		_, err = rs.Update(ctx, e.slice(name, nodeA, "stolen"), metav1.UpdateOptions{})
+		wantAPIStatus(t, "Update(node B's slice, as node A's)", err, http.StatusNotFound, notOurs, tokA)
 		err = rs.Delete(ctx, name, metav1.DeleteOptions{})
-		wantAPIStatus(t, "Delete(node B's slice)", err, http.StatusForbidden, notOurs, tokA)
+		wantAPIStatus(t, "Delete(node B's slice)", err, http.StatusNotFound, notOurs, tokA)
 		_, err = rs.Get(ctx, "missing-"+e.driver, metav1.GetOptions{})
-		wantAPIStatus(t, "Get(missing slice)", err, http.StatusForbidden, notOurs, tokA)
+		wantAPIStatus(t, "Get(missing slice)", err, http.StatusNotFound, notOurs, tokA)
 		if s, err := admin.ResourceV1().ResourceSlices().Get(ctx, name, metav1.GetOptions{}); err != nil || len(s.Spec.Devices) != 1 || s.Spec.Devices[0].Name != "dev" {
 			t.Errorf("node B's slice after the attempts = %v, %v; want it unchanged", s, err)
 		}
@@ -506,6 +620,11 @@ func TestDRAProxy(t *testing.T) {
 		}
 		_, err = pb.ResourceV1().ResourceSlices().Create(ctx, e.slice("", nodeA, "dev"), metav1.CreateOptions{})
 		wantAPIStatus(t, "Create(node A, protobuf)", err, http.StatusUnsupportedMediaType, "application/json", tokA)
+		// A get asking for protobuf gets the JSON draproxy checked, which
+		// client-go decodes by its Content-Type.
+		if s, err := pb.ResourceV1().ResourceSlices().Get(ctx, created.Name, metav1.GetOptions{}); err != nil || s.Spec.NodeName == nil || *s.Spec.NodeName != nodeA {
+			t.Errorf("Get(own slice) asking for protobuf = %v, %v", s, err)
+		}
 	})
 
 	t.Run("TLS port and kubeconfig", func(t *testing.T) {
@@ -563,6 +682,10 @@ func TestDRAProxy(t *testing.T) {
 		wantAPIStatus(t, "UpdateStatus(claim on B)", err, http.StatusForbidden, "is not reserved for a pod on node", tokA)
 		_, err = claims.List(ctx, metav1.ListOptions{})
 		wantAPIStatus(t, "List(claims)", err, http.StatusForbidden, "draproxy refuses list of resourceclaims", tokA)
+		code, body := e.raw(t, http.MethodGet, "/apis/resource.k8s.io/v1/resourceclaims/"+claimA.Name, tokA, "", nil)
+		if code != http.StatusNotFound || !strings.Contains(body, "names no namespace") {
+			t.Errorf("GET a claim without its namespace = %d %s; want 404 naming the namespace", code, body)
+		}
 	})
 
 	t.Run("spoofed impersonation", func(t *testing.T) {
@@ -577,8 +700,8 @@ func TestDRAProxy(t *testing.T) {
 			"X-Remote-Group":    {"system:masters"},
 		}
 		code, out := e.raw(t, http.MethodGet, "/apis/resource.k8s.io/v1/resourceslices/b-2-"+e.driver, tokA, "", spoof)
-		if code != http.StatusForbidden {
-			t.Errorf("GET node B's slice with Impersonate-User: system:admin = %d %s; want 403", code, out)
+		if code != http.StatusNotFound {
+			t.Errorf("GET node B's slice with Impersonate-User: system:admin = %d %s; want 404", code, out)
 		}
 		code, out = e.raw(t, http.MethodGet, "/api/v1/namespaces/kube-system/secrets", tokA, "", spoof)
 		if code != http.StatusForbidden {
@@ -676,6 +799,31 @@ func (e *draEnv) raw(t testing.TB, method, path, token, body string, header map[
 	return resp.StatusCode, string(b)
 }
 
+// firstLine sends a GET of path to draproxy's socket with token and
+// returns its status and first line (a watch's first event), waiting at
+// most callTimeout.
+func (e *draEnv) firstLine(t testing.TB, path, token string) (int, string) {
+	t.Helper()
+	tr := &http.Transport{DialContext: func(ctx context.Context, _, _ string) (net.Conn, error) {
+		return (&net.Dialer{}).DialContext(ctx, "unix", e.socket)
+	}}
+	defer tr.CloseIdleConnections()
+	ctx, cancel := ctxFor(t, callTimeout)
+	defer cancel()
+	req, err := http.NewRequestWithContext(ctx, http.MethodGet, "http://localhost"+path, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	req.Header.Set("Authorization", "Bearer "+token)
+	resp, err := (&http.Client{Transport: tr}).Do(req)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer resp.Body.Close()
+	line, _ := bufio.NewReader(resp.Body).ReadString('\n')
+	return resp.StatusCode, line
+}
+
 // waitAudit polls the audit log until check accepts the events keep
 // selects, for at most 10s.
 func waitAudit(t testing.TB, c *cluster.Cluster, what string, check func([]auditv1.Event) error, keep func(*auditv1.Event) bool) {
@@ -713,10 +861,10 @@ func TestDRAProxyOutage(t *testing.T) {
 	if _, err := rs.List(ctx, sel); err != nil { // warm: identity and decision cached
 		t.Fatalf("List before the outage = %v", err)
 	}
-	// Warm the decision for another slice's name: missing, so 403, and
-	// never cached by draproxy's lookup.
+	// Warm the decision for another slice's name: missing, so 404, and
+	// never remembered.
 	_, err = rs.Get(ctx, "other-"+e.driver, metav1.GetOptions{})
-	wantAPIStatus(t, "Get(missing slice) before the outage", err, http.StatusForbidden, "is not a slice of node", tokA)
+	wantAPIStatus(t, "Get(missing slice) before the outage", err, http.StatusNotFound, "not found", tokA)
 
 	c.Stop()
 	restarted := false
@@ -734,8 +882,8 @@ func TestDRAProxyOutage(t *testing.T) {
 		name, path, token string
 	}{
 		{name: "List (cached review, forwarded)", path: slices + "?fieldSelector=spec.nodeName%3D" + e.nodeA.Name, token: tokA},
-		{name: "Get of its slice (cached node, fresh review)", path: slices + "/" + own.Name, token: tokA},
-		{name: "Get of another slice (cached review, lookup)", path: slices + "/other-" + e.driver, token: tokA},
+		{name: "Get of its slice (fresh review, checked read)", path: slices + "/" + own.Name, token: tokA},
+		{name: "Get of another slice (cached review, checked read)", path: slices + "/other-" + e.driver, token: tokA},
 		{name: "List with a fresh token (TokenReview)", path: slices + "?fieldSelector=spec.nodeName%3D" + e.nodeA.Name, token: fresh},
 	}
 	for _, tc := range calls {
