@@ -187,7 +187,10 @@ func TestAnswerValidation(t *testing.T) {
 		// Contradictory answers (issue #11 item 15): could not check.
 		{"authenticated but error set", authenticationv1.TokenReviewStatus{Authenticated: true, User: okUser, Audiences: []string{aud}, Error: "boom"}, reviewauth.ErrUnavailable},
 		{"authenticated without username", authenticationv1.TokenReviewStatus{Authenticated: true, Audiences: []string{aud}}, reviewauth.ErrUnavailable},
-		{"empty status", authenticationv1.TokenReviewStatus{}, reviewauth.ErrUnavailable},
+		// Neither authenticated nor an error (client-go's fake clientset;
+		// a real API server always says why): a rejection, as in
+		// k8s.io/apiserver's webhook, but not cached (issue #23).
+		{"empty status", authenticationv1.TokenReviewStatus{}, reviewauth.ErrUnauthenticated},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
@@ -211,9 +214,10 @@ func TestAnswerValidation(t *testing.T) {
 					t.Fatalf("AuthenticateToken() #%d error = %v; want only ErrUnavailable", i+1, err)
 				}
 			}
-			// Verdicts are cached; malformed answers are asked again.
+			// Verdicts are cached; malformed answers, and answers without
+			// a verdict, are asked again.
 			wantCalls := int32(1)
-			if tt.want == reviewauth.ErrUnavailable {
+			if tt.want == reviewauth.ErrUnavailable || tt.name == "empty status" {
 				wantCalls = 2
 			}
 			if got := calls.Load(); got != wantCalls {
@@ -223,19 +227,30 @@ func TestAnswerValidation(t *testing.T) {
 	}
 }
 
-func TestEmptyStatusIsUnavailableAndNotCached(t *testing.T) {
+// TestMalformedAnswersAreNotCached: an answer of another kind, or one that
+// is not JSON, is "could not check"; an empty status is a rejection (issue
+// #23: what client-go's fake clientset answers, never a real API server).
+// None is cached: the next review succeeds.
+func TestMalformedAnswersAreNotCached(t *testing.T) {
 	t.Parallel()
-	for _, fault := range []authtest.Fault{{EmptyStatus: true, Times: 1}, {WrongKind: true, Times: 1}, {MalformedBody: true, Times: 1}} {
+	for _, tt := range []struct {
+		fault authtest.Fault
+		want  error
+	}{
+		{authtest.Fault{EmptyStatus: true, Times: 1}, reviewauth.ErrUnauthenticated},
+		{authtest.Fault{WrongKind: true, Times: 1}, reviewauth.ErrUnavailable},
+		{authtest.Fault{MalformedBody: true, Times: 1}, reviewauth.ErrUnavailable},
+	} {
 		srv := authtest.Start(t)
 		a := newAuth(t, srv, authn.Options{Audiences: []string{aud}, Backoff: noRetries})
 		tok := srv.MintToken(backup, []string{aud}, time.Time{})
-		srv.InjectFault(authtest.TokenReviews, fault)
+		srv.InjectFault(authtest.TokenReviews, tt.fault)
 		_, ok, err := a.AuthenticateToken(context.Background(), tok)
-		if ok || !errors.Is(err, reviewauth.ErrUnavailable) {
-			t.Errorf("fault %+v: AuthenticateToken() = (%v, %v); want ErrUnavailable", fault, ok, err)
+		if ok || !errors.Is(err, tt.want) {
+			t.Errorf("fault %+v: AuthenticateToken() = (%v, %v); want %v", tt.fault, ok, err, tt.want)
 		}
 		if _, ok, err := a.AuthenticateToken(context.Background(), tok); !ok || err != nil {
-			t.Errorf("fault %+v cleared: AuthenticateToken() = (%v, %v); want success (nothing cached)", fault, ok, err)
+			t.Errorf("fault %+v cleared: AuthenticateToken() = (%v, %v); want success (nothing cached)", tt.fault, ok, err)
 		}
 	}
 }

@@ -356,30 +356,6 @@ func TestSubjectsNeverShare(t *testing.T) {
 	}
 }
 
-func TestLookupCollisionIsAMiss(t *testing.T) {
-	t.Parallel()
-	f := newFixture(t, allowBackupPods, authz.Options{})
-	authz.CollideLookupKeys(f.az)
-	other := backup()
-	other.Name = "system:serviceaccount:default:other"
-	steps := []struct {
-		u        user.Info
-		want     authorizer.Decision
-		wantSARs int
-	}{
-		{u: backup(), want: authorizer.DecisionAllow, wantSARs: 1},
-		{u: backup(), want: authorizer.DecisionAllow, wantSARs: 1},  // a true hit
-		{u: other, want: authorizer.DecisionNoOpinion, wantSARs: 2}, // same lookup key, different review
-		{u: backup(), want: authorizer.DecisionAllow, wantSARs: 3},  // its entry was replaced
-	}
-	for i, s := range steps {
-		d, _, err := f.az.Authorize(context.Background(), getPods(s.u))
-		if d != s.want || err != nil || f.sars() != s.wantSARs {
-			t.Fatalf("step %d: Authorize(%s) = %v, %v with %d SARs; want %v with %d", i, s.u.GetName(), d, err, f.sars(), s.want, s.wantSARs)
-		}
-	}
-}
-
 func TestGroupOrderSharesEntry(t *testing.T) {
 	t.Parallel()
 	f := newFixture(t, allowBackupPods, authz.Options{})
