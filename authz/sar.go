@@ -180,7 +180,6 @@ type SubjectAccessReviewer interface {
 	Create(ctx context.Context, sar *authorizationv1.SubjectAccessReview, opts metav1.CreateOptions) (*authorizationv1.SubjectAccessReview, error)
 }
 
-
 // Client authorizes requests with one SubjectAccessReview per call: it maps
 // the attributes to the review's spec (the user, the resource or
 // non-resource attributes, field and label selectors as k8s.io/apiserver's

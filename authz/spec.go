@@ -89,4 +89,3 @@ func sarSpec(a authorizer.Attributes) authorizationv1.SubjectAccessReviewSpec {
 	spec.ResourceAttributes = ra
 	return spec
 }
-
