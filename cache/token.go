@@ -295,6 +295,9 @@ func (c *TokenAuthenticator) authenticate(ctx context.Context, token string) (_ 
 	if rej, found := c.rejected.Get(key); found {
 		return nil, false, rej.err, true
 	}
+	if err := ctx.Err(); err != nil {
+		return nil, false, &reviewauth.ReviewError{Review: reviewTokens, Err: err}, false
+	}
 	res, _, err := c.group.Do(ctx, key, func(lctx context.Context) (result, error) {
 		return c.load(lctx, key, token)
 	})
