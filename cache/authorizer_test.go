@@ -161,7 +161,9 @@ func TestAuthorizerDisabledTTLs(t *testing.T) {
 		{authorizer.DecisionAllow, cache.AuthorizerOptions{AllowedTTL: -1}},
 		{authorizer.DecisionDeny, cache.AuthorizerOptions{DeniedTTL: -1}},
 	} {
-		inner := &fakeAuthorizer{authorize: func(context.Context, authorizer.Attributes) (authorizer.Decision, string, error) { return tt.d, "", nil }}
+		inner := &fakeAuthorizer{authorize: func(context.Context, authorizer.Attributes) (authorizer.Decision, string, error) {
+			return tt.d, "", nil
+		}}
 		c := newAuthorizerCache(t, inner, tt.opts)
 		for range 3 {
 			c.Authorize(context.Background(), getPodsBy("alice"))

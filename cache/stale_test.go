@@ -235,7 +235,9 @@ func TestStaleIfErrorSameThroughAuthnAndAuthz(t *testing.T) {
 	}
 	backup := &user.DefaultInfo{Name: "system:serviceaccount:default:backup", Groups: []string{"system:serviceaccounts", "system:authenticated"}}
 	allow := authtest.Rules(authtest.Rule{Users: []string{backup.Name}, Verbs: []string{"get"}, APIGroups: []string{""}, Resources: []string{"pods"}})
-	deny := authtest.Policy(func(authorizationv1.SubjectAccessReviewSpec) (bool, bool, string, string) { return false, true, "revoked", "" })
+	deny := authtest.Policy(func(authorizationv1.SubjectAccessReviewSpec) (bool, bool, string, string) {
+		return false, true, "revoked", ""
+	})
 	attrs := authorizer.AttributesRecord{User: backup, Verb: "get", Namespace: "default", APIVersion: "v1", Resource: "pods", Name: "p", ResourceRequest: true}
 	noRetries := wait.Backoff{Steps: -1}
 	for _, tt := range tests {
@@ -255,7 +257,10 @@ func TestStaleIfErrorSameThroughAuthnAndAuthz(t *testing.T) {
 						t.Fatal(err)
 					}
 					tok := srv.MintToken(backup, []string{"a"}, time.Time{})
-					call = func() outcome { _, ok, err := a.AuthenticateToken(context.Background(), tok); return tokenOutcome(ok, err) }
+					call = func() outcome {
+						_, ok, err := a.AuthenticateToken(context.Background(), tok)
+						return tokenOutcome(ok, err)
+					}
 					endpoint, revoke = authtest.TokenReviews, func() { srv.RevokeToken(tok) }
 				} else {
 					a, err := authz.NewForConfig(srv.Config(), authz.Options{AllowedTTL: tt.ttl, StaleIfError: grace, Clock: clk, Backoff: noRetries})
