@@ -552,3 +552,33 @@ func TestCacheBounded(t *testing.T) {
 // not in the package, whose binaries need not link client-go's typed
 // clients).
 var _ authz.SubjectAccessReviewer = (authorizationv1client.SubjectAccessReviewInterface)(nil)
+
+// TestClientCachesNothing: a Client alone sends a review for every call,
+// and is what an Authorizer caches.
+func TestClientCachesNothing(t *testing.T) {
+	t.Parallel()
+	srv := authtest.Start(t)
+	srv.SetPolicy(allowBackupPods)
+	c, err := authz.NewClientForConfig(srv.Config(), authz.Options{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	for range 3 {
+		if d, _, err := c.Authorize(context.Background(), getPods(backup())); d != authorizer.DecisionAllow || err != nil {
+			t.Fatalf("Authorize() = %v, %v; want Allow", d, err)
+		}
+	}
+	if n := srv.Count(authtest.SubjectAccessReviews); n != 3 {
+		t.Errorf("SARs = %d; want 3", n)
+	}
+	if _, err := authz.NewClient(nil, authz.Options{}); err == nil {
+		t.Error("NewClient(nil) = nil error; want an error")
+	}
+	az, err := authz.NewForConfig(srv.Config(), authz.Options{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, ok := az.Uncached().(*authz.Client); !ok {
+		t.Errorf("Authorizer.Uncached() = %T; want *authz.Client", az.Uncached())
+	}
+}
