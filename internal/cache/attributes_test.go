@@ -1,7 +1,6 @@
 package cache_test
 
 import (
-	"errors"
 	"reflect"
 	"slices"
 	"strings"
@@ -9,55 +8,13 @@ import (
 
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/fields"
-	"k8s.io/apimachinery/pkg/labels"
 	"k8s.io/apimachinery/pkg/selection"
 	"k8s.io/apiserver/pkg/authentication/user"
 	"k8s.io/apiserver/pkg/authorization/authorizer"
 
+	"github.com/reviewauth/reviewauth/internal/attrdesc"
 	"github.com/reviewauth/reviewauth/internal/cache"
 )
-
-// attrsOf parses a fuzz description
-// "name|uid|g1,g2|k=v1,v2;k2=v|verb|ns|res|sub|obj|fieldsel|labelsel|path|R|group|version|ferr|lerr"
-// into attributes. "R" makes it a resource request.
-func attrsOf(s string) authorizer.AttributesRecord {
-	f := strings.Split(s, "|")
-	for len(f) < 17 {
-		f = append(f, "")
-	}
-	u := &user.DefaultInfo{Name: f[0], UID: f[1]}
-	if f[2] != "" {
-		u.Groups = strings.Split(f[2], ",")
-	}
-	if f[3] != "" {
-		u.Extra = map[string][]string{}
-		for _, kv := range strings.Split(f[3], ";") {
-			k, v, _ := strings.Cut(kv, "=")
-			if v == "" {
-				u.Extra[k] = nil
-			} else {
-				u.Extra[k] = strings.Split(v, ",")
-			}
-		}
-	}
-	a := authorizer.AttributesRecord{
-		User: u, Verb: f[4], Namespace: f[5], Resource: f[6], Subresource: f[7], Name: f[8], Path: f[11],
-		ResourceRequest: f[12] == "R", APIGroup: f[13], APIVersion: f[14],
-	}
-	if sel, err := fields.ParseSelector(f[9]); err == nil {
-		a.FieldSelectorRequirements = sel.Requirements()
-	}
-	if sel, err := labels.Parse(f[10]); err == nil {
-		a.LabelSelectorRequirements, _ = sel.Requirements()
-	}
-	if f[15] != "" {
-		a.FieldSelectorParsingErr = errors.New(f[15])
-	}
-	if f[16] != "" {
-		a.LabelSelectorParsingErr = errors.New(f[16])
-	}
-	return a
-}
 
 // view is everything an authorizer can read of a, in a form where two
 // attribute sets no authorizer can tell apart are deeply equal: groups
@@ -133,7 +90,7 @@ func FuzzAttributeEncoding(f *testing.F) {
 		f.Add(s[0], s[1])
 	}
 	f.Fuzz(func(t *testing.T, s1, s2 string) {
-		a1, a2 := attrsOf(s1), attrsOf(s2)
+		a1, a2 := attrdesc.Parse(s1), attrdesc.Parse(s2)
 		for _, ignored := range [][]string{nil, {user.CredentialIDKey}} {
 			e := cache.AttributeEncoder{Ignored: ignored}
 			same := e.Encode(a1) == e.Encode(a2)
@@ -178,7 +135,7 @@ func TestSAROperators(t *testing.T) {
 // full-attribute key.
 func TestAttributeBytes(t *testing.T) {
 	t.Parallel()
-	a := attrsOf("a-long-user-name|uid|g||get|ns|pods|log|p|spec.nodeName=n|app in (x,y)|/api|R|apps|v1|ferr|")
+	a := attrdesc.Parse("a-long-user-name|uid|g||get|ns|pods|log|p|spec.nodeName=n|app in (x,y)|/api|R|apps|v1|ferr|")
 	want := len("ns") + len("get") + len("apps") + len("v1") + len("pods") + len("log") + len("p") + len("/api") +
 		len("spec.nodeName") + len("=") + len("n") + len("app") + len("in") + len("x") + len("y")
 	if got := cache.AttributeBytes(a, true); got != want {
@@ -200,7 +157,7 @@ func TestAttributeEncoderAppendDoesNotAllocate(t *testing.T) {
 	if raceEnabled {
 		t.Skip("the race detector changes allocation counts")
 	}
-	var a authorizer.Attributes = attrsOf("alice|uid|b,a|k=v;j=w|list|default|pods||p|spec.nodeName=a|app in (x,y),tier||R|apps|v1||")
+	var a authorizer.Attributes = attrdesc.Parse("alice|uid|b,a|k=v;j=w|list|default|pods||p|spec.nodeName=a|app in (x,y),tier||R|apps|v1||")
 	buf := make([]byte, 0, 1024)
 	for _, sar := range []bool{false, true} {
 		e := cache.AttributeEncoder{Ignored: []string{"k"}, SubjectAccessReview: sar}
