@@ -123,7 +123,15 @@ func (e *AttributeEncoder) Append(b []byte, a authorizer.Attributes) []byte {
 		return appendString(b, a.GetVerb())
 	}
 	b = append(b, attrResource)
-	b = appendResource(b, a)
+	// appendResource, by hand: a call here costs about 5% of a cache hit
+	// (BenchmarkSARHit), and the compiler does not inline it.
+	b = appendString(b, a.GetNamespace())
+	b = appendString(b, a.GetVerb())
+	b = appendString(b, a.GetAPIGroup())
+	b = appendString(b, a.GetAPIVersion())
+	b = appendString(b, a.GetResource())
+	b = appendString(b, a.GetSubresource())
+	b = appendString(b, a.GetName())
 
 	// Selectors exactly as a SubjectAccessReview carries them: the count
 	// of kept requirements, then each one.
