@@ -234,8 +234,9 @@ func (c *TokenAuthenticator) Uncached() authenticator.Token { return c.inner }
 // Response is shared between callers and must not be modified), or a
 // stale identity (see [TokenOptions].StaleIfError).
 //
-// A hit does not allocate (with context audiences and the BLAKE2b PRF it
-// allocates the audiences' hash state; see internal/cache.Keyer).
+// A hit does not allocate, with or without context audiences (with the
+// BLAKE2b PRF, for the first 16 audience sets the TokenAuthenticator sees;
+// a hit under any other allocates a keyed hash state).
 func (c *TokenAuthenticator) AuthenticateToken(ctx context.Context, token string) (*authenticator.Response, bool, error) {
 	if c.tracer != nil {
 		return c.authenticateTraced(ctx, token)
