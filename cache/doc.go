@@ -2,7 +2,7 @@
 // authenticator.Token ([NewTokenAuthenticator]) or authorizer.Authorizer
 // ([NewAuthorizer]) of k8s.io/apiserver, and returns the same interface:
 // the cached review flow of authn and authz, for authenticators and
-// authorizers of your own (OIDC, x509, a webhook, a TokenFunc).
+// authorizers of your own (OIDC, a webhook, a TokenFunc, RBAC).
 // authn.NewForConfig and authz.NewForConfig are these decorators in front
 // of their review clients.
 //
@@ -29,7 +29,8 @@
 //     extras, verb, path, resource attributes, field and label
 //     selectors), compared in full on every hit, so two different requests
 //     never share an entry; [AuthorizerOptions].CacheKeyIgnoredExtras
-//     leaves named extras out. Requests whose caller-controlled attributes
+//     leaves named extras out, and [AuthorizerOptions].SubjectAccessReviewKey
+//     keys on the SubjectAccessReview the attributes make instead (authz's). Requests whose caller-controlled attributes
 //     are large are not cached (kubernetes#141457), only coalesced.
 //
 // TTLs: zero means the default; a negative TTL disables caching of that
