@@ -30,8 +30,9 @@
 //     selectors), compared in full on every hit, so two different requests
 //     never share an entry; [AuthorizerOptions].CacheKeyIgnoredExtras
 //     leaves named extras out, and [AuthorizerOptions].SubjectAccessReviewKey
-//     keys on the SubjectAccessReview the attributes make instead (authz's). Requests whose caller-controlled attributes
-//     are large are not cached (kubernetes#141457), only coalesced.
+//     keys on the SubjectAccessReview the attributes make instead
+//     (authz's). Requests whose caller-controlled attributes are large are
+//     not cached (kubernetes#141457), only coalesced.
 //
 // TTLs: zero means the default; a negative TTL disables caching of that
 // kind of answer, as 0 does for k8s.io/apiserver's cache TTL flags.
