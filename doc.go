@@ -23,6 +23,10 @@
 //   - authz asks with SubjectAccessReviews and caches decisions under a
 //     collision-free key, and decides locally where it can: always-allow
 //     groups, static rules, and node locality for node agents.
+//   - cache is the cached-review flow authn and authz are built on (look
+//     up, coalesce, call, judge, store, stale-if-error), as decorators over
+//     any authenticator.Token or authorizer.Authorizer: put it in front of
+//     an authenticator or authorizer of your own.
 //   - grpcauth has unary and stream server interceptors with per-method
 //     rules built from request messages, and client credentials fed by a
 //     projected token file or the TokenRequest API.

@@ -1,7 +1,6 @@
 package authn
 
 import (
-	"cmp"
 	"context"
 	"errors"
 	"fmt"
@@ -23,41 +22,38 @@ import (
 	"k8s.io/utils/clock"
 
 	"github.com/reviewauth/reviewauth"
+	"github.com/reviewauth/reviewauth/cache"
 	"github.com/reviewauth/reviewauth/internal/bearer"
-	"github.com/reviewauth/reviewauth/internal/cache"
-	"github.com/reviewauth/reviewauth/internal/jwt"
 	"github.com/reviewauth/reviewauth/internal/observe"
 	"github.com/reviewauth/reviewauth/internal/review"
 	"github.com/reviewauth/reviewauth/metrics"
 )
 
 // Defaults for [Options]. Each is used when the corresponding field is zero.
+// The cache's are package cache's, stated there with their reasons.
 const (
 	// DefaultSuccessTTL is how long an authenticated identity is reused
-	// without asking again. It is the revocation latency: a deleted pod,
-	// service account or secret stops a token within this time (the token's
-	// own exp always caps it). The kubelet and kube-rbac-proxy use 2m; we use
-	// 1m, halving the window in which a revoked token still works, at the cost
-	// of one TokenReview per token per minute.
-	DefaultSuccessTTL = time.Minute
+	// without asking again: [cache.DefaultSuccessTTL], one minute, the
+	// revocation latency (the token's own exp always caps it).
+	DefaultSuccessTTL = cache.DefaultSuccessTTL
 
-	// DefaultFailureTTL is how long a rejection is remembered. Long enough
-	// that a client retrying a bad token in a loop costs one review per 10s
-	// rather than one per call; short enough that a token which was not yet
-	// valid (clock skew, a service account created a moment ago) recovers
-	// quickly. apiserver does not cache rejections at all.
-	DefaultFailureTTL = 10 * time.Second
+	// DefaultFailureTTL is how long a rejection is remembered:
+	// [cache.DefaultFailureTTL], ten seconds.
+	DefaultFailureTTL = cache.DefaultFailureTTL
 
-	// DefaultMaxEntries bounds each of the success and rejection caches.
-	DefaultMaxEntries = 4096
+	// DefaultMaxEntries bounds each of the success and rejection caches:
+	// [cache.DefaultTokenMaxEntries].
+	DefaultMaxEntries = cache.DefaultTokenMaxEntries
 
-	// DefaultMaxTokenSize is the largest token reviewed, in bytes. A
-	// service-account JWT is about 1 KiB; 16 KiB leaves room for large OIDC
-	// tokens while refusing junk before it costs a review.
-	DefaultMaxTokenSize = 16 << 10
+	// DefaultMaxTokenSize is the largest token reviewed, in bytes:
+	// [cache.DefaultMaxTokenSize], 16 KiB. A service-account JWT is about
+	// 1 KiB; 16 KiB leaves room for large OIDC tokens while refusing junk
+	// before it costs a review.
+	DefaultMaxTokenSize = cache.DefaultMaxTokenSize
 
-	// DefaultTimeout is the total budget of one review, retries included.
-	DefaultTimeout = 10 * time.Second
+	// DefaultTimeout is the total budget of one review, retries included:
+	// [cache.DefaultTimeout], ten seconds.
+	DefaultTimeout = cache.DefaultTimeout
 
 	// DefaultAttemptTimeout bounds each request of a review. A healthy API
 	// server answers a TokenReview in milliseconds; a request unanswered
@@ -83,13 +79,16 @@ type TokenReviewer interface {
 	Create(ctx context.Context, tr *authenticationv1.TokenReview, opts metav1.CreateOptions) (*authenticationv1.TokenReview, error)
 }
 
-// Options configures an [Authenticator]. Every zero value means the default
-// named in its comment. [New] reads Options once: changing it afterwards has
-// no effect.
+// Options configures an [Authenticator] (and a [Client], which reads the
+// fields that are not about caching). Every zero value means the default
+// named in its comment. [New] reads Options once: changing it afterwards
+// has no effect.
 type Options struct {
 	// Audiences are sent in every TokenReview's spec.audiences, and the
 	// API server's answer must name at least one of them. Required, unless
-	// AllowAPIServerAudience is set.
+	// AllowAPIServerAudience or AudiencesFromContext is set. Audiences in
+	// a call's context replace them for that call: see
+	// [Client.AuthenticateToken].
 	Audiences []string
 
 	// AllowAPIServerAudience, with no Audiences, sends reviews without
@@ -103,9 +102,17 @@ type Options struct {
 	// This exists for migrating callers that cannot yet do so.
 	AllowAPIServerAudience bool
 
+	// AudiencesFromContext, with no Audiences, is for a service that learns
+	// its audience per call (a CSI sidecar reads it from its
+	// SnapshotMetadataService object): every call must carry its audiences
+	// in its context (authenticator.WithAudiences), and a call that does
+	// not is refused (reviewauth.ErrUnauthenticated) without a review. One
+	// Authenticator then serves every audience, each cached apart.
+	AudiencesFromContext bool
+
 	// SuccessTTL is how long an authenticated identity is cached; never past
 	// the token's exp claim. Zero means [DefaultSuccessTTL]; negative
-	// disables caching of successes.
+	// disables caching of successes (and with it StaleIfError).
 	SuccessTTL time.Duration
 	// FailureTTL is how long a rejection is cached. Zero means
 	// [DefaultFailureTTL]; negative disables caching of rejections.
@@ -117,10 +124,12 @@ type Options struct {
 	// StaleIfError, when positive, lets an identity be served for up to this
 	// long past its SuccessTTL, but only while the API server cannot be
 	// asked (the review of that token fails with reviewauth.ErrUnavailable),
-	// and never past the token's exp. Rejections are never extended, and a
-	// rejection removes the stale identity. Each stale serve is counted in
-	// reviewauth_stale_serves_total{cache="token"}. Zero (the default)
-	// disables it: an outage is reported as such.
+	// and never past the token's exp. It has no effect when caching of
+	// successes is disabled (SuccessTTL < 0, or
+	// --authentication-token-webhook-cache-ttl=0). Rejections are never
+	// extended, and a rejection removes the stale identity. Each stale serve
+	// is counted in reviewauth_stale_serves_total{cache="token"}. Zero (the
+	// default) disables it: an outage is reported as such.
 	StaleIfError time.Duration
 
 	// MaxTokenSize is the largest token reviewed, in bytes; larger tokens
@@ -159,29 +168,333 @@ type Options struct {
 	Metrics *metrics.Metrics
 
 	// TracerProvider, if not nil, is used for OpenTelemetry spans: one per
-	// AuthenticateToken call (attributes: audiences, cache hit, decision)
-	// and one per TokenReview sent. Nil means no spans, at no cost.
+	// AuthenticateToken call (attributes: cache hit, decision, and the
+	// context's audiences if any) and one per TokenReview sent (its
+	// audiences and decision). Nil means no spans, at no cost.
 	TracerProvider trace.TracerProvider
 }
 
-// Authenticator authenticates bearer tokens with TokenReviews. It implements
+// TracerName is the instrumentation name of the spans authn creates.
+const TracerName = "github.com/reviewauth/reviewauth/authn"
+
+// apiServerAudiences are the API server audiences of a default cluster. A
+// service that lists one of them as its own audience accepts API server
+// tokens, so New treats it like AllowAPIServerAudience.
+var apiServerAudiences = []string{"https://kubernetes.default.svc", "https://kubernetes.default.svc.cluster.local", "kubernetes.default.svc", "api", "kubernetes"}
+
+// Client authenticates bearer tokens with one TokenReview per call, and
+// judges the API server's answer: the audiences, contradictory or
+// malformed answers, and the API server refusing the service's own
+// credentials. It caches nothing: an [Authenticator] is a Client behind
+// package cache. Use a Client alone to compose a cache of your own, such
+// as one in front of a union of a Client and another authenticator.Token.
+// It implements authenticator.Token and is safe for concurrent use. Build
+// one with [NewClient] or [NewClientForConfig]; the zero Client is not
+// usable.
+type Client struct {
+	reviewer     TokenReviewer
+	audiences    []string
+	fromContext  bool // AudiencesFromContext: no audience without the context's
+	allowAPIAud  bool
+	maxTokenSize int
+	timeout      time.Duration
+	retrier      *review.Retrier
+	preVerifier  PreVerifier
+	tracer       trace.Tracer
+}
+
+var _ authenticator.Token = (*Client)(nil)
+
+// NewClient returns a Client that reviews tokens with reviewer, configured
+// by the fields of opts that are not about caching (SuccessTTL, FailureTTL,
+// MaxEntries and StaleIfError are not read). It fails as [New] does.
+func NewClient(reviewer TokenReviewer, opts Options) (*Client, error) {
+	if reviewer == nil {
+		return nil, errors.New("authn: nil TokenReviewer")
+	}
+	auds := slices.Clone(opts.Audiences)
+	slices.Sort(auds)
+	auds = slices.Compact(auds)
+	switch {
+	case len(auds) == 0 && !opts.AllowAPIServerAudience && !opts.AudiencesFromContext:
+		return nil, errors.New("authn: no audience configured: set Options.Audiences to this service's audience (or, dangerously, AllowAPIServerAudience)")
+	case len(auds) > 0 && opts.AllowAPIServerAudience:
+		return nil, errors.New("authn: AllowAPIServerAudience is only for services without audiences of their own; unset it or Audiences")
+	}
+	for _, a := range auds {
+		if err := checkAudience(a, opts.AllowAPIServerAudience); err != "" {
+			return nil, errors.New("authn: " + err)
+		}
+	}
+	clk := opts.Clock
+	if clk == nil {
+		clk = clock.RealClock{}
+	}
+	c := &Client{
+		reviewer:     reviewer,
+		audiences:    auds,
+		fromContext:  opts.AudiencesFromContext,
+		allowAPIAud:  opts.AllowAPIServerAudience,
+		maxTokenSize: review.Positive(opts.MaxTokenSize, DefaultMaxTokenSize),
+		timeout:      review.Positive(opts.Timeout, DefaultTimeout),
+		retrier: review.New("TokenReview", review.Options{Backoff: opts.Backoff, Clock: clk, MaxInFlight: opts.MaxInFlight,
+			AttemptTimeout: opts.AttemptTimeout, Observer: review.ObserverOf(observe.Of(opts.Metrics))}),
+		preVerifier: opts.PreVerifier,
+	}
+	if opts.TracerProvider != nil {
+		c.tracer = opts.TracerProvider.Tracer(TracerName)
+	}
+	return c, nil
+}
+
+// checkAudience says what is wrong with the audience a, or returns "".
+func checkAudience(a string, allowAPIAud bool) string {
+	switch {
+	case strings.TrimSpace(a) == "":
+		return "empty audience"
+	case slices.Contains(apiServerAudiences, a) && !allowAPIAud:
+		return fmt.Sprintf("audience %q is the API server's own audience: tokens for it can be replayed against the API server; use an audience of this service", a)
+	}
+	return ""
+}
+
+// NewClientForConfig returns a Client that reviews tokens through the API
+// server described by cfg, with the client [NewForConfig] uses.
+func NewClientForConfig(cfg *rest.Config, opts Options) (*Client, error) {
+	p, err := review.NewPoster[*authenticationv1.TokenReview](cfg, "/apis/authentication.k8s.io/v1/tokenreviews", authenticationv1.SchemeGroupVersion.WithKind("TokenReview"))
+	if err != nil {
+		return nil, fmt.Errorf("authn: building the TokenReview client: %w", err)
+	}
+	return NewClient(p, opts)
+}
+
+// Audiences returns the audiences the Client reviews tokens for when a
+// call's context names none, in sorted order.
+func (c *Client) Audiences() []string { return slices.Clone(c.audiences) }
+
+// AuthenticateToken reports who token belongs to, with one TokenReview.
+//
+// It returns (nil, false, nil) for an empty token: no credential. A token
+// refused locally (larger than MaxTokenSize, containing anything but visible
+// ASCII, or found forged by the PreVerifier), or that the API server
+// rejects, yields an error matching reviewauth.ErrUnauthenticated. A review
+// that could not be completed, or an answer that is malformed or
+// contradictory (authenticated with an error, or without a username),
+// yields a *reviewauth.ReviewError matching reviewauth.ErrUnavailable. An
+// answer that is neither authenticated nor says why (what client-go's fake
+// clientset answers; a real API server always says why) is a rejection
+// marked [cache.NoCache]: the cache in front of the Client does not keep it.
+// Only a success returns true, with a Response whose Audiences are the
+// call's audiences the token is valid for.
+//
+// The audiences of a call are those of its context
+// (authenticator.WithAudiences), as in k8s.io/apiserver's webhook token
+// authenticator, or, when the context has none (or an empty list), the
+// configured Audiences. Context audiences are held to the same rules as
+// configured ones: a call whose context names an empty audience, or the
+// API server's own without AllowAPIServerAudience, is refused without a
+// review; so is a call with no audience at all (with AudiencesFromContext
+// and no Audiences), unless AllowAPIServerAudience. An absent or empty
+// context audience never turns into the API server's audience but by
+// AllowAPIServerAudience.
+func (c *Client) AuthenticateToken(ctx context.Context, token string) (*authenticator.Response, bool, error) {
+	if token == "" {
+		return nil, false, nil
+	}
+	if rej := c.refuse(token); rej != nil {
+		return nil, false, rej
+	}
+	auds, rej := c.audiencesOf(ctx)
+	if rej != nil {
+		return nil, false, rej
+	}
+	if rej := c.preVerify(ctx, token); rej != nil {
+		return nil, false, rej
+	}
+	return c.review(ctx, token, auds)
+}
+
+// refuse refuses, without a review, tokens that no API server would
+// accept: larger than MaxTokenSize, or anything but visible ASCII (RFC
+// 6750's b64token is a subset).
+func (c *Client) refuse(token string) *reviewauth.RejectedError {
+	if len(token) > c.maxTokenSize {
+		return &reviewauth.RejectedError{Reason: fmt.Sprintf("token is larger than %d bytes", c.maxTokenSize)}
+	}
+	for i := 0; i < len(token); i++ {
+		if ch := token[i]; ch <= ' ' || ch >= 0x7f {
+			return &reviewauth.RejectedError{Reason: "token contains whitespace, control or non-ASCII characters"}
+		}
+	}
+	return nil
+}
+
+// audiencesOf returns the audiences of a call under ctx (see
+// [Client.AuthenticateToken]), or why there are none it may use.
+func (c *Client) audiencesOf(ctx context.Context) ([]string, *reviewauth.RejectedError) {
+	auds, _ := authenticator.AudiencesFrom(ctx)
+	if len(auds) == 0 {
+		if len(c.audiences) == 0 && !c.allowAPIAud {
+			return nil, &reviewauth.RejectedError{Reason: "no audience to review the token for: the request context names none"}
+		}
+		return c.audiences, nil
+	}
+	for _, a := range auds {
+		if err := checkAudience(a, c.allowAPIAud); err != "" {
+			return nil, &reviewauth.RejectedError{Reason: "the request context's audiences: " + err}
+		}
+	}
+	return auds, nil
+}
+
+// preVerify asks the PreVerifier about token, if there is one, and returns
+// its refusal of a forged token. This is the one place where its verdict
+// is known: a token it cannot tell about, or accepts, is reviewed.
+func (c *Client) preVerify(ctx context.Context, token string) *reviewauth.RejectedError {
+	if c.preVerifier == nil {
+		return nil
+	}
+	var rej *reviewauth.RejectedError
+	if err := c.preVerifier.Verify(ctx, token); errors.As(err, &rej) {
+		return rej
+	}
+	return nil
+}
+
+// review sends one TokenReview of token for auds, with retries, and judges
+// the answer.
+func (c *Client) review(ctx context.Context, token string, auds []string) (*authenticator.Response, bool, error) {
+	ctx, cancel := context.WithTimeout(ctx, c.timeout)
+	defer cancel()
+	logger := klog.FromContext(ctx)
+	var span trace.Span
+	if c.tracer != nil {
+		ctx, span = c.tracer.Start(ctx, "reviewauth.TokenReview", trace.WithAttributes(attribute.StringSlice("reviewauth.audiences", auds)))
+		defer span.End()
+	}
+	tr := &authenticationv1.TokenReview{Spec: authenticationv1.TokenReviewSpec{Token: token, Audiences: auds}}
+	var got *authenticationv1.TokenReview
+	err := c.retrier.Do(ctx, review.RedactToken(token), func(ctx context.Context) error {
+		var err error
+		got, err = c.reviewer.Create(ctx, tr, metav1.CreateOptions{})
+		return err
+	})
+	if err == nil && got == nil {
+		err = &reviewauth.ReviewError{Review: "TokenReview", Attempts: 1, Err: errors.New("empty answer")}
+	}
+	if err == nil {
+		if msg := inconsistent(&got.Status); msg != "" {
+			// A malformed or contradictory answer is not the API server's
+			// verdict on the token: could not check, and not cached, so
+			// that a valid caller is not refused for FailureTTL.
+			err = &reviewauth.ReviewError{Review: "TokenReview", Code: 201, Attempts: 1, Err: errors.New(msg)}
+		}
+	}
+	if err != nil {
+		logger.V(2).Info("TokenReview failed", "err", err)
+		if span != nil {
+			span.SetAttributes(attribute.String("reviewauth.decision", "unavailable"))
+			span.SetStatus(codes.Error, "review unavailable")
+		}
+		return nil, false, err
+	}
+	resp, rej := judge(&got.Status, token, auds)
+	if span != nil {
+		d := "authenticated"
+		if rej != nil {
+			d = "unauthenticated"
+		}
+		span.SetAttributes(attribute.String("reviewauth.decision", d))
+	}
+	if rej != nil {
+		logger.V(4).Info("TokenReview rejected the token", "reason", rej.Reason)
+		if !got.Status.Authenticated && got.Status.Error == "" {
+			return nil, false, cache.NoCache(rej)
+		}
+		return nil, false, rej
+	}
+	logger.V(4).Info("TokenReview authenticated", "user", resp.User.GetName(), "audiences", resp.Audiences)
+	return resp, true, nil
+}
+
+// inconsistent says what is wrong with a TokenReview status that is not a
+// verdict, or returns "". A real API server authenticates only with a
+// username, and never with an error; so these are malformed answers:
+//
+//   - authenticated and an error at once (contradictory; as a
+//     SubjectAccessReview both allowed and denied);
+//   - authenticated without a username (no identity to hand on; no
+//     Kubernetes authenticator produces one).
+//
+// A status that is neither authenticated nor has an error is a rejection,
+// as in k8s.io/apiserver's webhook authenticator, though not a verdict a
+// real API server sends (see [Client.AuthenticateToken]).
+func inconsistent(st *authenticationv1.TokenReviewStatus) string {
+	switch {
+	case st.Authenticated && st.Error != "":
+		return "contradictory answer: authenticated, with an error"
+	case st.Authenticated && st.User.Username == "":
+		return "contradictory answer: authenticated, without a username"
+	}
+	return ""
+}
+
+// judge turns a consistent TokenReview status (see inconsistent) of a
+// review for auds into an identity or a rejection.
+func judge(st *authenticationv1.TokenReviewStatus, token string, auds []string) (*authenticator.Response, *reviewauth.RejectedError) {
+	if !st.Authenticated {
+		if st.Error == "" {
+			return nil, &reviewauth.RejectedError{Reason: "the API server did not authenticate the token, and gave no reason"}
+		}
+		return nil, &reviewauth.RejectedError{Reason: "the API server rejected the token: " + review.RedactToken(token)(st.Error)}
+	}
+	var valid authenticator.Audiences
+	if len(auds) == 0 {
+		// AllowAPIServerAudience: the API server checked its own audience.
+		valid = st.Audiences
+	} else {
+		if len(st.Audiences) == 0 {
+			return nil, &reviewauth.RejectedError{Reason: "the API server's answer names no audience"}
+		}
+		valid = authenticator.Audiences(auds).Intersect(st.Audiences)
+		if len(valid) == 0 {
+			return nil, &reviewauth.RejectedError{Reason: fmt.Sprintf("token audiences %q do not include any of %q", st.Audiences, auds)}
+		}
+	}
+	var extra map[string][]string
+	if len(st.User.Extra) > 0 {
+		extra = make(map[string][]string, len(st.User.Extra))
+		for k, v := range st.User.Extra {
+			extra[k] = slices.Clone([]string(v))
+		}
+	}
+	return &authenticator.Response{
+		Audiences: valid,
+		User: &user.DefaultInfo{
+			Name:   st.User.Username,
+			UID:    st.User.UID,
+			Groups: slices.Clone(st.User.Groups),
+			Extra:  extra,
+		},
+	}, nil
+}
+
+// Authenticator authenticates bearer tokens with TokenReviews, through a
+// cache: a [Client] behind package cache's [cache.TokenAuthenticator], with
+// the cache configured by the same Options. It implements
 // authenticator.Token and authenticator.Request, and is safe for concurrent
 // use. Build one with [New] or [NewForConfig]; the zero Authenticator is not
 // usable. It starts one goroutine per shared review, which ends with the
 // review.
+//
+// A token is looked up in the cache first (a success, then a rejection);
+// on a miss, concurrent callers with the same token and context audiences
+// share one call of the Client, in which the token is checked locally, then
+// by the PreVerifier (a forged token stops there: no review, and the
+// rejection is cached for FailureTTL), and only then reviewed.
 type Authenticator struct {
-	reviewer  TokenReviewer
-	audiences []string
-	opts      Options
-	clock     clock.Clock
-	keyer     *cache.TokenKeyer
-	ok        *cache.Cache[*identity]
-	rejected  *cache.Cache[*reviewauth.RejectedError]
-	group     cache.Group[result]
-	retrier   *review.Retrier
-	tracer    trace.Tracer
-	audAttr   attribute.KeyValue
-	metrics   *observe.Recorder
+	client *Client
+	cached *cache.TokenAuthenticator
 }
 
 var (
@@ -189,51 +502,12 @@ var (
 	_ authenticator.Request = (*Authenticator)(nil)
 )
 
-// identity is a cached success. With StaleIfError the cache keeps it past
-// fresh, for use only when the API server cannot be asked.
-type identity struct {
-	resp  *authenticator.Response
-	fresh time.Time
-}
-
-// lookup returns the cached identity for key if it is fresh, or else the
-// stale one that StaleIfError may still serve. It counts a hit or a miss;
-// a second look within one call uses peek.
-func (a *Authenticator) lookup(key cache.Key) (fresh *authenticator.Response, stale *identity) {
-	id, ok := a.ok.Get(key)
-	return a.fresh(id, ok)
-}
-
-// peek is lookup without counting.
-func (a *Authenticator) peek(key cache.Key) (fresh *authenticator.Response, stale *identity) {
-	id, ok := a.ok.Peek(key)
-	return a.fresh(id, ok)
-}
-
-func (a *Authenticator) fresh(id *identity, ok bool) (*authenticator.Response, *identity) {
-	if !ok {
-		return nil, nil
-	}
-	if a.opts.StaleIfError <= 0 || a.clock.Now().Before(id.fresh) {
-		return id.resp, nil
-	}
-	return nil, id
-}
-
-type result struct {
-	resp     *authenticator.Response
-	rejected *reviewauth.RejectedError
-}
-
-// apiServerAudiences are the API server audiences of a default cluster. A
-// service that lists one of them as its own audience accepts API server
-// tokens, so New treats it like AllowAPIServerAudience.
-var apiServerAudiences = []string{"https://kubernetes.default.svc", "https://kubernetes.default.svc.cluster.local", "kubernetes.default.svc", "api", "kubernetes"}
-
 // New returns an Authenticator that reviews tokens with reviewer. It fails
-// when opts has no audience and AllowAPIServerAudience is not set, when an
-// audience is empty, and when an audience names a default API server
-// audience without AllowAPIServerAudience.
+// when reviewer is nil, when opts has no audience and neither
+// AllowAPIServerAudience nor AudiencesFromContext is set, when an audience
+// is empty, when an audience names a default API server audience without
+// AllowAPIServerAudience, and when AllowAPIServerAudience comes with
+// audiences.
 //
 // The reviewer is yours, and so is what it logs: a client-go typed client
 // (clientset.AuthenticationV1().TokenReviews()) logs each TokenReview's
@@ -245,57 +519,32 @@ var apiServerAudiences = []string{"https://kubernetes.default.svc", "https://kub
 // reads answers of any size. Prefer [NewForConfig], whose client never logs
 // a body at any klog setting and bounds answers ([reviewauth.MaxAnswerBytes]).
 func New(reviewer TokenReviewer, opts Options) (*Authenticator, error) {
-	if reviewer == nil {
-		return nil, errors.New("authn: nil TokenReviewer")
+	c, err := NewClient(reviewer, opts)
+	if err != nil {
+		return nil, err
 	}
-	auds := slices.Clone(opts.Audiences)
-	slices.Sort(auds)
-	auds = slices.Compact(auds)
-	switch {
-	case len(auds) == 0 && !opts.AllowAPIServerAudience:
-		return nil, errors.New("authn: no audience configured: set Options.Audiences to this service's audience (or, dangerously, AllowAPIServerAudience)")
-	case len(auds) > 0 && opts.AllowAPIServerAudience:
-		return nil, errors.New("authn: AllowAPIServerAudience is only for services without audiences of their own; unset it or Audiences")
+	return compose(c, opts)
+}
+
+// compose puts c behind the cache opts describes.
+func compose(c *Client, opts Options) (*Authenticator, error) {
+	cached, err := cache.NewTokenAuthenticator(c, cache.TokenOptions{
+		SuccessTTL:     opts.SuccessTTL,
+		FailureTTL:     opts.FailureTTL,
+		MaxEntries:     opts.MaxEntries,
+		StaleIfError:   opts.StaleIfError,
+		MaxTokenSize:   c.maxTokenSize,
+		Timeout:        c.timeout,
+		Clock:          opts.Clock,
+		Metrics:        opts.Metrics,
+		Name:           "token",
+		TracerProvider: opts.TracerProvider,
+		SpanName:       "reviewauth.authn.AuthenticateToken",
+	})
+	if err != nil {
+		return nil, err
 	}
-	for _, a := range auds {
-		if strings.TrimSpace(a) == "" {
-			return nil, errors.New("authn: empty audience")
-		}
-		if slices.Contains(apiServerAudiences, a) && !opts.AllowAPIServerAudience {
-			return nil, fmt.Errorf("authn: audience %q is the API server's own audience: tokens for it can be replayed against the API server; use an audience of this service", a)
-		}
-	}
-	opts.SuccessTTL = cmp.Or(opts.SuccessTTL, DefaultSuccessTTL)
-	opts.FailureTTL = cmp.Or(opts.FailureTTL, DefaultFailureTTL)
-	opts.MaxEntries = review.Positive(opts.MaxEntries, DefaultMaxEntries)
-	opts.MaxTokenSize = review.Positive(opts.MaxTokenSize, DefaultMaxTokenSize)
-	opts.Timeout = review.Positive(opts.Timeout, DefaultTimeout)
-	clk := opts.Clock
-	if clk == nil {
-		clk = clock.RealClock{}
-	}
-	rec := observe.Of(opts.Metrics)
-	a := &Authenticator{
-		reviewer:  reviewer,
-		metrics:   rec,
-		audiences: auds,
-		opts:      opts,
-		clock:     clk,
-		keyer:     cache.NewKeyer().ForAudiences(auds),
-		ok:        cache.New[*identity](cache.Options{MaxEntries: opts.MaxEntries, Clock: clk}),
-		rejected:  cache.New[*reviewauth.RejectedError](cache.Options{MaxEntries: opts.MaxEntries, Clock: clk}),
-		group:     cache.Group[result]{Timeout: opts.Timeout},
-		retrier: review.New("TokenReview", review.Options{Backoff: opts.Backoff, Clock: clk, MaxInFlight: opts.MaxInFlight,
-			AttemptTimeout: opts.AttemptTimeout, Observer: review.ObserverOf(rec)}),
-		audAttr: attribute.StringSlice("reviewauth.audiences", auds),
-	}
-	if opts.TracerProvider != nil {
-		a.tracer = opts.TracerProvider.Tracer(TracerName)
-	}
-	a.group.Counters = a.ok.Counters()
-	rec.AddCache("token", a.ok.Counters())
-	rec.AddCache("token_rejected", a.rejected.Counters())
-	return a, nil
+	return &Authenticator{client: c, cached: cached}, nil
 }
 
 // NewForConfig returns an Authenticator that reviews tokens through the API
@@ -308,11 +557,11 @@ func New(reviewer TokenReviewer, opts Options) (*Authenticator, error) {
 // or response body is ever logged, at any klog verbosity or vmodule,
 // contextual logging on or off. cfg is not modified.
 func NewForConfig(cfg *rest.Config, opts Options) (*Authenticator, error) {
-	p, err := review.NewPoster[*authenticationv1.TokenReview](cfg, "/apis/authentication.k8s.io/v1/tokenreviews", authenticationv1.SchemeGroupVersion.WithKind("TokenReview"))
+	c, err := NewClientForConfig(cfg, opts)
 	if err != nil {
-		return nil, fmt.Errorf("authn: building the TokenReview client: %w", err)
+		return nil, err
 	}
-	return New(p, opts)
+	return compose(c, opts)
 }
 
 // SelfCheck asks the API server cfg describes whether cfg's credentials may
@@ -331,12 +580,14 @@ func SelfCheck(ctx context.Context, cfg *rest.Config) error {
 	return review.SelfCheck(ctx, cfg, "authn", "authentication.k8s.io", "tokenreviews")
 }
 
-// TracerName is the instrumentation name of the spans authn creates.
-const TracerName = "github.com/reviewauth/reviewauth/authn"
+// Audiences returns the audiences the Authenticator reviews tokens for when
+// a call's context names none, in sorted order.
+func (a *Authenticator) Audiences() []string { return a.client.Audiences() }
 
-// Audiences returns the audiences the Authenticator reviews tokens for, in
-// sorted order.
-func (a *Authenticator) Audiences() []string { return slices.Clone(a.audiences) }
+// Uncached returns the [Client] behind the Authenticator's cache, so that
+// [cache.NewTokenAuthenticator] given an Authenticator puts its cache in
+// front of the Client rather than in front of this cache.
+func (a *Authenticator) Uncached() authenticator.Token { return a.client }
 
 // AuthenticateRequest authenticates the bearer token in r's Authorization
 // header (RFC 6750; the scheme is case-insensitive) with
@@ -359,243 +610,18 @@ func (a *Authenticator) AuthenticateRequest(r *http.Request) (*authenticator.Res
 	return resp, ok, err
 }
 
-// AuthenticateToken reports who token belongs to.
+// AuthenticateToken reports who token belongs to: [Client.AuthenticateToken]
+// through the cache ([cache.TokenAuthenticator.AuthenticateToken]).
 //
 // It returns (nil, false, nil) for an empty token: no credential. A token the
 // API server rejects, or that is refused locally (larger than MaxTokenSize,
-// or containing anything but visible ASCII), yields an error matching
-// reviewauth.ErrUnauthenticated. A review that could not be completed yields
-// a *reviewauth.ReviewError matching reviewauth.ErrUnavailable. Only a
-// success returns true, with a Response whose Audiences are the configured
-// audiences the token is valid for.
+// containing anything but visible ASCII, or forged), yields an error
+// matching reviewauth.ErrUnauthenticated. A review that could not be
+// completed yields a *reviewauth.ReviewError matching
+// reviewauth.ErrUnavailable. Only a success returns true, with a Response
+// whose Audiences are the call's audiences the token is valid for.
 //
 // The Response is shared between callers and must not be modified.
 func (a *Authenticator) AuthenticateToken(ctx context.Context, token string) (*authenticator.Response, bool, error) {
-	if a.tracer != nil {
-		return a.authenticateTraced(ctx, token)
-	}
-	resp, ok, err, _ := a.authenticate(ctx, token)
-	return resp, ok, err
-}
-
-func (a *Authenticator) authenticateTraced(ctx context.Context, token string) (*authenticator.Response, bool, error) {
-	ctx, span := a.tracer.Start(ctx, "reviewauth.authn.AuthenticateToken", trace.WithAttributes(a.audAttr))
-	defer span.End()
-	resp, ok, err, hit := a.authenticate(ctx, token)
-	span.SetAttributes(attribute.Bool("reviewauth.cache_hit", hit), attribute.String("reviewauth.decision", decision(ok, err)))
-	if err != nil && !errors.Is(err, reviewauth.ErrUnauthenticated) {
-		span.SetStatus(codes.Error, "review unavailable")
-	}
-	return resp, ok, err
-}
-
-// decision names an outcome for spans and logs.
-func decision(ok bool, err error) string {
-	switch {
-	case ok && err == nil:
-		return "authenticated"
-	case err == nil, errors.Is(err, reviewauth.ErrUnauthenticated):
-		return "unauthenticated"
-	default:
-		return "unavailable"
-	}
-}
-
-// authenticate is AuthenticateToken; hit reports whether a cache answered.
-func (a *Authenticator) authenticate(ctx context.Context, token string) (_ *authenticator.Response, _ bool, _ error, hit bool) {
-	if token == "" {
-		return nil, false, nil, false
-	}
-	if len(token) > a.opts.MaxTokenSize {
-		// Checked before hashing, so that junk costs nothing.
-		return nil, false, &reviewauth.RejectedError{Reason: fmt.Sprintf("token is larger than %d bytes", a.opts.MaxTokenSize)}, false
-	}
-	key := a.keyer.Key(token)
-	resp, stale := a.lookup(key)
-	if resp != nil {
-		// Only a token that passed validate can have been cached: the
-		// byte scan is left off the hit path.
-		return resp, true, nil, true
-	}
-	if rej := validate(token); rej != nil {
-		return nil, false, rej, false
-	}
-	if rej, ok := a.rejected.Get(key); ok {
-		return nil, false, rej, true
-	}
-	if a.opts.PreVerifier != nil {
-		// Forged tokens stop here. Any other error means the verifier
-		// cannot tell, and the TokenReview decides.
-		var rej *reviewauth.RejectedError
-		if err := a.opts.PreVerifier.Verify(ctx, token); errors.As(err, &rej) {
-			a.rejected.Set(key, rej, a.opts.FailureTTL)
-			return nil, false, rej, false
-		}
-	}
-	res, _, err := a.group.Do(ctx, key, func(ctx context.Context) (result, error) {
-		return a.review(ctx, key, token)
-	})
-	if err != nil && stale != nil && errors.Is(err, reviewauth.ErrUnavailable) {
-		// Stale-if-error: the API server cannot be asked, and this token
-		// was authenticated less than StaleIfError ago past its TTL.
-		a.metrics.StaleServe("token")
-		klog.FromContext(ctx).V(2).Info("Serving a stale identity: the API server is unavailable", "user", stale.resp.User.GetName(), "err", err)
-		return stale.resp, true, nil, true
-	}
-	if err != nil {
-		if errors.Is(err, reviewauth.ErrUnavailable) {
-			return nil, false, err, false
-		}
-		// The caller's context ended, or the load panicked.
-		return nil, false, &reviewauth.ReviewError{Review: "TokenReview", Err: review.Redacted(err, review.RedactToken(token))}, false
-	}
-	if res.rejected != nil {
-		return nil, false, res.rejected, false
-	}
-	return res.resp, true, nil, false
-}
-
-// validate refuses, without a review, tokens that no API server would
-// accept: anything but visible ASCII (RFC 6750's b64token is a subset).
-func validate(token string) *reviewauth.RejectedError {
-	for i := 0; i < len(token); i++ {
-		if c := token[i]; c <= ' ' || c >= 0x7f {
-			return &reviewauth.RejectedError{Reason: "token contains whitespace, control or non-ASCII characters"}
-		}
-	}
-	return nil
-}
-
-// review runs once per key at a time, under the Group's detached context. It
-// stores its result in the caches itself, so that waiters only read.
-func (a *Authenticator) review(ctx context.Context, key cache.Key, token string) (result, error) {
-	// A caller that missed the caches just before a previous load stored its
-	// result, and reached the Group just after that load finished, would
-	// otherwise send a second review. This second look is part of the same
-	// lookup: it counts no hit or miss.
-	if resp, _ := a.peek(key); resp != nil {
-		return result{resp: resp}, nil
-	}
-	if rej, ok := a.rejected.Peek(key); ok {
-		return result{rejected: rej}, nil
-	}
-	logger := klog.FromContext(ctx)
-	var span trace.Span
-	if a.tracer != nil {
-		ctx, span = a.tracer.Start(ctx, "reviewauth.TokenReview", trace.WithAttributes(a.audAttr))
-		defer span.End()
-	}
-	tr := &authenticationv1.TokenReview{Spec: authenticationv1.TokenReviewSpec{Token: token, Audiences: a.audiences}}
-	var got *authenticationv1.TokenReview
-	err := a.retrier.Do(ctx, review.RedactToken(token), func(ctx context.Context) error {
-		var err error
-		got, err = a.reviewer.Create(ctx, tr, metav1.CreateOptions{})
-		return err
-	})
-	if err != nil {
-		logger.V(2).Info("TokenReview failed", "err", err)
-		if span != nil {
-			span.SetAttributes(attribute.String("reviewauth.decision", "unavailable"))
-			span.SetStatus(codes.Error, "review unavailable")
-		}
-		return result{}, err
-	}
-	if got == nil {
-		return result{}, &reviewauth.ReviewError{Review: "TokenReview", Attempts: 1, Err: errors.New("empty answer")}
-	}
-	if msg := inconsistent(&got.Status); msg != "" {
-		// A malformed or contradictory answer is not the API server's
-		// verdict on the token: could not check, and not cached, so that
-		// a valid caller is not refused for FailureTTL.
-		err := &reviewauth.ReviewError{Review: "TokenReview", Code: 201, Attempts: 1, Err: errors.New(msg)}
-		logger.V(2).Info("TokenReview answer is malformed", "err", err)
-		if span != nil {
-			span.SetAttributes(attribute.String("reviewauth.decision", "unavailable"))
-			span.SetStatus(codes.Error, "malformed answer")
-		}
-		return result{}, err
-	}
-	resp, rej := a.judge(&got.Status, token)
-	if span != nil {
-		span.SetAttributes(attribute.String("reviewauth.decision", decision(rej == nil, nil)))
-	}
-	if rej != nil {
-		logger.V(4).Info("TokenReview rejected the token", "reason", rej.Reason)
-		a.rejected.Set(key, rej, a.opts.FailureTTL)
-		a.ok.Delete(key) // a stale identity must not outlive a rejection
-		return result{rejected: rej}, nil
-	}
-	now := a.clock.Now()
-	ttl, keep := a.opts.SuccessTTL, a.opts.SuccessTTL
-	if a.opts.StaleIfError > 0 {
-		keep += a.opts.StaleIfError
-	}
-	if exp, ok := jwt.Expiry(token); ok {
-		left := exp.Sub(now)
-		ttl, keep = min(ttl, left), min(keep, left)
-	}
-	a.ok.Set(key, &identity{resp: resp, fresh: now.Add(ttl)}, keep)
-	logger.V(4).Info("TokenReview authenticated", "user", resp.User.GetName(), "audiences", resp.Audiences, "cacheTTL", ttl)
-	return result{resp: resp}, nil
-}
-
-// inconsistent says what is wrong with a TokenReview status that is not a
-// verdict, or returns "". A real API server explains every rejection in
-// status.error, and authenticates only with a username; so these are
-// malformed answers:
-//
-//   - neither authenticated nor an error (an empty status, or an object of
-//     another kind decoded as a TokenReview by a client that does not
-//     check kinds);
-//   - authenticated and an error at once (contradictory; as a
-//     SubjectAccessReview both allowed and denied);
-//   - authenticated without a username (no identity to hand on; no
-//     Kubernetes authenticator produces one).
-func inconsistent(st *authenticationv1.TokenReviewStatus) string {
-	switch {
-	case !st.Authenticated && st.Error == "":
-		return "the answer has an empty status"
-	case st.Authenticated && st.Error != "":
-		return "contradictory answer: authenticated, with an error"
-	case st.Authenticated && st.User.Username == "":
-		return "contradictory answer: authenticated, without a username"
-	}
-	return ""
-}
-
-// judge turns a consistent TokenReview status (see inconsistent) into an
-// identity or a rejection.
-func (a *Authenticator) judge(st *authenticationv1.TokenReviewStatus, token string) (*authenticator.Response, *reviewauth.RejectedError) {
-	if !st.Authenticated {
-		return nil, &reviewauth.RejectedError{Reason: "the API server rejected the token: " + review.RedactToken(token)(st.Error)}
-	}
-	var auds authenticator.Audiences
-	if len(a.audiences) == 0 {
-		// AllowAPIServerAudience: the API server checked its own audience.
-		auds = st.Audiences
-	} else {
-		if len(st.Audiences) == 0 {
-			return nil, &reviewauth.RejectedError{Reason: "the API server's answer names no audience"}
-		}
-		auds = authenticator.Audiences(a.audiences).Intersect(st.Audiences)
-		if len(auds) == 0 {
-			return nil, &reviewauth.RejectedError{Reason: fmt.Sprintf("token audiences %q do not include any of %q", st.Audiences, a.audiences)}
-		}
-	}
-	var extra map[string][]string
-	if len(st.User.Extra) > 0 {
-		extra = make(map[string][]string, len(st.User.Extra))
-		for k, v := range st.User.Extra {
-			extra[k] = slices.Clone([]string(v))
-		}
-	}
-	return &authenticator.Response{
-		Audiences: auds,
-		User: &user.DefaultInfo{
-			Name:   st.User.Username,
-			UID:    st.User.UID,
-			Groups: slices.Clone(st.User.Groups),
-			Extra:  extra,
-		},
-	}, nil
+	return a.cached.AuthenticateToken(ctx, token)
 }

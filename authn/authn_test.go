@@ -14,10 +14,12 @@ import (
 	authenticationv1client "k8s.io/client-go/kubernetes/typed/authentication/v1"
 
 	"github.com/google/go-cmp/cmp"
+	"github.com/google/go-cmp/cmp/cmpopts"
 	"go.uber.org/goleak"
 	authenticationv1 "k8s.io/api/authentication/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/util/wait"
+	"k8s.io/apiserver/pkg/authentication/authenticator"
 	"k8s.io/apiserver/pkg/authentication/user"
 	clocktesting "k8s.io/utils/clock/testing"
 
@@ -83,6 +85,7 @@ func TestNewValidatesAudiences(t *testing.T) {
 		{"opt-in together with audiences", authn.Options{Audiences: []string{aud}, AllowAPIServerAudience: true}, "only for services without audiences"},
 		{"own audience", authn.Options{Audiences: []string{aud}}, ""},
 		{"explicit opt-in", authn.Options{AllowAPIServerAudience: true}, ""},
+		{"audiences from the context only", authn.Options{AudiencesFromContext: true}, ""},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
@@ -187,7 +190,10 @@ func TestAnswerValidation(t *testing.T) {
 		// Contradictory answers (issue #11 item 15): could not check.
 		{"authenticated but error set", authenticationv1.TokenReviewStatus{Authenticated: true, User: okUser, Audiences: []string{aud}, Error: "boom"}, reviewauth.ErrUnavailable},
 		{"authenticated without username", authenticationv1.TokenReviewStatus{Authenticated: true, Audiences: []string{aud}}, reviewauth.ErrUnavailable},
-		{"empty status", authenticationv1.TokenReviewStatus{}, reviewauth.ErrUnavailable},
+		// Neither authenticated nor an error (client-go's fake clientset;
+		// a real API server always says why): a rejection, as in
+		// k8s.io/apiserver's webhook, but not cached (issue #23).
+		{"empty status", authenticationv1.TokenReviewStatus{}, reviewauth.ErrUnauthenticated},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
@@ -211,9 +217,10 @@ func TestAnswerValidation(t *testing.T) {
 					t.Fatalf("AuthenticateToken() #%d error = %v; want only ErrUnavailable", i+1, err)
 				}
 			}
-			// Verdicts are cached; malformed answers are asked again.
+			// Verdicts are cached; malformed answers, and answers without
+			// a verdict, are asked again.
 			wantCalls := int32(1)
-			if tt.want == reviewauth.ErrUnavailable {
+			if tt.want == reviewauth.ErrUnavailable || tt.name == "empty status" {
 				wantCalls = 2
 			}
 			if got := calls.Load(); got != wantCalls {
@@ -223,19 +230,30 @@ func TestAnswerValidation(t *testing.T) {
 	}
 }
 
-func TestEmptyStatusIsUnavailableAndNotCached(t *testing.T) {
+// TestMalformedAnswersAreNotCached: an answer of another kind, or one that
+// is not JSON, is "could not check"; an empty status is a rejection (issue
+// #23: what client-go's fake clientset answers, never a real API server).
+// None is cached: the next review succeeds.
+func TestMalformedAnswersAreNotCached(t *testing.T) {
 	t.Parallel()
-	for _, fault := range []authtest.Fault{{EmptyStatus: true, Times: 1}, {WrongKind: true, Times: 1}, {MalformedBody: true, Times: 1}} {
+	for _, tt := range []struct {
+		fault authtest.Fault
+		want  error
+	}{
+		{authtest.Fault{EmptyStatus: true, Times: 1}, reviewauth.ErrUnauthenticated},
+		{authtest.Fault{WrongKind: true, Times: 1}, reviewauth.ErrUnavailable},
+		{authtest.Fault{MalformedBody: true, Times: 1}, reviewauth.ErrUnavailable},
+	} {
 		srv := authtest.Start(t)
 		a := newAuth(t, srv, authn.Options{Audiences: []string{aud}, Backoff: noRetries})
 		tok := srv.MintToken(backup, []string{aud}, time.Time{})
-		srv.InjectFault(authtest.TokenReviews, fault)
+		srv.InjectFault(authtest.TokenReviews, tt.fault)
 		_, ok, err := a.AuthenticateToken(context.Background(), tok)
-		if ok || !errors.Is(err, reviewauth.ErrUnavailable) {
-			t.Errorf("fault %+v: AuthenticateToken() = (%v, %v); want ErrUnavailable", fault, ok, err)
+		if ok || !errors.Is(err, tt.want) {
+			t.Errorf("fault %+v: AuthenticateToken() = (%v, %v); want %v", tt.fault, ok, err, tt.want)
 		}
 		if _, ok, err := a.AuthenticateToken(context.Background(), tok); !ok || err != nil {
-			t.Errorf("fault %+v cleared: AuthenticateToken() = (%v, %v); want success (nothing cached)", fault, ok, err)
+			t.Errorf("fault %+v cleared: AuthenticateToken() = (%v, %v); want success (nothing cached)", tt.fault, ok, err)
 		}
 	}
 }
@@ -606,3 +624,120 @@ func TestConcurrentColdLookupsCoalesce(t *testing.T) {
 // client-go's typed client satisfies TokenReviewer (asserted here, not in
 // the package, whose binaries need not link client-go's typed clients).
 var _ authn.TokenReviewer = (authenticationv1client.TokenReviewInterface)(nil)
+
+// TestContextAudiences (issue #23): audiences in the context
+// (authenticator.WithAudiences) replace the configured ones for a call, as
+// k8s.io/apiserver's webhook token authenticator honours them, held to the
+// same rules; an absent or empty list falls back to the configured ones,
+// never to the API server's audience without AllowAPIServerAudience.
+func TestContextAudiences(t *testing.T) {
+	t.Parallel()
+	srv := authtest.Start(t)
+	withAuds := func(auds ...string) context.Context {
+		return authenticator.WithAudiences(context.Background(), auds)
+	}
+	tests := []struct {
+		name       string
+		opts       authn.Options
+		ctx        context.Context
+		tokenAuds  []string // nil: the API server's audience
+		wantAuds   []string // of the review sent, and of the Response; nil: no review
+		wantOK     bool
+		wantReview bool
+	}{
+		{"context audience replaces the configured one", authn.Options{Audiences: []string{aud}}, withAuds("other"), []string{"other"}, []string{"other"}, true, true},
+		{"a token for the configured one, under another", authn.Options{Audiences: []string{aud}}, withAuds("other"), []string{aud}, []string{"other"}, false, true},
+		{"an empty list: the configured ones", authn.Options{Audiences: []string{aud}}, withAuds(), []string{aud}, []string{aud}, true, true},
+		{"no list: the configured ones", authn.Options{Audiences: []string{aud}}, context.Background(), []string{aud}, []string{aud}, true, true},
+		{"the API server's audience in the context", authn.Options{Audiences: []string{aud}}, withAuds("https://kubernetes.default.svc"), nil, nil, false, false},
+		{"an empty audience in the context", authn.Options{Audiences: []string{aud}}, withAuds(aud, " "), []string{aud}, nil, false, false},
+		{"from the context only", authn.Options{AudiencesFromContext: true}, withAuds("snap.a"), []string{"snap.a"}, []string{"snap.a"}, true, true},
+		{"from the context only, none there", authn.Options{AudiencesFromContext: true}, context.Background(), nil, nil, false, false},
+		{"from the context only, an empty list", authn.Options{AudiencesFromContext: true}, withAuds(), nil, nil, false, false},
+		{"API server audience opt-in, none in the context", authn.Options{AllowAPIServerAudience: true}, withAuds(), nil, nil, true, true},
+		{"API server audience opt-in, one in the context", authn.Options{AllowAPIServerAudience: true}, withAuds("https://kubernetes.default.svc"), nil, []string{"https://kubernetes.default.svc"}, true, true},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			a, err := authn.NewForConfig(srv.Config(), tt.opts)
+			if err != nil {
+				t.Fatal(err)
+			}
+			tok := srv.MintToken(backup, tt.tokenAuds, time.Time{})
+			before := len(srv.TokenReviews())
+			resp, ok, err := a.AuthenticateToken(tt.ctx, tok)
+			if ok != tt.wantOK || (!ok && (!errors.Is(err, reviewauth.ErrUnauthenticated) || errors.Is(err, reviewauth.ErrUnavailable))) {
+				t.Fatalf("AuthenticateToken() = (%v, %v, %v); want ok %v, or ErrUnauthenticated", resp, ok, err, tt.wantOK)
+			}
+			sent := srv.TokenReviews()[before:]
+			if reviewed := len(sent) > 0; reviewed != tt.wantReview {
+				t.Fatalf("reviewed = %v; want %v", reviewed, tt.wantReview)
+			}
+			if tt.wantReview && !cmp.Equal(sent[0].Spec.Audiences, tt.wantAuds, cmpopts.EquateEmpty()) {
+				t.Errorf("spec.audiences sent = %q; want %q", sent[0].Spec.Audiences, tt.wantAuds)
+			}
+			if ok && tt.wantAuds != nil && !cmp.Equal([]string(resp.Audiences), tt.wantAuds) {
+				t.Errorf("Response audiences = %q; want %q", resp.Audiences, tt.wantAuds)
+			}
+		})
+	}
+}
+
+// TestOneAuthenticatorForEveryAudience: with AudiencesFromContext, one
+// Authenticator serves audiences learnt per call, each cached apart.
+func TestOneAuthenticatorForEveryAudience(t *testing.T) {
+	t.Parallel()
+	srv := authtest.Start(t)
+	a := newAuth(t, srv, authn.Options{AudiencesFromContext: true})
+	tokens := map[string]string{
+		"snap.a": srv.MintToken(backup, []string{"snap.a"}, time.Time{}),
+		"snap.b": srv.MintToken(backup, []string{"snap.b"}, time.Time{}),
+	}
+	for i, step := range []struct {
+		aud, token string
+		ok         bool
+		reviews    int
+	}{
+		{"snap.a", "snap.a", true, 1},
+		{"snap.b", "snap.b", true, 2},
+		{"snap.a", "snap.a", true, 2},
+		{"snap.b", "snap.b", true, 2},
+		{"snap.b", "snap.a", false, 3},
+	} {
+		ctx := authenticator.WithAudiences(context.Background(), authenticator.Audiences{step.aud})
+		resp, ok, err := a.AuthenticateToken(ctx, tokens[step.token])
+		if ok != step.ok || (ok && resp.Audiences[0] != step.aud) {
+			t.Fatalf("step %d: AuthenticateToken(token for %s, under %s) = (%v, %v, %v); want ok %v", i, step.token, step.aud, resp, ok, err, step.ok)
+		}
+		if n := srv.Count(authtest.TokenReviews); n != step.reviews {
+			t.Errorf("step %d: TokenReviews = %d; want %d", i, n, step.reviews)
+		}
+	}
+}
+
+// TestClientCachesNothing: a Client alone reviews every call, and is what
+// an Authenticator caches.
+func TestClientCachesNothing(t *testing.T) {
+	t.Parallel()
+	srv := authtest.Start(t)
+	c, err := authn.NewClientForConfig(srv.Config(), authn.Options{Audiences: []string{aud}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	tok := srv.MintToken(backup, []string{aud}, time.Time{})
+	for range 3 {
+		if _, ok, err := c.AuthenticateToken(context.Background(), tok); !ok || err != nil {
+			t.Fatalf("AuthenticateToken() = (%v, %v); want success", ok, err)
+		}
+	}
+	if n := srv.Count(authtest.TokenReviews); n != 3 {
+		t.Errorf("TokenReviews = %d; want 3", n)
+	}
+	if _, err := authn.NewClient(nil, authn.Options{Audiences: []string{aud}}); err == nil {
+		t.Error("NewClient(nil) = nil error; want an error")
+	}
+	a := newAuth(t, srv, authn.Options{Audiences: []string{aud}})
+	if _, ok := a.Uncached().(*authn.Client); !ok {
+		t.Errorf("Authenticator.Uncached() = %T; want *authn.Client", a.Uncached())
+	}
+}

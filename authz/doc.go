@@ -5,9 +5,12 @@
 // # Asking the API server
 //
 // [Authorizer] asks with authorization.k8s.io/v1 SubjectAccessReviews
-// ([NewForConfig], or [New] over a narrow [SubjectAccessReviewer]). It keeps
-// what k8s.io/apiserver's webhook authorizer does and fixes what a node agent
-// under load needs:
+// ([NewForConfig], or [New] over a narrow [SubjectAccessReviewer]). It is two
+// pieces: a [Client], the SubjectAccessReview client and its attribute
+// mapping, which caches nothing, behind package cache's [cache.Authorizer],
+// which carries the cached-review flow authn shares (compose them yourself
+// with [NewClient] and package cache). It keeps what k8s.io/apiserver's
+// webhook authorizer does and fixes what a node agent under load needs:
 //
 //   - a bounded cache with separate TTLs for Allow and for Deny/NoOpinion
 //     ([DefaultAllowedTTL], [DefaultDeniedTTL]); errors are never cached;

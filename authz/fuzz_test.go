@@ -7,49 +7,11 @@ import (
 	"testing"
 
 	authorizationv1 "k8s.io/api/authorization/v1"
-	"k8s.io/apimachinery/pkg/fields"
-	"k8s.io/apimachinery/pkg/labels"
-	"k8s.io/apiserver/pkg/authentication/user"
 	"k8s.io/apiserver/pkg/authorization/authorizer"
 
 	"github.com/reviewauth/reviewauth/authz"
+	"github.com/reviewauth/reviewauth/internal/attrdesc"
 )
-
-// attrsFrom parses a fuzz description
-// "name|uid|g1,g2|k=v1,v2;k2=v|verb|ns|res|sub|obj|fieldsel|labelsel|path|R"
-// into attributes. A last field "R" makes it a resource request.
-func attrsFrom(s string) authorizer.AttributesRecord {
-	f := strings.Split(s, "|")
-	for len(f) < 13 {
-		f = append(f, "")
-	}
-	u := &user.DefaultInfo{Name: f[0], UID: f[1]}
-	if f[2] != "" {
-		u.Groups = strings.Split(f[2], ",")
-	}
-	if f[3] != "" {
-		u.Extra = map[string][]string{}
-		for _, kv := range strings.Split(f[3], ";") {
-			k, v, _ := strings.Cut(kv, "=")
-			if v == "" {
-				u.Extra[k] = nil
-			} else {
-				u.Extra[k] = strings.Split(v, ",")
-			}
-		}
-	}
-	a := authorizer.AttributesRecord{
-		User: u, Verb: f[4], Namespace: f[5], Resource: f[6], Subresource: f[7], Name: f[8], Path: f[11],
-		ResourceRequest: f[12] == "R",
-	}
-	if sel, err := fields.ParseSelector(f[9]); err == nil {
-		a.FieldSelectorRequirements = sel.Requirements()
-	}
-	if sel, err := labels.Parse(f[10]); err == nil {
-		a.LabelSelectorRequirements, _ = sel.Requirements()
-	}
-	return a
-}
 
 // canonicalSpec is the SubjectAccessReview spec for a, in a form where two
 // specs the API server cannot tell apart are deeply equal: groups sorted (a
@@ -101,7 +63,7 @@ func FuzzCacheKey(f *testing.F) {
 		f.Add(s[0], s[1])
 	}
 	f.Fuzz(func(t *testing.T, s1, s2 string) {
-		a1, a2 := attrsFrom(s1), attrsFrom(s2)
+		a1, a2 := attrdesc.Parse(s1), attrdesc.Parse(s2)
 		for _, ignored := range [][]string{nil, {}} {
 			sameKey := authz.KeyEncoding(a1, ignored) == authz.KeyEncoding(a2, ignored)
 			dropped := ignored

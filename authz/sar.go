@@ -1,15 +1,12 @@
 package authz
 
 import (
-	"cmp"
 	"context"
 	"errors"
 	"fmt"
 	"net/http"
 	"time"
 
-	"go.opentelemetry.io/otel/attribute"
-	"go.opentelemetry.io/otel/codes"
 	"go.opentelemetry.io/otel/trace"
 	authorizationv1 "k8s.io/api/authorization/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
@@ -20,7 +17,7 @@ import (
 	"k8s.io/utils/clock"
 
 	"github.com/reviewauth/reviewauth"
-	"github.com/reviewauth/reviewauth/internal/cache"
+	"github.com/reviewauth/reviewauth/cache"
 	"github.com/reviewauth/reviewauth/internal/observe"
 	"github.com/reviewauth/reviewauth/internal/review"
 	"github.com/reviewauth/reviewauth/metrics"
@@ -28,40 +25,29 @@ import (
 
 const reviewName = "SubjectAccessReview"
 
-// Defaults used for the zero fields of [Options].
+// Defaults used for the zero fields of [Options]. The cache's are package
+// cache's, stated there with their reasons.
 const (
-	// DefaultAllowedTTL is how long an Allow is cached. The kubelet keeps
-	// one for 5 minutes and k8s.io/apiserver's delegated authorizer for 10
-	// seconds. One minute bounds how long a revoked RoleBinding keeps
-	// working to what operators expect of "eventually", while a client
-	// polling every 10-30 seconds (a Prometheus scrape, a CSI backup
-	// stream) costs one SAR a minute instead of one per request.
-	DefaultAllowedTTL = time.Minute
+	// DefaultAllowedTTL is how long an Allow is cached:
+	// [cache.DefaultAllowedTTL], one minute.
+	DefaultAllowedTTL = cache.DefaultAllowedTTL
 
-	// DefaultDeniedTTL is how long a Deny or a NoOpinion is cached. The
-	// kubelet uses 30 seconds and the delegated apiserver 10. A denial is
-	// usually followed by someone fixing RBAC and trying again, so it is
-	// kept short; coalescing already keeps a retrying herd of denied
-	// callers to one SAR at a time.
-	DefaultDeniedTTL = 10 * time.Second
+	// DefaultDeniedTTL is how long a Deny or a NoOpinion is cached:
+	// [cache.DefaultDeniedTTL], ten seconds.
+	DefaultDeniedTTL = cache.DefaultDeniedTTL
 
-	// DefaultMaxEntries bounds the cache, like the 8192-entry LRU of
-	// k8s.io/apiserver's webhook authorizer. An entry holds the review's
-	// canonical encoding (a few hundred bytes for a service account), so a
-	// full cache takes a few MiB. Callers who fill every entry with
-	// attributes just under [DefaultMaxCacheableAttributeBytes] could make
-	// it take about 80 MiB, the same bound as k8s.io/apiserver's webhook,
-	// whose LRU is keyed by the review's JSON; lower MaxEntries or
-	// MaxCacheableAttributeBytes where memory is tight.
-	DefaultMaxEntries = 8192
+	// DefaultMaxEntries bounds the cache: [cache.DefaultAuthorizerMaxEntries],
+	// like the 8192-entry LRU of k8s.io/apiserver's webhook authorizer.
+	DefaultMaxEntries = cache.DefaultAuthorizerMaxEntries
 
 	// DefaultMaxCacheableAttributeBytes is the size of caller-controlled
-	// attributes from which a result is not cached, as in k8s.io/apiserver.
-	DefaultMaxCacheableAttributeBytes = 10000
+	// attributes from which a result is not cached, as in k8s.io/apiserver:
+	// [cache.DefaultMaxCacheableAttributeBytes].
+	DefaultMaxCacheableAttributeBytes = cache.DefaultMaxCacheableAttributeBytes
 
 	// DefaultTimeout is the total budget of one review, retries and waits
-	// included.
-	DefaultTimeout = 10 * time.Second
+	// included: [cache.DefaultTimeout], ten seconds.
+	DefaultTimeout = cache.DefaultTimeout
 
 	// DefaultAttemptTimeout bounds each request of a review, as in authn:
 	// a request unanswered after 3s is stuck, and waiting longer would
@@ -79,12 +65,14 @@ const (
 	DefaultMaxInFlight = review.DefaultMaxInFlight
 )
 
-// Options configures an [Authorizer]. The zero value gives the defaults
+// Options configures an [Authorizer] (and a [Client], which reads the
+// fields that are not about caching). The zero value gives the defaults
 // documented on each field. [New] reads Options once: changing it
 // afterwards has no effect.
 type Options struct {
 	// AllowedTTL is how long an Allow is cached. Zero means
-	// [DefaultAllowedTTL]; a negative value disables caching of Allows.
+	// [DefaultAllowedTTL]; a negative value disables caching of Allows
+	// (and with it StaleIfError).
 	AllowedTTL time.Duration
 
 	// DeniedTTL is how long a Deny or a NoOpinion is cached. Zero means
@@ -143,7 +131,9 @@ type Options struct {
 
 	// StaleIfError, when positive, lets a cached Allow be served for up to
 	// this long past AllowedTTL, but only while the API server cannot be
-	// asked (the review fails with reviewauth.ErrUnavailable). Denials and
+	// asked (the review fails with reviewauth.ErrUnavailable). It has no
+	// effect when caching of Allows is disabled (AllowedTTL < 0, or
+	// --authorization-webhook-cache-authorized-ttl=0). Denials and
 	// NoOpinions are never extended, and a fresh answer replaces the stale
 	// Allow. Each stale serve is counted in
 	// reviewauth_stale_serves_total{cache="sar"}. Zero (the default)
@@ -190,26 +180,13 @@ type SubjectAccessReviewer interface {
 	Create(ctx context.Context, sar *authorizationv1.SubjectAccessReview, opts metav1.CreateOptions) (*authorizationv1.SubjectAccessReview, error)
 }
 
-// decision is what the cache keeps for one review: the answer, and the
-// review's full encoding, compared on every hit (see [keys]).
-type decision struct {
-	d      authorizer.Decision
-	reason string
-	enc    string
-	fresh  time.Time // with StaleIfError: when an Allow stops being fresh
-}
-
-// Authorizer authorizes requests with authorization.k8s.io/v1
-// SubjectAccessReviews, with a bounded cache, coalescing of concurrent
-// identical reviews, bounded retries and a bound on reviews in flight.
-//
-// Authorizer implements the whole [authorizer.Authorizer] of
-// k8s.io/apiserver v0.37: it can be passed to filters.WithAuthorization
-// (which takes the narrower [authorizer.UnconditionalAuthorizer]) and to
-// union.New (which takes [authorizer.Authorizer]). It is not
-// conditions-aware: ConditionsAwareAuthorize returns the unconditional
-// decision of Authorize, and EvaluateConditions always denies with
-// [authorizer.ErrorConditionEvaluationNotSupported].
+// Client authorizes requests with one SubjectAccessReview per call: it maps
+// the attributes to the review's spec (the user, the resource or
+// non-resource attributes, field and label selectors as k8s.io/apiserver's
+// webhook authorizer sends them), sends it with bounded retries and a bound
+// on reviews in flight, and judges the answer. It caches nothing: an
+// [Authorizer] is a Client behind package cache. Use a Client alone to
+// compose a cache of your own.
 //
 // Decisions follow the SubjectAccessReview status:
 //
@@ -222,32 +199,167 @@ type decision struct {
 //     failure to ask. The evaluationError is logged at V(4), never
 //     returned to the caller;
 //   - both allowed and denied: a malformed answer. DecisionDeny with a
-//     *[reviewauth.ReviewError]: "could not check", never an Allow, and
-//     never cached.
+//     *[reviewauth.ReviewError]: "could not check", never an Allow.
 //
-// Any failure to get an answer (after retries) gives DecisionDeny and a
+// Any failure to get an answer (after retries), and an answer that is not
+// a SubjectAccessReview (no spec echoed), gives DecisionDeny and a
 // *[reviewauth.ReviewError], which matches [reviewauth.ErrUnavailable]. No
 // error ever comes with DecisionAllow. Unlike k8s.io/apiserver's webhook,
 // which answers NoOpinion on error so that a union falls through to the next
-// authorizer, Authorizer fails closed.
+// authorizer, a Client fails closed.
+//
+// A Client implements [authorizer.Authorizer]; it is not conditions-aware
+// (ConditionsAwareAuthorize returns the decision of Authorize, and
+// EvaluateConditions always denies with
+// [authorizer.ErrorConditionEvaluationNotSupported]). It is safe for
+// concurrent use. Build one with [NewClient] or [NewClientForConfig]; the
+// zero Client is not usable.
+type Client struct {
+	reviewer SubjectAccessReviewer
+	retrier  *review.Retrier
+	timeout  time.Duration
+	tracer   trace.Tracer
+}
+
+var _ authorizer.Authorizer = (*Client)(nil)
+
+// NewClient returns a Client that creates SubjectAccessReviews through
+// reviewer, configured by the fields of opts that are not about caching
+// (AllowedTTL, DeniedTTL, MaxEntries, MaxCacheableAttributeBytes,
+// StaleIfError and CacheKeyIgnoredExtras are not read). It returns an
+// error if reviewer is nil. [New] says what a client-go typed client does.
+func NewClient(reviewer SubjectAccessReviewer, opts Options) (*Client, error) {
+	if reviewer == nil {
+		return nil, errors.New("authz: nil SubjectAccessReviewer")
+	}
+	clk := opts.Clock
+	if clk == nil {
+		clk = clock.RealClock{}
+	}
+	c := &Client{
+		reviewer: reviewer,
+		timeout:  review.Positive(opts.Timeout, DefaultTimeout),
+		retrier: review.New(reviewName, review.Options{Backoff: opts.Backoff, Clock: clk, MaxInFlight: opts.MaxInFlight,
+			AttemptTimeout: opts.AttemptTimeout, Observer: review.ObserverOf(observe.Of(opts.Metrics))}),
+	}
+	if opts.TracerProvider != nil {
+		c.tracer = opts.TracerProvider.Tracer(TracerName)
+	}
+	return c, nil
+}
+
+// NewClientForConfig returns a Client that posts SubjectAccessReviews to
+// the API server described by cfg, with the client [NewForConfig] uses.
+func NewClientForConfig(cfg *rest.Config, opts Options) (*Client, error) {
+	// The client refuses an answer of another kind, which would otherwise
+	// read as an empty status: NoOpinion.
+	p, err := review.NewPoster[*authorizationv1.SubjectAccessReview](cfg, "/apis/authorization.k8s.io/v1/subjectaccessreviews", authorizationv1.SchemeGroupVersion.WithKind("SubjectAccessReview"))
+	if err != nil {
+		return nil, fmt.Errorf("authz: building the SubjectAccessReview client: %w", err)
+	}
+	return NewClient(p, opts)
+}
+
+// Authorize implements [authorizer.UnconditionalAuthorizer] with one
+// SubjectAccessReview, retried within [Options.Timeout] and ctx's
+// deadline. A wait before a retry that would end past ctx's deadline is
+// not taken: the call returns at once with a *[reviewauth.ReviewError]
+// carrying the API server's Retry-After, if any.
+func (c *Client) Authorize(ctx context.Context, attrs authorizer.Attributes) (authorizer.Decision, string, error) {
+	if attrs == nil {
+		return authorizer.DecisionDeny, "", &reviewauth.ReviewError{Review: reviewName, Err: errors.New("authz: nil attributes")}
+	}
+	ctx, cancel := context.WithTimeout(ctx, c.timeout)
+	defer cancel()
+	if c.tracer != nil {
+		var span trace.Span
+		ctx, span = c.tracer.Start(ctx, "reviewauth.SubjectAccessReview")
+		defer span.End()
+	}
+	sar := &authorizationv1.SubjectAccessReview{Spec: sarSpec(attrs)}
+	var out *authorizationv1.SubjectAccessReview
+	attempts := 0
+	err := c.retrier.Do(ctx, nil, func(ctx context.Context) error {
+		attempts++
+		var err error
+		out, err = c.reviewer.Create(ctx, sar, metav1.CreateOptions{})
+		if err == nil && out == nil {
+			err = errors.New("authz: empty SubjectAccessReview response")
+		}
+		return err
+	})
+	if err != nil {
+		return authorizer.DecisionDeny, "", err
+	}
+	if out.Spec.ResourceAttributes == nil && out.Spec.NonResourceAttributes == nil {
+		// The API server echoes the spec. An answer without one is not a
+		// SubjectAccessReview (client-go decodes a well-formed object of
+		// another kind into an empty one), and its empty status must not
+		// read as NoOpinion.
+		return authorizer.DecisionDeny, "", &reviewauth.ReviewError{Review: reviewName, Code: http.StatusCreated, Attempts: attempts,
+			Err: errors.New("authz: malformed SubjectAccessReview response: no spec")}
+	}
+	st := out.Status
+	d := authorizer.DecisionNoOpinion
+	switch {
+	case st.Allowed && st.Denied:
+		return authorizer.DecisionDeny, st.Reason, &reviewauth.ReviewError{Review: reviewName, Code: http.StatusCreated, Attempts: attempts,
+			Err: errors.New("authz: malformed SubjectAccessReview status: both allowed and denied")}
+	case st.Allowed:
+		d = authorizer.DecisionAllow
+	case st.Denied:
+		d = authorizer.DecisionDeny
+	}
+	if st.EvaluationError != "" {
+		klog.FromContext(ctx).V(4).Info("SubjectAccessReview evaluation error", "decision", d, "evaluationError", st.EvaluationError)
+	}
+	return d, st.Reason, nil
+}
+
+// ConditionsAwareAuthorize implements [authorizer.Authorizer]. A Client is
+// not conditions-aware: this returns the decision of Authorize.
+func (c *Client) ConditionsAwareAuthorize(ctx context.Context, attrs authorizer.Attributes) authorizer.ConditionsAwareDecision {
+	return authorizer.ConditionsAwareDecisionFromParts(c.Authorize(ctx, attrs))
+}
+
+// EvaluateConditions implements [authorizer.Authorizer]. A Client never
+// returns conditions, so this fails closed: DecisionDeny with
+// [authorizer.ErrorConditionEvaluationNotSupported].
+func (c *Client) EvaluateConditions(context.Context, authorizer.ConditionsAwareDecision, authorizer.ConditionsData) (authorizer.Decision, string, error) {
+	return authorizer.DecisionDeny, "", authorizer.ErrorConditionEvaluationNotSupported
+}
+
+// TracerName is the instrumentation name of the spans authz creates.
+const TracerName = "github.com/reviewauth/reviewauth/authz"
+
+// Authorizer authorizes requests with authorization.k8s.io/v1
+// SubjectAccessReviews, through a cache: a [Client] behind package cache's
+// [cache.Authorizer], with the cache configured by the same Options and
+// keyed by the SubjectAccessReview each request makes
+// ([cache.AuthorizerOptions].SubjectAccessReviewKey), leaving out the extras
+// of [Options.CacheKeyIgnoredExtras]. So it has a bounded cache, coalescing
+// of concurrent identical reviews, bounded retries and a bound on reviews
+// in flight; the Client documents the decisions, package cache what is
+// cached for how long (errors never are).
+//
+// Authorizer implements the whole [authorizer.Authorizer] of
+// k8s.io/apiserver v0.37: it can be passed to filters.WithAuthorization
+// (which takes the narrower [authorizer.UnconditionalAuthorizer]) and to
+// union.New (which takes [authorizer.Authorizer]). It is not
+// conditions-aware: ConditionsAwareAuthorize returns the unconditional
+// decision of Authorize, and EvaluateConditions always denies with
+// [authorizer.ErrorConditionEvaluationNotSupported].
+//
+// Any failure to get an answer gives DecisionDeny and a
+// *[reviewauth.ReviewError], which matches [reviewauth.ErrUnavailable]. No
+// error ever comes with DecisionAllow.
 //
 // An Authorizer is safe for concurrent use. It starts one goroutine per
 // shared review, which ends with the review. Build one with [New] or
 // [NewForConfig]; the zero Authorizer is not usable.
 type Authorizer struct {
-	reviewer     SubjectAccessReviewer
-	keys         keys
-	cache        *cache.Cache[decision]
-	group        cache.Group[decision]
-	retrier      *review.Retrier
-	clock        clock.Clock
-	allowedTTL   time.Duration
-	deniedTTL    time.Duration
-	maxAttrBytes int
-	timeout      time.Duration
-	stale        time.Duration
-	metrics      *observe.Recorder
-	tracer       trace.Tracer
+	client *Client
+	cached *cache.Authorizer
 }
 
 var (
@@ -266,13 +378,11 @@ var (
 // QPS and Burst default to [reviewauth.DefaultQPS] and [reviewauth.DefaultBurst] when cfg leaves
 // them zero. cfg itself is not modified.
 func NewForConfig(cfg *rest.Config, opts Options) (*Authorizer, error) {
-	// The client refuses an answer of another kind, which would otherwise
-	// read as an empty status: NoOpinion.
-	p, err := review.NewPoster[*authorizationv1.SubjectAccessReview](cfg, "/apis/authorization.k8s.io/v1/subjectaccessreviews", authorizationv1.SchemeGroupVersion.WithKind("SubjectAccessReview"))
+	c, err := NewClientForConfig(cfg, opts)
 	if err != nil {
-		return nil, fmt.Errorf("authz: building the SubjectAccessReview client: %w", err)
+		return nil, err
 	}
-	return New(p, opts)
+	return compose(c, opts)
 }
 
 // New returns an Authorizer that creates SubjectAccessReviews through
@@ -292,38 +402,44 @@ func NewForConfig(cfg *rest.Config, opts Options) (*Authorizer, error) {
 //
 // New returns an error if reviewer is nil.
 func New(reviewer SubjectAccessReviewer, opts Options) (*Authorizer, error) {
-	if reviewer == nil {
-		return nil, errors.New("authz: nil SubjectAccessReviewer")
+	c, err := NewClient(reviewer, opts)
+	if err != nil {
+		return nil, err
 	}
-	a := &Authorizer{
-		reviewer:     reviewer,
-		keys:         newKeys(opts.CacheKeyIgnoredExtras),
-		clock:        opts.Clock,
-		allowedTTL:   opts.AllowedTTL,
-		deniedTTL:    opts.DeniedTTL,
-		maxAttrBytes: opts.MaxCacheableAttributeBytes,
-		timeout:      opts.Timeout,
-		stale:        opts.StaleIfError,
-		metrics:      observe.Of(opts.Metrics),
-	}
-	if opts.TracerProvider != nil {
-		a.tracer = opts.TracerProvider.Tracer(TracerName)
-	}
-	if a.clock == nil {
-		a.clock = clock.RealClock{}
-	}
-	a.allowedTTL = cmp.Or(a.allowedTTL, DefaultAllowedTTL)
-	a.deniedTTL = cmp.Or(a.deniedTTL, DefaultDeniedTTL)
-	a.maxAttrBytes = review.Positive(a.maxAttrBytes, DefaultMaxCacheableAttributeBytes)
-	a.timeout = review.Positive(a.timeout, DefaultTimeout)
-	maxEntries := review.Positive(opts.MaxEntries, DefaultMaxEntries)
-	a.retrier = review.New(reviewName, review.Options{Backoff: opts.Backoff, Clock: a.clock, MaxInFlight: opts.MaxInFlight,
-		AttemptTimeout: opts.AttemptTimeout, Observer: review.ObserverOf(a.metrics)})
-	a.cache = cache.New[decision](cache.Options{MaxEntries: maxEntries, Clock: a.clock})
-	a.metrics.AddCache("sar", a.cache.Counters())
-	a.group.Timeout, a.group.Counters = a.timeout, a.cache.Counters()
-	return a, nil
+	return compose(c, opts)
 }
+
+// compose puts c behind the cache opts describes.
+func compose(c *Client, opts Options) (*Authorizer, error) {
+	ignored := opts.CacheKeyIgnoredExtras
+	if ignored == nil {
+		ignored = []string{CredentialIDExtra}
+	}
+	cached, err := cache.NewAuthorizer(c, cache.AuthorizerOptions{
+		AllowedTTL:                 opts.AllowedTTL,
+		DeniedTTL:                  opts.DeniedTTL,
+		MaxEntries:                 opts.MaxEntries,
+		MaxCacheableAttributeBytes: opts.MaxCacheableAttributeBytes,
+		StaleIfError:               opts.StaleIfError,
+		CacheKeyIgnoredExtras:      ignored,
+		SubjectAccessReviewKey:     true,
+		Timeout:                    c.timeout,
+		Clock:                      opts.Clock,
+		Metrics:                    opts.Metrics,
+		Name:                       "sar",
+		TracerProvider:             opts.TracerProvider,
+		SpanName:                   "reviewauth.authz.Authorize",
+	})
+	if err != nil {
+		return nil, err
+	}
+	return &Authorizer{client: c, cached: cached}, nil
+}
+
+// Uncached returns the [Client] behind the Authorizer's cache, so that
+// [cache.NewAuthorizer] given an Authorizer puts its cache in front of the
+// Client rather than in front of this cache.
+func (a *Authorizer) Uncached() authorizer.Authorizer { return a.client }
 
 // Authorize implements [authorizer.UnconditionalAuthorizer]. It answers
 // from the cache when it can; otherwise it creates a SubjectAccessReview,
@@ -343,177 +459,21 @@ func New(reviewer SubjectAccessReviewer, opts Options) (*Authorizer, error) {
 // the user has more than 32 groups or 16 extra keys, or a label
 // requirement has many values.
 func (a *Authorizer) Authorize(ctx context.Context, attrs authorizer.Attributes) (authorizer.Decision, string, error) {
-	if attrs == nil {
-		return authorizer.DecisionDeny, "", &reviewauth.ReviewError{Review: reviewName, Err: errors.New("authz: nil attributes")}
-	}
-	if a.tracer != nil {
-		return a.authorizeTraced(ctx, attrs)
-	}
-	d, reason, err, _ := a.authorize(ctx, attrs)
-	return d, reason, err
-}
-
-// TracerName is the instrumentation name of the spans authz creates.
-const TracerName = "github.com/reviewauth/reviewauth/authz"
-
-func (a *Authorizer) authorizeTraced(ctx context.Context, attrs authorizer.Attributes) (authorizer.Decision, string, error) {
-	ctx, span := a.tracer.Start(ctx, "reviewauth.authz.Authorize", trace.WithAttributes(
-		attribute.String("reviewauth.verb", attrs.GetVerb()),
-		attribute.String("reviewauth.resource", attrs.GetResource()),
-		attribute.String("reviewauth.subresource", attrs.GetSubresource()),
-		attribute.String("reviewauth.path", attrs.GetPath()),
-	))
-	defer span.End()
-	d, reason, err, hit := a.authorize(ctx, attrs)
-	span.SetAttributes(attribute.Bool("reviewauth.cache_hit", hit), attribute.String("reviewauth.decision", decisionName(d, err)))
-	if err != nil {
-		span.SetStatus(codes.Error, "review unavailable")
-	}
-	return d, reason, err
-}
-
-func decisionName(d authorizer.Decision, err error) string {
-	switch {
-	case err != nil:
-		return "unavailable"
-	case d == authorizer.DecisionAllow:
-		return "allowed"
-	case d == authorizer.DecisionNoOpinion:
-		return "no_opinion"
-	default:
-		return "denied"
-	}
-}
-
-// authorize is Authorize; hit reports whether the cache answered.
-func (a *Authorizer) authorize(ctx context.Context, attrs authorizer.Attributes) (_ authorizer.Decision, _ string, _ error, hit bool) {
-	bp := getKeyBuf()
-	enc := a.keys.appendKey((*bp)[:0], attrs)
-	key := a.keys.lookup(enc)
-	var stale decision
-	haveStale := false
-	if v, ok := a.cache.Get(key); ok && v.enc == string(enc) {
-		if a.stale <= 0 || v.d != authorizer.DecisionAllow || a.clock.Now().Before(v.fresh) {
-			putKeyBuf(bp, enc)
-			return v.d, v.reason, nil, true
-		}
-		stale, haveStale = v, true
-	}
-	encs := string(enc)
-	putKeyBuf(bp, enc)
-	d, reason, err := a.review(ctx, key, encs, attrs)
-	if err != nil && haveStale && errors.Is(err, reviewauth.ErrUnavailable) {
-		// Stale-if-error: an Allow less than StaleIfError past its TTL,
-		// served only because the API server cannot be asked.
-		a.metrics.StaleServe("sar")
-		klog.FromContext(ctx).V(2).Info("Serving a stale Allow: the API server is unavailable", "err", err)
-		return stale.d, stale.reason, nil, true
-	}
-	return d, reason, err, false
-}
-
-// review is the miss path of Authorize, kept apart so that the hit path
-// allocates nothing for the closure.
-func (a *Authorizer) review(ctx context.Context, key cache.Key, enc string, attrs authorizer.Attributes) (authorizer.Decision, string, error) {
-	if err := ctx.Err(); err != nil {
-		return authorizer.DecisionDeny, "", &reviewauth.ReviewError{Review: reviewName, Err: err}
-	}
-	cacheable := attributeBytes(attrs) < a.maxAttrBytes
-	sar := &authorizationv1.SubjectAccessReview{Spec: sarSpec(attrs)}
-	// The shared review runs under the Group's detached context and its
-	// timeout alone; each caller leaves when its own ctx ends, or when the
-	// review's next attempt is due after its deadline (cache.Postpone).
-	v, _, err := a.group.Do(ctx, a.keys.review(enc), func(lctx context.Context) (decision, error) {
-		return a.load(lctx, key, enc, sar, cacheable)
-	})
-	if err != nil {
-		var re *reviewauth.ReviewError
-		if !errors.As(err, &re) {
-			// ctx ended while waiting, or the shared review panicked.
-			err = &reviewauth.ReviewError{Review: reviewName, Err: err}
-		}
-		return authorizer.DecisionDeny, v.reason, err
-	}
-	return v.d, v.reason, nil
-}
-
-// load runs one shared review and caches its result.
-func (a *Authorizer) load(ctx context.Context, key cache.Key, enc string, sar *authorizationv1.SubjectAccessReview, cacheable bool) (decision, error) {
-	// A caller that missed the cache just as the previous shared review
-	// finished starts a new one; its answer is already cached. This second
-	// look is part of the caller's lookup: it counts no hit or miss.
-	if v, ok := a.cache.Peek(key); ok && v.enc == enc && (a.stale <= 0 || v.d != authorizer.DecisionAllow || a.clock.Now().Before(v.fresh)) {
-		return v, nil
-	}
-	if a.tracer != nil {
-		var span trace.Span
-		ctx, span = a.tracer.Start(ctx, "reviewauth.SubjectAccessReview")
-		defer span.End()
-	}
-	var out *authorizationv1.SubjectAccessReview
-	attempts := 0
-	err := a.retrier.Do(ctx, nil, func(ctx context.Context) error {
-		attempts++
-		var err error
-		out, err = a.reviewer.Create(ctx, sar, metav1.CreateOptions{})
-		if err == nil && out == nil {
-			err = errors.New("authz: empty SubjectAccessReview response")
-		}
-		return err
-	})
-	if err != nil {
-		return decision{}, err
-	}
-	if out.Spec.ResourceAttributes == nil && out.Spec.NonResourceAttributes == nil {
-		// The API server echoes the spec. An answer without one is not a
-		// SubjectAccessReview (client-go decodes a well-formed object of
-		// another kind into an empty one), and its empty status must not
-		// read as NoOpinion.
-		return decision{}, &reviewauth.ReviewError{Review: reviewName, Code: http.StatusCreated, Attempts: attempts,
-			Err: errors.New("authz: malformed SubjectAccessReview response: no spec")}
-	}
-	st := out.Status
-	var v decision
-	switch {
-	case st.Allowed && st.Denied:
-		return decision{reason: st.Reason}, &reviewauth.ReviewError{Review: reviewName, Code: http.StatusCreated, Attempts: attempts,
-			Err: errors.New("authz: malformed SubjectAccessReview status: both allowed and denied")}
-	case st.Allowed:
-		v = decision{d: authorizer.DecisionAllow, reason: st.Reason, enc: enc}
-	case st.Denied:
-		v = decision{d: authorizer.DecisionDeny, reason: st.Reason, enc: enc}
-	default:
-		v = decision{d: authorizer.DecisionNoOpinion, reason: st.Reason, enc: enc}
-	}
-	if st.EvaluationError != "" {
-		klog.FromContext(ctx).V(4).Info("SubjectAccessReview evaluation error", "decision", v.d, "evaluationError", st.EvaluationError)
-	}
-	if cacheable {
-		ttl, keep := a.deniedTTL, a.deniedTTL
-		if v.d == authorizer.DecisionAllow {
-			ttl, keep = a.allowedTTL, a.allowedTTL
-			if a.stale > 0 && ttl > 0 {
-				keep += a.stale
-			}
-		}
-		v.fresh = a.clock.Now().Add(ttl)
-		// A non-positive TTL stores nothing and drops any stale Allow.
-		a.cache.Set(key, v, keep)
-	}
-	return v, nil
+	return a.cached.Authorize(ctx, attrs)
 }
 
 // ConditionsAwareAuthorize implements [authorizer.Authorizer]. Authorizer is
-// not conditions-aware: this returns the decision of Authorize.
+// not conditions-aware: this returns the decision of Authorize, as
+// Authorize does (through the cache).
 func (a *Authorizer) ConditionsAwareAuthorize(ctx context.Context, attrs authorizer.Attributes) authorizer.ConditionsAwareDecision {
-	return authorizer.ConditionsAwareDecisionFromParts(a.Authorize(ctx, attrs))
+	return authorizer.ConditionsAwareDecisionFromParts(a.cached.Authorize(ctx, attrs))
 }
 
 // EvaluateConditions implements [authorizer.Authorizer]. Authorizer never
 // returns conditions, so this fails closed: DecisionDeny with
 // [authorizer.ErrorConditionEvaluationNotSupported].
-func (a *Authorizer) EvaluateConditions(context.Context, authorizer.ConditionsAwareDecision, authorizer.ConditionsData) (authorizer.Decision, string, error) {
-	return authorizer.DecisionDeny, "", authorizer.ErrorConditionEvaluationNotSupported
+func (a *Authorizer) EvaluateConditions(ctx context.Context, d authorizer.ConditionsAwareDecision, data authorizer.ConditionsData) (authorizer.Decision, string, error) {
+	return a.client.EvaluateConditions(ctx, d, data)
 }
 
 // SelfCheck asks the API server cfg describes whether cfg's credentials may

@@ -356,30 +356,6 @@ func TestSubjectsNeverShare(t *testing.T) {
 	}
 }
 
-func TestLookupCollisionIsAMiss(t *testing.T) {
-	t.Parallel()
-	f := newFixture(t, allowBackupPods, authz.Options{})
-	authz.CollideLookupKeys(f.az)
-	other := backup()
-	other.Name = "system:serviceaccount:default:other"
-	steps := []struct {
-		u        user.Info
-		want     authorizer.Decision
-		wantSARs int
-	}{
-		{u: backup(), want: authorizer.DecisionAllow, wantSARs: 1},
-		{u: backup(), want: authorizer.DecisionAllow, wantSARs: 1},  // a true hit
-		{u: other, want: authorizer.DecisionNoOpinion, wantSARs: 2}, // same lookup key, different review
-		{u: backup(), want: authorizer.DecisionAllow, wantSARs: 3},  // its entry was replaced
-	}
-	for i, s := range steps {
-		d, _, err := f.az.Authorize(context.Background(), getPods(s.u))
-		if d != s.want || err != nil || f.sars() != s.wantSARs {
-			t.Fatalf("step %d: Authorize(%s) = %v, %v with %d SARs; want %v with %d", i, s.u.GetName(), d, err, f.sars(), s.want, s.wantSARs)
-		}
-	}
-}
-
 func TestGroupOrderSharesEntry(t *testing.T) {
 	t.Parallel()
 	f := newFixture(t, allowBackupPods, authz.Options{})
@@ -576,3 +552,33 @@ func TestCacheBounded(t *testing.T) {
 // not in the package, whose binaries need not link client-go's typed
 // clients).
 var _ authz.SubjectAccessReviewer = (authorizationv1client.SubjectAccessReviewInterface)(nil)
+
+// TestClientCachesNothing: a Client alone sends a review for every call,
+// and is what an Authorizer caches.
+func TestClientCachesNothing(t *testing.T) {
+	t.Parallel()
+	srv := authtest.Start(t)
+	srv.SetPolicy(allowBackupPods)
+	c, err := authz.NewClientForConfig(srv.Config(), authz.Options{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	for range 3 {
+		if d, _, err := c.Authorize(context.Background(), getPods(backup())); d != authorizer.DecisionAllow || err != nil {
+			t.Fatalf("Authorize() = %v, %v; want Allow", d, err)
+		}
+	}
+	if n := srv.Count(authtest.SubjectAccessReviews); n != 3 {
+		t.Errorf("SARs = %d; want 3", n)
+	}
+	if _, err := authz.NewClient(nil, authz.Options{}); err == nil {
+		t.Error("NewClient(nil) = nil error; want an error")
+	}
+	az, err := authz.NewForConfig(srv.Config(), authz.Options{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, ok := az.Uncached().(*authz.Client); !ok {
+		t.Errorf("Authorizer.Uncached() = %T; want *authz.Client", az.Uncached())
+	}
+}

@@ -1,10 +1,12 @@
-// Package cache holds the bounded, expiring, coalescing cache that every
-// review result in reviewauth goes through, and the keyed hash that turns
-// secrets into cache keys. It is internal: a service author configures the
-// caches through the Options of authn, authz and httpauth, and sees their
-// counts through package metrics; the types here are not part of the API.
+// Package cache holds the parts of the bounded, expiring, coalescing cache
+// that every review result in reviewauth goes through, and the keyed hash
+// that turns secrets into cache keys. It is internal: the public package
+// cache (github.com/reviewauth/reviewauth/cache) composes these parts into
+// the one cached-review flow, as decorators over any authenticator or
+// authorizer; a service author configures it through the Options of that
+// package, of authn and authz, and sees its counts through package metrics.
 //
-// Four pieces, each usable alone:
+// Five pieces, each usable alone:
 //
 //   - [Cache] is a sharded LRU map from [Key] to a value, bounded by a maximum
 //     number of entries, where each entry carries its own TTL. Expired entries
@@ -41,6 +43,13 @@
 //     predicted by a caller, and two different (token, audiences) pairs
 //     never share a key. The raw token is not retained. [Keyer] documents
 //     why both constructions are PRFs.
+//
+//   - [AttributeEncoder] appends the canonical, injective encoding of
+//     authorizer attributes from which authorizer cache keys derive: every
+//     attribute an authorizer can read, or exactly what a
+//     SubjectAccessReview built from them carries (whose selector operator
+//     mapping, [SARFieldOperator] and [SARLabelOperator], authz's review
+//     shares).
 //
 // # Cost of a token-cache hit
 //

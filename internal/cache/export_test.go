@@ -20,3 +20,7 @@ func NewKeyerPRF(prf string, secret []byte) *Keyer { return newKeyer(prf, secret
 
 // ChoosePRF runs the measurement behind PRF again.
 var ChoosePRF = choosePRF
+
+// MaxRememberedAudiences is the bound on the audience sets a Keyer keeps a
+// BLAKE2b TokenKeyer for.
+const MaxRememberedAudiences = maxRememberedAudiences

@@ -60,8 +60,9 @@ type call[V any] struct {
 
 	// Set by Postpone, under the Group's mutex: the load will not finish
 	// before notBefore, and a waiter whose deadline is earlier returns
-	// postponeErr. notify is closed (and replaced) at each Postpone.
-	group       *Group[V]
+	// postponeErr. notify is closed (and replaced) at each Postpone. group
+	// is cleared when the load ends (see run).
+	group       atomic.Pointer[Group[V]]
 	notBefore   time.Time
 	postponeErr error
 	notify      chan struct{}
@@ -92,7 +93,10 @@ func Postpone(ctx context.Context, notBefore time.Time, err error) {
 }
 
 func (c *call[V]) postpone(notBefore time.Time, err error) {
-	g := c.group
+	g := c.group.Load()
+	if g == nil {
+		return // the load has ended
+	}
 	g.mu.Lock()
 	c.notBefore, c.postponeErr = notBefore, err
 	close(c.notify)
@@ -145,7 +149,8 @@ func (g *Group[V]) Do(ctx context.Context, k Key, fn func(context.Context) (V, e
 		timeout = DefaultLoadTimeout
 	}
 	lctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), timeout)
-	c := &call[V]{done: make(chan struct{}), waiters: 1, cancel: cancel, group: g, notify: make(chan struct{})}
+	c := &call[V]{done: make(chan struct{}), waiters: 1, cancel: cancel, notify: make(chan struct{})}
+	c.group.Store(g)
 	lctx = context.WithValue(lctx, loadKey{}, postponer(c))
 	g.calls[k] = c
 	g.mu.Unlock()
@@ -155,6 +160,17 @@ func (g *Group[V]) Do(ctx context.Context, k Key, fn func(context.Context) (V, e
 }
 
 func (g *Group[V]) run(ctx context.Context, k Key, c *call[V], fn func(context.Context) (V, error)) {
+	g.load(ctx, k, c, fn)
+	// Neither g nor fn (nor what fn holds: the cache whose miss started the
+	// load) is used past this point, so the garbage collector does not
+	// see them from this goroutine: a waiter that drops the cache once it
+	// has its answer lets the cache go even before this goroutine returns
+	// (TestMetricsLetGoOfDroppedAuthenticators).
+	close(c.done)
+}
+
+// load runs fn and ends the call, but for waking its waiters.
+func (g *Group[V]) load(ctx context.Context, k Key, c *call[V], fn func(context.Context) (V, error)) {
 	defer func() {
 		if r := recover(); r != nil {
 			var zero V
@@ -165,8 +181,8 @@ func (g *Group[V]) run(ctx context.Context, k Key, c *call[V], fn func(context.C
 		if g.calls[k] == c {
 			delete(g.calls, k)
 		}
+		c.group.Store(nil)
 		g.mu.Unlock()
-		close(c.done)
 	}()
 	c.value, c.err = fn(ctx)
 }

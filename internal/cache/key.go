@@ -145,6 +145,12 @@ type Keyer struct {
 	pool sync.Pool
 	// state is the SHA-256 state after the secret block (SHA-256 only).
 	state []byte
+	// subs holds, with BLAKE2b, the TokenKeyers of the audience sets
+	// TokenKey has seen, by sub-key, up to maxRememberedAudiences, so
+	// that TokenKey makes no keyed state for them (x/crypto's BLAKE2b
+	// cannot be re-keyed in place).
+	subsMu sync.RWMutex
+	subs   map[Key]*TokenKeyer
 }
 
 // NewKeyer returns a Keyer with a fresh random key, using the PRF that
@@ -205,12 +211,16 @@ func newBLAKE2b(key []byte) hash.Hash {
 // should pass them in a canonical order. When the audiences are fixed,
 // [Keyer.ForAudiences] derives the sub-key once, and computes the same key
 // in one pass over the token alone: no more blocks than hashing the bare
-// token. With SHA-256 TokenKey does not allocate; with BLAKE2b it
-// allocates the keyed state for the sub-key (x/crypto's BLAKE2b cannot be
-// re-keyed in place), so use ForAudiences on hot paths: it never allocates.
+// token. With SHA-256 TokenKey does not allocate; with BLAKE2b it keeps a
+// TokenKeyer for each of the first 16 audience sets it sees, and allocates
+// a keyed state per call for others (x/crypto's BLAKE2b cannot be re-keyed
+// in place). [Keyer.ForAudiences] never allocates.
 func (k *Keyer) TokenKey(token string, audiences []string) Key {
 	sub := k.audienceKey(audiences)
 	if k.prf == PRFBLAKE2b {
+		if t := k.remembered(sub); t != nil {
+			return t.Key(token)
+		}
 		h := &Hash{mac: newBLAKE2b(sub[:32])} // not pooled: keyed for these audiences only
 		h.mac.Write(blake2bTokenTag)
 		return h.finishToken(token)
@@ -220,6 +230,35 @@ func (k *Keyer) TokenKey(token string, audiences []string) Key {
 	h.mac.Reset()
 	h.mac.Write(h.block[:])
 	return h.finishToken(token)
+}
+
+// maxRememberedAudiences bounds the audience sets whose BLAKE2b TokenKeyer
+// a Keyer keeps for TokenKey. Audience sets come from the service (its
+// configuration, or the context its code builds), not from callers: a
+// handful. Past the bound TokenKey allocates a keyed state per call, as
+// without the memo.
+const maxRememberedAudiences = 16
+
+// remembered returns the TokenKeyer of the audiences whose sub-key is sub,
+// making it if there is room (BLAKE2b only), or nil.
+func (k *Keyer) remembered(sub [sha256.BlockSize]byte) *TokenKeyer {
+	id := Key(sub[:32])
+	k.subsMu.RLock()
+	t := k.subs[id]
+	k.subsMu.RUnlock()
+	if t != nil {
+		return t
+	}
+	k.subsMu.Lock()
+	defer k.subsMu.Unlock()
+	if t = k.subs[id]; t == nil && len(k.subs) < maxRememberedAudiences {
+		if k.subs == nil {
+			k.subs = make(map[Key]*TokenKeyer)
+		}
+		t = k.forSubKey(sub)
+		k.subs[id] = t
+	}
+	return t
 }
 
 // blake2bTokenTag starts the BLAKE2b encoding of a token: a domain tag,
@@ -255,7 +294,11 @@ func (h *Hash) finishToken(token string) Key {
 // k.TokenKey(token, audiences), with the audiences' sub-key derived once,
 // here.
 func (k *Keyer) ForAudiences(audiences []string) *TokenKeyer {
-	sub := k.audienceKey(audiences)
+	return k.forSubKey(k.audienceKey(audiences))
+}
+
+// forSubKey returns the TokenKeyer of the audiences whose sub-key is sub.
+func (k *Keyer) forSubKey(sub [sha256.BlockSize]byte) *TokenKeyer {
 	t := &TokenKeyer{}
 	switch k.prf {
 	case PRFBLAKE2b:

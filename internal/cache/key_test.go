@@ -247,6 +247,32 @@ func TestKeyerHotPathsDoNotAllocate(t *testing.T) {
 	}
 }
 
+// TestTokenKeyRemembersAudiences: with either PRF, TokenKey equals
+// ForAudiences(...).Key for audience sets within the memo's bound and past
+// it, and, for a set within it, allocates nothing (BLAKE2b keeps its
+// TokenKeyer: context audiences cost no allocation on a cache hit).
+func TestTokenKeyRemembersAudiences(t *testing.T) {
+	tok := strings.Repeat("x", 866)
+	for _, prf := range prfs {
+		k := cache.NewKeyerPRF(prf, testSecret())
+		for i := range cache.MaxRememberedAudiences + 2 { // at the bound, and past it
+			auds := []string{fmt.Sprint("aud-", i), "common"}
+			for range 2 {
+				if got, want := k.TokenKey(tok, auds), k.ForAudiences(auds).Key(tok); got != want {
+					t.Fatalf("%s: TokenKey(%q) != ForAudiences(%q).Key", prf, auds, auds)
+				}
+			}
+		}
+		if raceEnabled {
+			continue
+		}
+		first := []string{"aud-0", "common"}
+		if n := testing.AllocsPerRun(1000, func() { k.TokenKey(tok, first) }); n != 0 {
+			t.Errorf("%s: TokenKey of a remembered audience set allocs = %v; want 0", prf, n)
+		}
+	}
+}
+
 func ExamplePRF() {
 	// PRF names the keyed hash this process chose for its CPU; export it
 	// (the metrics package does, as reviewauth_cache_key_prf_info) or log it.

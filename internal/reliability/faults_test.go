@@ -83,11 +83,13 @@ func TestFaultMatrix(t *testing.T) {
 			wantTR: unavailable, wantSAR: unavailable, attempts: 1, retryAfter: "1"},
 		{name: "malformed-json", fault: authtest.Fault{MalformedBody: true}, wantTR: unavailable, wantSAR: unavailable, attempts: 1, retryAfter: "1"},
 		{name: "wrong-kind", fault: authtest.Fault{WrongKind: true}, wantTR: unavailable, wantSAR: unavailable, attempts: 1, retryAfter: "1"},
-		// An empty TokenReview status is no answer: a real server always
-		// explains a rejection. An empty SubjectAccessReview status is
-		// exactly what RBAC answers when no rule matches (NoOpinion), so
-		// it is a denial, cached as one.
-		{name: "empty-status", fault: authtest.Fault{EmptyStatus: true}, wantTR: unavailable, wantSAR: denied, attempts: 1, retryAfter: "1", answer: true},
+		// An empty TokenReview status is not authenticated and says no
+		// more: a rejection, as k8s.io/apiserver's webhook reads it, but
+		// not cached, since a real server always explains a rejection
+		// (issue #23: client-go's fake clientset answers so). An empty
+		// SubjectAccessReview status is exactly what RBAC answers when no
+		// rule matches (NoOpinion), so it is a denial, cached as one.
+		{name: "empty-status", fault: authtest.Fault{EmptyStatus: true}, wantTR: unauthenticated, wantSAR: denied, attempts: 1, retryAfter: "1", answer: true},
 		{name: "both-allowed-and-denied", fault: authtest.Fault{BothAllowedAndDenied: true}, only: authtest.SubjectAccessReviews,
 			wantSAR: unavailable, attempts: 1, retryAfter: "1"},
 	}

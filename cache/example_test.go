@@ -1,0 +1,136 @@
+package cache_test
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"sync"
+	"time"
+
+	"k8s.io/apimachinery/pkg/util/wait"
+	"k8s.io/apiserver/pkg/authentication/authenticator"
+	"k8s.io/apiserver/pkg/authentication/user"
+	"k8s.io/apiserver/pkg/authorization/authorizer"
+	"k8s.io/apiserver/plugin/pkg/authorizer/webhook"
+	webhookmetrics "k8s.io/apiserver/plugin/pkg/authorizer/webhook/metrics"
+	"k8s.io/client-go/kubernetes"
+
+	"github.com/reviewauth/reviewauth"
+	"github.com/reviewauth/reviewauth/authtest"
+	"github.com/reviewauth/reviewauth/cache"
+)
+
+// A cache in front of an authenticator of your own: a function that checks
+// tokens somewhere costly. Repeated tokens are answered from the cache,
+// rejections included; an outage ("could not check") is never cached.
+func ExampleNewTokenAuthenticator() {
+	calls := 0
+	var down bool
+	check := authenticator.TokenFunc(func(ctx context.Context, token string) (*authenticator.Response, bool, error) {
+		calls++
+		switch {
+		case down:
+			// "Could not check" must match reviewauth.ErrUnavailable:
+			// it is then never cached, and answered 503.
+			return nil, false, fmt.Errorf("%w: the token service is down", reviewauth.ErrUnavailable)
+		case token == "alice-token":
+			return &authenticator.Response{User: &user.DefaultInfo{Name: "alice"}}, true, nil
+		}
+		// Any other error, or (nil, false, nil), is a rejection: cached
+		// for FailureTTL, and answered 401.
+		return nil, false, errors.New("unknown token")
+	})
+	c, err := cache.NewTokenAuthenticator(check, cache.TokenOptions{SuccessTTL: time.Minute})
+	if err != nil {
+		fmt.Println(err)
+		return
+	}
+	ctx := context.Background()
+	for range 3 {
+		resp, ok, err := c.AuthenticateToken(ctx, "alice-token")
+		fmt.Println(resp.User.GetName(), ok, err)
+	}
+	for range 2 {
+		_, ok, err := c.AuthenticateToken(ctx, "mallory-token")
+		fmt.Println(ok, err)
+	}
+	down = true
+	for range 2 {
+		_, ok, err := c.AuthenticateToken(ctx, "bob-token")
+		fmt.Println(ok, errors.Is(err, reviewauth.ErrUnavailable))
+	}
+	fmt.Println("calls:", calls)
+	// Output:
+	// alice true <nil>
+	// alice true <nil>
+	// alice true <nil>
+	// false unknown token
+	// false unknown token
+	// false true
+	// false true
+	// calls: 4
+}
+
+// The cache keys tokens with the audiences of the context
+// (authenticator.WithAudiences), as k8s.io/apiserver's token cache does: one
+// authenticator serves a service whose audience is known per call.
+func ExampleNewTokenAuthenticator_audiences() {
+	calls := 0
+	check := authenticator.TokenFunc(func(ctx context.Context, token string) (*authenticator.Response, bool, error) {
+		calls++
+		auds, _ := authenticator.AudiencesFrom(ctx)
+		return &authenticator.Response{User: &user.DefaultInfo{Name: "alice"}, Audiences: auds}, true, nil
+	})
+	c, _ := cache.NewTokenAuthenticator(check, cache.TokenOptions{})
+	for _, aud := range []string{"snap.example", "snap.example", "other.example"} {
+		ctx := authenticator.WithAudiences(context.Background(), authenticator.Audiences{aud})
+		resp, _, _ := c.AuthenticateToken(ctx, "t")
+		fmt.Println(resp.Audiences, calls)
+	}
+	// Output:
+	// [snap.example] 1
+	// [snap.example] 1
+	// [other.example] 2
+}
+
+// A cache in front of k8s.io/apiserver's webhook authorizer, which sends a
+// SubjectAccessReview for every miss of its own cache and never coalesces:
+// behind the cache, 100 concurrent identical cold requests cost one
+// SubjectAccessReview.
+func ExampleNewAuthorizer() {
+	srv := authtest.NewServer()
+	defer srv.Close()
+	srv.SetPolicy(authtest.Rules(authtest.Rule{Users: []string{"alice"}, Verbs: []string{"get"}, APIGroups: []string{""}, Resources: []string{"pods"}}))
+	cs, err := kubernetes.NewForConfig(srv.Config())
+	if err != nil {
+		fmt.Println(err)
+		return
+	}
+	wh, err := webhook.NewFromInterface(cs.AuthorizationV1(), 5*time.Minute, 30*time.Second,
+		wait.Backoff{Steps: 1}, authorizer.DecisionNoOpinion, webhookmetrics.NoopAuthorizerMetrics{}, nil)
+	if err != nil {
+		fmt.Println(err)
+		return
+	}
+	az, err := cache.NewAuthorizer(wh, cache.AuthorizerOptions{})
+	if err != nil {
+		fmt.Println(err)
+		return
+	}
+	attrs := authorizer.AttributesRecord{User: &user.DefaultInfo{Name: "alice"}, Verb: "get", Namespace: "default", APIVersion: "v1", Resource: "pods", Name: "p", ResourceRequest: true}
+	var wg sync.WaitGroup
+	var mu sync.Mutex
+	decisions := map[authorizer.Decision]int{}
+	for range 100 {
+		wg.Go(func() {
+			d, _, _ := az.Authorize(context.Background(), attrs)
+			mu.Lock()
+			decisions[d]++
+			mu.Unlock()
+		})
+	}
+	wg.Wait()
+	fmt.Println("allowed:", decisions[authorizer.DecisionAllow], "SubjectAccessReviews:", srv.Count(authtest.SubjectAccessReviews))
+	// Output:
+	// allowed: 100 SubjectAccessReviews: 1
+}

@@ -1,0 +1,145 @@
+package reviewauth_test
+
+import (
+	"fmt"
+	"os"
+	"strconv"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/spf13/pflag"
+
+	"github.com/reviewauth/reviewauth"
+	"github.com/reviewauth/reviewauth/authn"
+	"github.com/reviewauth/reviewauth/authz"
+)
+
+// flagDefaults pairs every flag that has a default with the constant that
+// states it. Defaults are stated once, as constants in code; the flags'
+// help text and every document that names a default must agree with them.
+// To check another document, add it to documentsStatingDefaults.
+var flagDefaults = []struct {
+	flag  string
+	value any // the constant: time.Duration, int, float64 or []string
+}{
+	{"authentication-token-webhook-cache-ttl", authn.DefaultSuccessTTL},
+	{"authentication-token-webhook-cache-failure-ttl", authn.DefaultFailureTTL},
+	{"authentication-max-in-flight", authn.DefaultMaxInFlight},
+	{"authentication-qps", float64(reviewauth.DefaultQPS)},
+	{"authentication-burst", reviewauth.DefaultBurst},
+	{"authorization-webhook-cache-authorized-ttl", authz.DefaultAllowedTTL},
+	{"authorization-webhook-cache-unauthorized-ttl", authz.DefaultDeniedTTL},
+	{"authorization-max-in-flight", authz.DefaultMaxInFlight},
+	{"authorization-qps", float64(reviewauth.DefaultQPS)},
+	{"authorization-burst", reviewauth.DefaultBurst},
+	{"authorization-cache-ignored-extras", []string{authz.CredentialIDExtra}},
+}
+
+// documentsStatingDefaults are files whose lines naming a flag of
+// flagDefaults state its default, in human form (see human): the flag
+// tables in the AddFlags doc comments.
+var documentsStatingDefaults = []string{"authn/flags.go", "authz/flags.go"}
+
+// defaultFlags registers the flags of authn.Flags and authz.Flags.
+func defaultFlags() *pflag.FlagSet {
+	fs := pflag.NewFlagSet("defaults", pflag.ContinueOnError)
+	var an authn.Flags
+	var az authz.Flags
+	an.AddFlags(fs)
+	az.AddFlags(fs)
+	return fs
+}
+
+// human is how a document states v: durations without zero units ("1m",
+// "10s"), numbers as integers where they are, lists by the last path
+// segment of each element ("credential-id").
+func human(v any) []string {
+	switch v := v.(type) {
+	case time.Duration:
+		switch {
+		case v%time.Hour == 0:
+			return []string{fmt.Sprintf("%dh", v/time.Hour)}
+		case v%time.Minute == 0:
+			return []string{fmt.Sprintf("%dm", v/time.Minute)}
+		}
+		return []string{v.String()}
+	case float64:
+		return []string{strconv.FormatFloat(v, 'f', -1, 64)}
+	case int:
+		return []string{strconv.Itoa(v)}
+	case []string:
+		var out []string
+		for _, s := range v {
+			out = append(out, s[strings.LastIndex(s, "/")+1:])
+		}
+		return out
+	}
+	panic(fmt.Sprintf("human: %T", v))
+}
+
+// TestFlagDefaultsAgreeWithConstants checks each flag's default, and the
+// "(default ...)" its help text shows, against its constant.
+func TestFlagDefaultsAgreeWithConstants(t *testing.T) {
+	t.Parallel()
+	fs := defaultFlags()
+	usages := fs.FlagUsages()
+	for _, d := range flagDefaults {
+		f := fs.Lookup(d.flag)
+		if f == nil {
+			t.Errorf("--%s: not registered", d.flag)
+			continue
+		}
+		var want string
+		switch v := d.value.(type) {
+		case time.Duration:
+			want = v.String()
+		case []string:
+			want = "[" + strings.Join(v, ",") + "]"
+		default:
+			want = fmt.Sprint(v)
+		}
+		if f.DefValue != want {
+			t.Errorf("--%s default = %q; want %q, the constant's", d.flag, f.DefValue, want)
+		}
+		var line string
+		for _, l := range strings.Split(usages, "\n") {
+			if strings.Contains(l, "--"+d.flag+" ") {
+				line = l
+			}
+		}
+		if !strings.Contains(line, "(default "+want+")") {
+			t.Errorf("--%s help text %q does not show (default %s)", d.flag, line, want)
+		}
+	}
+}
+
+// TestDocumentsStateTheDefaults checks, in every document of
+// documentsStatingDefaults, that each line naming a flag of flagDefaults
+// states that flag's default as its constant has it.
+func TestDocumentsStateTheDefaults(t *testing.T) {
+	t.Parallel()
+	for _, doc := range documentsStatingDefaults {
+		raw, err := os.ReadFile(doc)
+		if err != nil {
+			t.Fatal(err)
+		}
+		for _, d := range flagDefaults {
+			named := 0
+			for _, line := range strings.Split(string(raw), "\n") {
+				if !strings.Contains(line, "--"+d.flag+" ") && !strings.Contains(line, "--"+d.flag+",") || !strings.Contains(line, "default") {
+					continue
+				}
+				named++
+				for _, h := range human(d.value) {
+					if !strings.Contains(line, h) {
+						t.Errorf("%s: %q states a default for --%s without %q, its constant", doc, strings.TrimSpace(line), d.flag, h)
+					}
+				}
+			}
+			if named == 0 && strings.HasPrefix(d.flag, map[string]string{"authn/flags.go": "authentication-", "authz/flags.go": "authorization-"}[doc]) {
+				t.Errorf("%s: no line states the default of --%s", doc, d.flag)
+			}
+		}
+	}
+}
