@@ -18,7 +18,8 @@ import (
 // flagDefaults pairs every flag that has a default with the constant that
 // states it. Defaults are stated once, as constants in code; the flags'
 // help text and every document that names a default must agree with them.
-// To check another document, add it to documentsStatingDefaults.
+// To check another document, add it to documentsStatingDefaults; README.md
+// is checked row by row in TestREADMEStatesTheDefaults.
 var flagDefaults = []struct {
 	flag  string
 	value any // the constant: time.Duration, int, float64 or []string
@@ -141,5 +142,56 @@ func TestDocumentsStateTheDefaults(t *testing.T) {
 				t.Errorf("%s: no line states the default of --%s", doc, d.flag)
 			}
 		}
+	}
+}
+
+// readmeDefaults are the rows of README.md's "Defaults, and why" tables
+// that state a library default, with what the Default column must say,
+// made from the constants. A row that changes its wording, or a constant
+// that changes its value, fails TestREADMEStatesTheDefaults until the two
+// agree again.
+var readmeDefaults = []struct {
+	setting string // the Setting column, as written
+	want    string // the Default column must contain it
+}{
+	{"Identity cache TTL", human(authn.DefaultSuccessTTL)[0] + ", never past `exp`"},
+	{"Rejection cache TTL", human(authn.DefaultFailureTTL)[0] + ", separate cache"},
+	{"Allow / Deny cache TTL", human(authz.DefaultAllowedTTL)[0] + " / " + human(authz.DefaultDeniedTTL)[0]},
+	{"Cache size", fmt.Sprintf("%d identities + %d rejections; %d decisions", authn.DefaultMaxEntries, authn.DefaultMaxEntries, authz.DefaultMaxEntries)},
+	{"Max token size", fmt.Sprintf("%d KiB", authn.DefaultMaxTokenSize>>10)},
+	{"Reviews in flight", fmt.Sprintf("%d per kind", authn.DefaultMaxInFlight)},
+	{"Client QPS / burst", fmt.Sprintf("%d / %d", int(reviewauth.DefaultQPS), reviewauth.DefaultBurst)},
+	{"Per-attempt timeout", fmt.Sprintf("%d s", authn.DefaultAttemptTimeout/time.Second)},
+	{"Answer size", fmt.Sprintf("%d KiB past the review sent", reviewauth.MaxAnswerBytes>>10)},
+	{"SAR cache key", "`" + authz.CredentialIDExtra + "`"},
+}
+
+// TestREADMEStatesTheDefaults checks the Default column of README.md's
+// rows named in readmeDefaults against the constants, and that the same
+// constants stand behind authn's and authz's.
+func TestREADMEStatesTheDefaults(t *testing.T) {
+	t.Parallel()
+	raw, err := os.ReadFile("README.md")
+	if err != nil {
+		t.Fatal(err)
+	}
+	rows := map[string]string{}
+	for _, line := range strings.Split(string(raw), "\n") {
+		cells := strings.Split(line, "|")
+		if len(cells) >= 4 && strings.HasPrefix(line, "| ") {
+			rows[strings.TrimSpace(cells[1])] = strings.TrimSpace(cells[2])
+		}
+	}
+	for _, d := range readmeDefaults {
+		got, ok := rows[d.setting]
+		switch {
+		case !ok:
+			t.Errorf("README.md has no row %q in its defaults", d.setting)
+		case !strings.Contains(got, d.want):
+			t.Errorf("README.md row %q says %q; want it to say %q, its constants", d.setting, got, d.want)
+		}
+	}
+	if authn.DefaultMaxInFlight != authz.DefaultMaxInFlight || authn.DefaultAttemptTimeout != authz.DefaultAttemptTimeout {
+		t.Errorf("authn and authz differ in in-flight bound or attempt timeout; the README states one for both")
 	}
 }
