@@ -496,12 +496,20 @@ func (f *fakeAPI) serve(w http.ResponseWriter, r *http.Request) {
 // JSON patch; preconditions.uid in DeleteOptions. A PUT or a patch but an
 // apply of a missing object is 404; an apply of one creates it. Patches
 // are merged (apply and strategic merge as merge patches; JSON patches
-// change nothing but the test).
+// change nothing but the test). A patch's type is read as the API
+// server's patch handler reads it (patchType).
 func (f *fakeAPI) serveObject(w http.ResponseWriter, r *http.Request, key string, body []byte) {
 	conflict := func(want, have string) {
 		writeJSON(w, http.StatusConflict, status(http.StatusConflict, fmt.Sprintf("Precondition failed: UID in precondition: %s, UID in object meta: %s", want, have)))
 	}
 	ct, _, _ := mime.ParseMediaType(r.Header.Get("Content-Type"))
+	if r.Method == http.MethodPatch {
+		var ok bool
+		if ct, ok = patchType(r.Header); !ok {
+			writeJSON(w, http.StatusUnsupportedMediaType, status(http.StatusUnsupportedMediaType, fmt.Sprintf("the body of the request was in an unknown format - accepted media types include: %s, %s, %s, %s", mediaJSONPatch, mediaMergePatch, mediaStrategicPatch, mediaApplyYAML)))
+			return
+		}
+	}
 	var doc map[string]any
 	var uidPre string
 	switch {
@@ -585,6 +593,23 @@ func (f *fakeAPI) serveObject(w http.ResponseWriter, r *http.Request, key string
 		}
 	}
 	writeJSON(w, http.StatusOK, obj)
+}
+
+// patchType is the type of a patch with header h as the API server's
+// patch handler reads it (k8s.io/apiserver v0.37.2,
+// pkg/endpoints/handlers/patch.go): the first Content-Type, cut at its
+// first ';' (unless that is its first byte), compared exactly, case
+// included, with the patch types it serves; false for any other.
+func patchType(h http.Header) (string, bool) {
+	ct := h.Get("Content-Type")
+	if i := strings.Index(ct, ";"); i > 0 {
+		ct = ct[:i]
+	}
+	switch ct {
+	case mediaJSONPatch, mediaMergePatch, mediaStrategicPatch, mediaApplyYAML, mediaApplyCBOR:
+		return ct, true
+	}
+	return ct, false
 }
 
 // mergeInto merges patch into obj as a JSON merge patch does.
