@@ -118,6 +118,11 @@ type fakeAPI struct {
 	uids atomic.Int64
 	// noRecord stops recording requests (benchmarks).
 	noRecord atomic.Bool
+	// forwarded, when set, serves the requests that impersonate someone,
+	// in any spelling (those draproxy forwards for a driver, not its own
+	// reads), in place of the fake's own serve, which it calls in turn:
+	// the differential test's difftest.Upstream.
+	forwarded atomic.Pointer[http.Handler]
 
 	mu       sync.Mutex
 	objects  map[string]map[string]any // API path -> object
@@ -158,12 +163,27 @@ func startFakeAPI(t testing.TB) *fakeAPI {
 			reviews.ServeHTTP(w, r)
 			return
 		}
+		if fw := f.forwarded.Load(); fw != nil && impersonates(r.Header) {
+			(*fw).ServeHTTP(w, r)
+			return
+		}
 		f.serve(w, r)
 	}))
 	f.srv.EnableHTTP2 = true
 	f.srv.StartTLS()
 	t.Cleanup(f.close)
 	return f
+}
+
+// impersonates reports whether h has an Impersonate-* header, in any
+// case, '_' read as '-'.
+func impersonates(h http.Header) bool {
+	for k := range h {
+		if strings.HasPrefix(strings.ToLower(strings.ReplaceAll(k, "_", "-")), "impersonate-") {
+			return true
+		}
+	}
+	return false
 }
 
 func (f *fakeAPI) close() {
@@ -354,6 +374,11 @@ func (f *fakeAPI) addPod(ns, name, uid, node string) {
 		"metadata": map[string]any{"name": name, "namespace": ns, "uid": uid},
 		"spec":     map[string]any{"nodeName": node},
 	})
+}
+
+// addNode stores the Node name.
+func (f *fakeAPI) addNode(name string) {
+	f.put("/api/v1/nodes/"+name, map[string]any{"apiVersion": "v1", "kind": "Node", "metadata": map[string]any{"name": name, "uid": "uid-" + name}})
 }
 
 func (f *fakeAPI) put(path string, obj map[string]any) {

@@ -29,6 +29,7 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/apiserver/pkg/authentication/user"
+	"k8s.io/apiserver/pkg/authorization/authorizer"
 	"k8s.io/apiserver/pkg/endpoints/request"
 	"k8s.io/client-go/kubernetes"
 	"k8s.io/client-go/rest"
@@ -38,6 +39,7 @@ import (
 
 	"github.com/reviewauth/reviewauth/authn"
 	"github.com/reviewauth/reviewauth/authz"
+	"github.com/reviewauth/reviewauth/examples/internal/difftest"
 	"github.com/reviewauth/reviewauth/httpauth"
 )
 
@@ -876,6 +878,206 @@ func rawH2C(t *testing.T, sock string, fields [][2]string) string {
 			return "GOAWAY " + frame.ErrCode.String()
 		}
 	}
+}
+
+// diffEnv is draproxy for node-a (its handler as newProxy builds it,
+// served on a Unix socket as main serves it) in front of a fake API
+// server, set up for the differential test: a difftest.Recorder records
+// every attribute set the middleware's authorizer allows (it wraps the
+// SubjectAccessReview authorizer, the last of authz.All, which is asked
+// only once NodeLocal, the allow-list and NodeScope have allowed), and a
+// difftest.Upstream in front of the fake records every request draproxy
+// forwards for a driver (its own reads, which impersonate no one, go to
+// the fake directly).
+type diffEnv struct {
+	f       *fakeAPI
+	rec     *difftest.Recorder
+	up      *difftest.Upstream
+	clients map[string]*http.Client
+	// tokens: the driver on node-a, on node-b, dra/other on node-a.
+	driverA, driverB, otherA string
+}
+
+func newDiffEnv(t testing.TB) *diffEnv {
+	t.Helper()
+	f := startFakeAPI(t)
+	f.addSlice("a-1", "node-a")
+	f.addSlice("b-1", "node-b")
+	f.addSliceOf("o-1", "node-a", otherDriver, "uid-o-1")
+	f.addPod("ns", "pod-a", "pod-uid-a", "node-a")
+	f.addPod("ns", "pod-b", "pod-uid-b", "node-b")
+	f.addClaim("ns", "claim-a", [2]string{"pod-a", "pod-uid-a"})
+	f.addClaim("ns", "claim-b", [2]string{"pod-b", "pod-uid-b"})
+	f.addNode("node-a")
+	e := &diffEnv{f: f, rec: &difftest.Recorder{}, up: &difftest.Upstream{Next: http.HandlerFunc(f.serve)},
+		driverA: f.token(driverOn("node-a")), driverB: f.token(driverOn("node-b")), otherA: f.token(otherOn("node-a"))}
+	var fw http.Handler = e.up
+	f.forwarded.Store(&fw)
+	_, e.clients = socketClients(t, testHandler(t, f, func(o *options) {
+		o.SAR = e.rec.Authorizer(authorizer.AuthorizerFunc(o.SAR.Authorize))
+	}))
+	return e
+}
+
+// checker is the difftest.Proxy of e over client.
+func (e *diffEnv) checker(client *http.Client) difftest.Proxy {
+	return difftest.Proxy{
+		Send:          func(r difftest.Request) (int, error) { return difftest.Send(client, "http://localhost", r) },
+		Authorized:    e.rec,
+		Upstream:      e.up,
+		Read:          e.read,
+		Identity:      forwardedIdentity,
+		PassesAnswers: true, // checked reads are forwarded, then answered 404 or 403
+	}
+}
+
+// forwardedIdentity is what draproxy tells the API server of the user it
+// authorized: everything but the extras it does not forward.
+func forwardedIdentity(u *difftest.User) *difftest.User {
+	if u == nil {
+		return nil
+	}
+	out := *u
+	out.Extra = nil
+	for _, k := range forwardedExtras {
+		if v, ok := u.Extra[k]; ok {
+			if out.Extra == nil {
+				out.Extra = map[string][]string{}
+			}
+			out.Extra[k] = v
+		}
+	}
+	return &out
+}
+
+// read reads a request the API server received from draproxy as the API
+// server reads it: the user it impersonates (Impersonate-*, read
+// leniently, as the API server's impersonation filter makes it), and the
+// attributes httpauth's RequestInfo mapper (the API server's own request
+// info) gives its method, path and query for that user. Anything else in
+// its header is a difference: a header that is not draproxy's own
+// credential, an allow-listed one or an impersonation header, the driver's
+// credential, or a Content-Type the API server could read otherwise than
+// draproxy (two values, or a variant spelling).
+func (e *diffEnv) read(r *http.Request) (difftest.Decision, error) {
+	var d difftest.Decision
+	for k, v := range r.Header {
+		switch {
+		case k == "Authorization":
+			if len(v) != 1 || v[0] != "Bearer "+e.f.proxyToken {
+				return d, fmt.Errorf("an Authorization other than draproxy's own (%d values) reached the API server", len(v))
+			}
+		case k == "Content-Type" || k == "Accept" || k == "Accept-Encoding" || k == "User-Agent" || k == "Content-Length":
+			if len(v) != 1 {
+				return d, fmt.Errorf("%s reached the API server %d times: %q", k, len(v), v)
+			}
+		case strings.HasPrefix(k, "Impersonate-"):
+		default:
+			return d, fmt.Errorf("%s: %q reached the API server", k, v)
+		}
+	}
+	if n := len(difftest.Lenient(r.Header)["Content-Type"]); n > 1 {
+		return d, fmt.Errorf("Content-Type reached the API server in %d spellings or lines", n)
+	}
+	u, err := difftest.ImpersonatedUser(r.Header)
+	if err != nil || u == nil {
+		return d, fmt.Errorf("the API server was told no user: %v", err)
+	}
+	d.User = u
+	attrs, err := httpauth.RequestInfo().Attributes(r, &user.DefaultInfo{Name: u.Name, UID: u.UID, Groups: u.Groups, Extra: u.Extra})
+	for _, a := range attrs {
+		d.Attributes = append(d.Attributes, difftest.AttributesOf(a))
+	}
+	return d, err
+}
+
+// diffIdentityHeaders are the identity headers the corpus spoofs and
+// names in its Connection headers: impersonation, which the API server
+// trusts from draproxy, and the front-proxy headers.
+var diffIdentityHeaders = []string{"Impersonate-User", "Impersonate-Group", "Impersonate-Uid", "Impersonate-Extra-Authentication.kubernetes.io%2fnode-Name", "X-Remote-User"}
+
+// corpus is the hand-written corpus: reads (lists, watches in both forms,
+// checked gets of slices and claims, a node, what draproxy refuses), in
+// unclean and encoded spellings, with several drivers' tokens, none and a
+// bad one; and writes of a slice, with bodies, under every spelling of
+// Content-Type (the decision header) the corpus makes.
+func (e *diffEnv) corpus() []difftest.Request {
+	const slices = "/apis/resource.k8s.io/v1/resourceslices"
+	sel := "?fieldSelector=spec.nodeName%3Dnode-a"
+	reads := difftest.Corpus(difftest.CorpusOptions{
+		Methods: []string{"GET", "HEAD"},
+		Targets: []string{
+			slices + sel, slices, slices + "?fieldSelector=spec.nodeName%3Dnode-b",
+			slices + sel + "&fieldSelector=spec.nodeName%3Dnode-b", slices + "?fieldSelector=spec.nodeName%3Dnode-b&fieldSelector=spec.nodeName%3Dnode-a",
+			slices + "?fieldSelector=spec.driver%3Dgpu.example.com,spec.nodeName%3Dnode-a&labelSelector=a%3Db", slices + sel + "&watch=true",
+			"/apis/resource.k8s.io/v1/watch/resourceslices" + sel, "/apis/resource.k8s.io/v1/watch/resourceslices/a-1",
+			slices + "/a-1", slices + "/b-1", slices + "/o-1", slices + "/missing", "//apis/resource.k8s.io/v1/./resourceslices/a-1",
+			slices + "/%61-1", slices + "/a-1/../b-1", slices + "/b-1/..%2fa-1", "/apis/resource.k8s.io/v1/namespaces/ns/resourceclaims/claim-a",
+			"/apis/resource.k8s.io/v1/namespaces/ns/resourceclaims/claim-b", "/apis/resource.k8s.io/v1/resourceclaims/claim-a",
+			"/api/v1/nodes/node-a", "/api/v1/nodes/node-b", "/api/v1/namespaces/kube-system/secrets",
+		},
+		Authorization:   []string{"Bearer " + e.driverA, "Bearer " + e.driverB, "Bearer " + e.otherA, "", "Bearer not-a-token-0123456789"},
+		IdentityHeaders: diffIdentityHeaders,
+	})
+	var writes []difftest.Request
+	for _, w := range []struct {
+		method, target, body string
+	}{
+		{"PATCH", slices + "/a-1?fieldManager=driver", diffSliceBody("a-1", "node-a")},
+		{"PATCH", slices + "/new-a?fieldManager=driver", diffSliceBody("new-a", "node-a")},
+		{"PATCH", slices + "/new-b?fieldManager=driver", diffSliceBody("new-b", "node-b")},
+		{"PATCH", slices + "/b-1", diffSliceBody("b-1", "node-a")},
+		{"POST", slices, diffSliceBody("post-a", "node-a")},
+		{"PUT", slices + "/a-1", diffSliceBody("a-1", "node-a")},
+		{"DELETE", slices + "/missing", `{"kind":"DeleteOptions","apiVersion":"v1"}`},
+	} {
+		for _, r := range difftest.Corpus(difftest.CorpusOptions{
+			Methods:         []string{w.method},
+			Targets:         []string{w.target},
+			Authorization:   []string{"Bearer " + e.driverA},
+			DecisionHeader:  "Content-Type",
+			DecisionValues:  []string{mediaApplyYAML, mediaMergePatch, mediaJSON, mediaYAML},
+			IdentityHeaders: diffIdentityHeaders,
+		}) {
+			r.Body = w.body
+			writes = append(writes, r)
+		}
+	}
+	return append(reads, writes...)
+}
+
+// diffSliceBody is a ResourceSlice of the test driver on node, a body a
+// create, an update, an apply and a merge patch all read.
+func diffSliceBody(name, node string) string {
+	return fmt.Sprintf(`{"apiVersion":"resource.k8s.io/v1","kind":"ResourceSlice","metadata":{"name":%q},"spec":{"driver":%q,"nodeName":%q,"pool":{"name":"p","resourceSliceCount":1}}}`, name, testDriver, node)
+}
+
+// TestForwardedIsAuthorized is the differential test of draproxy (issues
+// #20 and #21), as examples/rbacproxy's: for a corpus of requests (lists
+// and watches with their selectors in several forms, checked gets of
+// slices and claims, unclean and encoded paths, multi-value queries,
+// spoofed identity headers in every spelling, Connection headers naming
+// the identity headers, Content-Type and Authorization, Content-Type once,
+// twice, in a variant spelling and in two spellings, on writes with
+// bodies, several drivers' tokens, none and a bad one), over HTTP/1.1 and
+// h2c on the Unix socket, what the API server received from draproxy,
+// read back as the API server reads it (the impersonated user; the
+// attributes of httpauth's RequestInfo mapper over its method, path and
+// query), equals what draproxy's middleware authorized for that request:
+// the attributes it allowed, and the user they were allowed for, told
+// without the extras draproxy does not forward. A request draproxy
+// refused never reaches the API server; a checked read that reaches it
+// and is then withheld (404, 403) was authorized as it was sent.
+func TestForwardedIsAuthorized(t *testing.T) {
+	t.Parallel()
+	e := newDiffEnv(t)
+	corpus := e.corpus()
+	for proto, client := range e.clients {
+		if err := difftest.Check(e.checker(client), corpus); err != nil {
+			t.Errorf("%s: %v", proto, err)
+		}
+	}
+	t.Logf("%d requests, over HTTP/1.1 and h2c", len(corpus))
 }
 
 // TestBodyLimit: a body of exactly the limit is forwarded; one byte more is
