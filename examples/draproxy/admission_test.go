@@ -28,7 +28,11 @@ const (
 
 // TestShippedAdmission: deploy/admission-policy.yaml is a policy of
 // ResourceSlice writes that fails closed, matched by the driver
-// identities in its parameters, and a binding that denies.
+// identities in its parameters, and a binding that denies. Its
+// expressions are single lines: kustomize (kubectl apply -k) writes a
+// folded scalar with more-indented lines back with an extra line break,
+// and the policy it stored would then differ from draproxy's, which
+// draproxy refuses.
 func TestShippedAdmission(t *testing.T) {
 	t.Parallel()
 	pol, bind, err := shippedAdmission()
@@ -55,6 +59,21 @@ func TestShippedAdmission(t *testing.T) {
 		t.Errorf("binding %v; want Deny of %s", bind.Spec, pol.Name)
 	case bind.Spec.ParamRef == nil || bind.Spec.ParamRef.Selector == nil || bind.Spec.ParamRef.Selector.MatchLabels[identityLabel] != "true":
 		t.Errorf("binding paramRef %v; want the %s label", bind.Spec.ParamRef, identityLabel)
+	}
+	var exprs []string
+	for _, m := range s.MatchConditions {
+		exprs = append(exprs, m.Expression)
+	}
+	for _, v := range s.Variables {
+		exprs = append(exprs, v.Expression)
+	}
+	for _, v := range s.Validations {
+		exprs = append(exprs, v.Expression, v.MessageExpression)
+	}
+	for _, e := range exprs {
+		if strings.Contains(e, "\n") {
+			t.Errorf("expression %q spans lines; want one line", e)
+		}
 	}
 }
 

@@ -29,7 +29,9 @@ func TestOutHeaderSetsOwnBearer(t *testing.T) {
 	}
 	p := &proxy{upstream: host, bearer: must(newUpstreamBearer(f.config()))}
 	driver := http.Header{"Authorization": {"Bearer driver-token"}, "Accept": {"application/json"}}
-	h := p.outHeader(driver, request.WithUser(t.Context(), &user.DefaultInfo{Name: driverSA}), nil)
+	r := httptest.NewRequestWithContext(request.WithUser(t.Context(), &user.DefaultInfo{Name: driverSA}), http.MethodGet, "/", nil)
+	r.Header = driver
+	h := p.outHeader(r, nil)
 	if got, want := h.Values("Authorization"), []string{"Bearer " + f.proxyToken}; len(got) != 1 || got[0] != want[0] {
 		t.Errorf("outHeader: Authorization = %q; want %q", got, want)
 	}

@@ -394,7 +394,7 @@ func medianOf(runs []figures) figures {
 
 // serveUnix serves handler on a Unix socket at path as main does (h2c and
 // HTTP/1.1) until the benchmark ends.
-func serveUnix(b *testing.B, handler http.Handler, path string) {
+func serveUnix(b testing.TB, handler http.Handler, path string) {
 	ln, remove, err := listenUnix(path, -1)
 	if err != nil {
 		b.Fatal(err)

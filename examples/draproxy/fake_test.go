@@ -118,6 +118,11 @@ type fakeAPI struct {
 	uids atomic.Int64
 	// noRecord stops recording requests (benchmarks).
 	noRecord atomic.Bool
+	// forwarded, when set, serves the requests that impersonate someone,
+	// in any spelling (those draproxy forwards for a driver, not its own
+	// reads), in place of the fake's own serve, which it calls in turn:
+	// the differential test's difftest.Upstream.
+	forwarded atomic.Pointer[http.Handler]
 
 	mu       sync.Mutex
 	objects  map[string]map[string]any // API path -> object
@@ -158,12 +163,27 @@ func startFakeAPI(t testing.TB) *fakeAPI {
 			reviews.ServeHTTP(w, r)
 			return
 		}
+		if fw := f.forwarded.Load(); fw != nil && impersonates(r.Header) {
+			(*fw).ServeHTTP(w, r)
+			return
+		}
 		f.serve(w, r)
 	}))
 	f.srv.EnableHTTP2 = true
 	f.srv.StartTLS()
 	t.Cleanup(f.close)
 	return f
+}
+
+// impersonates reports whether h has an Impersonate-* header, in any
+// case, '_' read as '-'.
+func impersonates(h http.Header) bool {
+	for k := range h {
+		if strings.HasPrefix(strings.ToLower(strings.ReplaceAll(k, "_", "-")), "impersonate-") {
+			return true
+		}
+	}
+	return false
 }
 
 func (f *fakeAPI) close() {
@@ -356,6 +376,11 @@ func (f *fakeAPI) addPod(ns, name, uid, node string) {
 	})
 }
 
+// addNode stores the Node name.
+func (f *fakeAPI) addNode(name string) {
+	f.put("/api/v1/nodes/"+name, map[string]any{"apiVersion": "v1", "kind": "Node", "metadata": map[string]any{"name": name, "uid": "uid-" + name}})
+}
+
 func (f *fakeAPI) put(path string, obj map[string]any) {
 	f.mu.Lock()
 	defer f.mu.Unlock()
@@ -496,12 +521,20 @@ func (f *fakeAPI) serve(w http.ResponseWriter, r *http.Request) {
 // JSON patch; preconditions.uid in DeleteOptions. A PUT or a patch but an
 // apply of a missing object is 404; an apply of one creates it. Patches
 // are merged (apply and strategic merge as merge patches; JSON patches
-// change nothing but the test).
+// change nothing but the test). A patch's type is read as the API
+// server's patch handler reads it (patchType).
 func (f *fakeAPI) serveObject(w http.ResponseWriter, r *http.Request, key string, body []byte) {
 	conflict := func(want, have string) {
 		writeJSON(w, http.StatusConflict, status(http.StatusConflict, fmt.Sprintf("Precondition failed: UID in precondition: %s, UID in object meta: %s", want, have)))
 	}
 	ct, _, _ := mime.ParseMediaType(r.Header.Get("Content-Type"))
+	if r.Method == http.MethodPatch {
+		var ok bool
+		if ct, ok = patchType(r.Header); !ok {
+			writeJSON(w, http.StatusUnsupportedMediaType, status(http.StatusUnsupportedMediaType, fmt.Sprintf("the body of the request was in an unknown format - accepted media types include: %s, %s, %s, %s", mediaJSONPatch, mediaMergePatch, mediaStrategicPatch, mediaApplyYAML)))
+			return
+		}
+	}
 	var doc map[string]any
 	var uidPre string
 	switch {
@@ -585,6 +618,23 @@ func (f *fakeAPI) serveObject(w http.ResponseWriter, r *http.Request, key string
 		}
 	}
 	writeJSON(w, http.StatusOK, obj)
+}
+
+// patchType is the type of a patch with header h as the API server's
+// patch handler reads it (k8s.io/apiserver v0.37.2,
+// pkg/endpoints/handlers/patch.go): the first Content-Type, cut at its
+// first ';' (unless that is its first byte), compared exactly, case
+// included, with the patch types it serves; false for any other.
+func patchType(h http.Header) (string, bool) {
+	ct := h.Get("Content-Type")
+	if i := strings.Index(ct, ";"); i > 0 {
+		ct = ct[:i]
+	}
+	switch ct {
+	case mediaJSONPatch, mediaMergePatch, mediaStrategicPatch, mediaApplyYAML, mediaApplyCBOR:
+		return ct, true
+	}
+	return ct, false
 }
 
 // mergeInto merges patch into obj as a JSON merge patch does.

@@ -14,6 +14,8 @@ import (
 	"k8s.io/apimachinery/pkg/runtime/serializer/json"
 	"k8s.io/utils/ptr"
 	sigsjson "sigs.k8s.io/json"
+
+	"github.com/reviewauth/reviewauth/examples/internal/difftest"
 )
 
 // FuzzBodyNodeName checks bodyNodeName against the API server's own JSON
@@ -321,4 +323,37 @@ func sameSlice(a, b *sliceObject) bool {
 	return a.objectHeader == b.objectHeader && eqS(a.Spec.Driver, b.Spec.Driver) && eqS(a.Spec.NodeName, b.Spec.NodeName) &&
 		eqB(a.Spec.AllNodes, b.Spec.AllNodes) && eqB(a.Spec.PerDeviceNodeSelection, b.Spec.PerDeviceNodeSelection) &&
 		(a.Spec.NodeSelector == nil) == (b.Spec.NodeSelector == nil) && a.Spec.boundTo("node-a") == b.Spec.boundTo("node-a")
+}
+
+// FuzzForwardedIsAuthorized is TestForwardedIsAuthorized with fuzzed
+// requests (any method, target, header lines and body, with the node-a
+// driver's token unless they carry an Authorization of their own) through
+// draproxy on its Unix socket over HTTP/1.1: whatever reaches the API
+// server, read back as the API server reads it, says what draproxy
+// authorized.
+func FuzzForwardedIsAuthorized(f *testing.F) {
+	e := newDiffEnv(f)
+	p := e.checker(e.clients["HTTP/1.1"])
+	for _, seed := range [][4]string{
+		{"GET", "/apis/resource.k8s.io/v1/resourceslices?fieldSelector=spec.nodeName%3Dnode-a", "Connection: Impersonate-User, Content-Type\nImpersonate-User: system:admin", ""},
+		{"GET", "/apis/resource.k8s.io/v1/watch/resourceslices/a-1?fieldSelector=spec.nodeName%3Dnode-a", "impersonate_group: system:masters", ""},
+		{"HEAD", "//apis/resource.k8s.io/v1/resourceslices/%61-1", "Accept: application/json;as=Table;g=meta.k8s.io;v=v1", ""},
+		{"PATCH", "/apis/resource.k8s.io/v1/resourceslices/new?fieldManager=x", "Content_Type: application/apply-patch+yaml", diffSliceBody("new", "node-a")},
+		{"PATCH", "/apis/resource.k8s.io/v1/resourceslices/a-1", "Content-Type: application/merge-patch+json\ncontent_type: application/apply-patch+yaml", `{"spec":{"nodeName":"node-b"}}`},
+		{"POST", "/apis/resource.k8s.io/v1/resourceslices", "Content-Type: application/yaml", "metadata: {name: y}\nspec: {nodeName: node-a, driver: gpu.example.com}\n"},
+		{"DELETE", "/apis/resource.k8s.io/v1/resourceslices?fieldSelector=spec.nodeName%3Dnode-a,spec.driver%3Dgpu.example.com", "", ""},
+		{"GET", "/apis/resource.k8s.io/v1/namespaces/ns/resourceclaims/claim-a", "X-Remote-User: admin", ""},
+	} {
+		f.Add(seed[0], seed[1], seed[2], seed[3])
+	}
+	f.Fuzz(func(t *testing.T, method, target, headers, body string) {
+		r, ok := difftest.FuzzRequest(method, target, headers, "Bearer "+e.driverA)
+		if !ok || len(body) > 1<<16 {
+			t.Skip()
+		}
+		r.Body = body
+		if err := difftest.CheckOne(p, r); err != nil {
+			t.Fatal(err)
+		}
+	})
 }

@@ -124,12 +124,13 @@
 //	  policyName: draproxy-resourceslices
 //	  validationActions: [Deny]
 //	  paramRef:
-//	    namespace: dra-system
+//	    namespace: dra-system   # draproxy's
 //	    selector: {matchLabels: {draproxy.reviewauth.io/driver-identity: "true"}}
 //	    parameterNotFoundAction: Allow
 //
 // Which identities it confines is said by its parameters, one ConfigMap
-// per driver ServiceAccount (deploy/driver-identity.yaml):
+// per driver ServiceAccount in draproxy's namespace
+// (deploy/driver/driver-identity.yaml):
 //
 //	data:
 //	  serviceAccount: gpu-driver/kubelet-plugin
@@ -221,17 +222,25 @@
 //
 // # Deploying
 //
-// deploy/ holds what to apply (kubectl apply -k examples/draproxy/deploy;
-// replace the example driver's names, gpu.example.com and
-// gpu-driver/kubelet-plugin, and the image):
+// deploy/ holds draproxy (kubectl apply -k examples/draproxy/deploy; its
+// kustomization.yaml says what to edit: namespace, image, --driver,
+// --audience), and deploy/driver/ one DRA driver's part, applied once per
+// driver (kubectl apply -k examples/draproxy/deploy/driver after
+// replacing its namespace, gpu-driver, its driver name, gpu.example.com,
+// and the example kubelet plugin; the ServiceAccount's name and namespace
+// follow into the parameter and the RBAC by themselves):
 //
-//	namespace.yaml         dra-system, Pod Security "privileged" (the socket's hostPath needs it)
-//	serviceaccount.yaml    draproxy's ServiceAccount
-//	rbac.yaml              draproxy's RBAC (below)
-//	driver-rbac.yaml       the driver's RBAC (below)
-//	admission-policy.yaml  the ValidatingAdmissionPolicy and its binding (above)
-//	driver-identity.yaml   the policy's parameter for the driver
-//	daemonset.yaml         draproxy on every node
+//	deploy/namespace.yaml                dra-system, Pod Security "privileged" (the socket's hostPath needs it)
+//	deploy/serviceaccount.yaml           draproxy's ServiceAccount
+//	deploy/rbac.yaml                     draproxy's own RBAC (below)
+//	deploy/admission-policy.yaml         the ValidatingAdmissionPolicy and its binding (above)
+//	deploy/daemonset.yaml                draproxy on every node
+//	deploy/driver/namespace.yaml         the driver's namespace, Pod Security "privileged" (its hostPath)
+//	deploy/driver/serviceaccount.yaml    the kubelet plugin's ServiceAccount
+//	deploy/driver/rbac.yaml              the driver's RBAC (below)
+//	deploy/driver/draproxy-rbac.yaml     draproxy's permission to impersonate that ServiceAccount and its namespace's group
+//	deploy/driver/driver-identity.yaml   the policy's parameter for the driver, in draproxy's namespace
+//	deploy/driver/daemonset.yaml         the kubelet plugin: the socket's directory, its group, a token for draproxy
 //
 // One draproxy per node, as a DaemonSet, with the node's name from the
 // downward API, the socket's directory on the host, its health on a pod
@@ -247,9 +256,11 @@
 //	  template:
 //	    spec:
 //	      serviceAccountName: draproxy
+//	      automountServiceAccountToken: false  # draproxy's container mounts its own (kube-api-access)
 //	      securityContext: {runAsNonRoot: true, runAsUser: 65532, supplementalGroups: [2000], seccompProfile: {type: RuntimeDefault}}
 //	      containers:
 //	      - name: draproxy
+//	        image: reviewauth/draproxy
 //	        args: [--node-name=$(NODE_NAME), --audience=draproxy, --socket=/var/run/draproxy/draproxy.sock,
 //	               --socket-group=2000, --driver=gpu.example.com=gpu-driver/kubelet-plugin, --metrics-listen=$(POD_IP):9090]
 //	        env:
@@ -258,18 +269,21 @@
 //	        readinessProbe: {httpGet: {path: /readyz, port: 9090}}
 //	        livenessProbe: {httpGet: {path: /livez, port: 9090}}
 //	        securityContext: {allowPrivilegeEscalation: false, readOnlyRootFilesystem: true, capabilities: {drop: [ALL]}}
-//	        volumeMounts: [{name: socket, mountPath: /var/run/draproxy}]
+//	        volumeMounts: [{name: socket, mountPath: /var/run/draproxy}, {name: kube-api-access, mountPath: /var/run/secrets/kubernetes.io/serviceaccount}]
 //	      volumes:
 //	      - name: socket
 //	        hostPath: {path: /var/run/draproxy, type: DirectoryOrCreate}
+//	      - name: kube-api-access  # token, ca.crt, namespace, as the kubelet would mount them
 //
-// The driver's DaemonSet runs in group 2000, mounts the same hostPath and
-// a projected token for draproxy's audience (the kubelet binds it to the
-// pod, hence to the node):
+// The driver's DaemonSet (deploy/driver/daemonset.yaml) runs in group
+// 2000, mounts no API-server token, the same hostPath and a projected
+// token for draproxy's audience (the kubelet binds it to the pod, hence to
+// the node):
 //
+//	automountServiceAccountToken: false
 //	volumes:
 //	- name: draproxy
-//	  hostPath: {path: /var/run/draproxy}
+//	  hostPath: {path: /var/run/draproxy, type: Directory}
 //	- name: draproxy-token
 //	  projected:
 //	    sources:
@@ -277,7 +291,7 @@
 //
 // # RBAC
 //
-// The driver keeps the RBAC its chart grants (deploy/driver-rbac.yaml:
+// The driver keeps the RBAC its chart grants (deploy/driver/rbac.yaml:
 // resourceslices get, list, watch, create, update, patch, delete,
 // deletecollection; resourceclaims get; resourceclaims/status update,
 // patch; nodes get; and, since Kubernetes 1.37, resourceclaims/driver
@@ -287,12 +301,13 @@
 // impersonated request. Because draproxy impersonates the node-name
 // extra, the API server's own node-association checks (the associated-node
 // verbs) and the admission policy work through it as they do for a direct
-// call. draproxy's own ServiceAccount needs (deploy/rbac.yaml):
+// call. draproxy's own ServiceAccount needs (deploy/rbac.yaml, and
+// deploy/driver/draproxy-rbac.yaml per driver):
 //
 //	# Reviews: create tokenreviews and subjectaccessreviews.
 //	kind: ClusterRoleBinding  # roleRef: ClusterRole system:auth-delegator
 //	---
-//	# Impersonating the driver's ServiceAccount: a Role in the driver's namespace.
+//	# Per driver: impersonating its ServiceAccount, a Role in the driver's namespace...
 //	kind: Role
 //	metadata: {name: draproxy-impersonate, namespace: DRIVER_NS}
 //	rules:
@@ -301,17 +316,24 @@
 //	  verbs: [impersonate]
 //	  resourceNames: [DRIVER_SA]
 //	---
+//	# ...and its namespace's group, a ClusterRole.
+//	kind: ClusterRole
+//	rules:
+//	- apiGroups: [""]
+//	  resources: [groups]
+//	  verbs: [impersonate]
+//	  resourceNames: ["system:serviceaccounts:DRIVER_NS"]
+//	---
 //	kind: ClusterRole
 //	metadata: {name: draproxy}
 //	rules:
 //	- apiGroups: [""]
 //	  resources: [groups]
 //	  verbs: [impersonate]
-//	  resourceNames: ["system:serviceaccounts", "system:serviceaccounts:DRIVER_NS"]
+//	  resourceNames: ["system:serviceaccounts"]
 //	- apiGroups: [authentication.k8s.io]
 //	  resources: [uids]
-//	  verbs: [impersonate]
-//	  resourceNames: [DRIVER_SA_UID]  # optional narrowing; the UID changes if the ServiceAccount is re-created
+//	  verbs: [impersonate]  # optional narrowing: resourceNames [DRIVER_SA_UID...]; a UID changes if its ServiceAccount is re-created
 //	- apiGroups: [authentication.k8s.io]
 //	  resources:
 //	  - userextras/authentication.kubernetes.io/node-name

@@ -54,8 +54,29 @@ var forwardedExtras = []string{
 // forwardedHeaders are the only request headers forwarded, canonical
 // spelling only: content negotiation and the client's name. Everything
 // else, Authorization, Impersonate-*, X-Remote-* and Audit-ID included, is
-// dropped; Content-Length is the length of the body forwarded.
+// dropped; Content-Length is the length of the body forwarded. Since
+// nothing else is copied, draproxy has no hop-by-hop pass over request
+// headers: a header the client's Connection header names is forwarded if
+// it is one of these, and dropped otherwise, like every other.
 var forwardedHeaders = []string{"Accept", "Accept-Encoding", "Content-Type", "User-Agent"}
+
+// decisionHeaders are the request headers draproxy's decisions read that
+// reach the API server as the driver sent them (httpauth.DecisionHeader):
+// Content-Type alone, which tells a server-side apply (checked as a
+// create) from a patch, and a JSON body from one draproxy refuses. It
+// takes one value: sent twice, or as Content-Type and Content_Type, it is
+// 400, so that draproxy and the API server (which reads the first line)
+// can never read two types; sent only as Content_Type, it is read and
+// forwarded as Content-Type. The other headers a decision reads are not
+// forwarded as sent, so the upstream cannot read them otherwise than
+// draproxy did: Accept (a get of one object asking for as=Table or
+// as=PartialObjectMetadata is refused) is replaced by draproxy's own
+// application/json on every checked read, whose answer draproxy reads and
+// checks itself, and is read by no decision on other requests;
+// Content-Encoding (anything but identity is refused) and Upgrade (always
+// refused) are never forwarded, so the API server reads the body as
+// draproxy did.
+var decisionHeaders = []httpauth.DecisionHeader{{Name: "Content-Type"}}
 
 // options configures newProxy. The zero value of every optional field is
 // stated on it.
@@ -109,6 +130,10 @@ type proxy struct {
 	upstream *url.URL
 	bearer   *upstreamBearer   // nil: the transport's own credentials
 	rt       http.RoundTripper // impersonating over the API server's transport
+	// forwarder is httpauth's part of turning the request the middleware
+	// authorized into the one forwarded: the identity (impersonation) and
+	// the decision headers (outHeader).
+	forwarder *httpauth.Forwarder
 }
 
 // newProxy returns draproxy's handler: httpauth (the driver's token, then
@@ -129,6 +154,7 @@ func newProxy(o options) (http.Handler, error) {
 		// Cheapest first: a refusal by a local check costs no review.
 		Authorizer: authz.All(authz.NodeLocal(authz.NodeLocalOptions{NodeName: o.NodeName, NodeUID: o.NodeUID}), p.policy, scope, o.SAR),
 		Attributes: httpauth.AttributesMapperFunc(p.mapAttributes),
+		Forwarder:  p.forwarder,
 		Metrics:    o.Metrics,
 	})
 	if err != nil {
@@ -181,6 +207,10 @@ func buildProxy(o options) (*proxy, error) {
 	if err != nil {
 		return nil, fmt.Errorf("draproxy: the API server's credentials: %w", err)
 	}
+	forwarder, err := httpauth.NewForwarder(httpauth.ForwarderOptions{Identity: impersonation{}, DecisionHeaders: decisionHeaders})
+	if err != nil {
+		return nil, fmt.Errorf("draproxy: %w", err)
+	}
 	return &proxy{
 		node:     o.NodeName,
 		mapper:   httpauth.RequestInfo(),
@@ -193,6 +223,8 @@ func buildProxy(o options) (*proxy, error) {
 		upstream: host,
 		bearer:   bearer,
 		rt:       impersonating{base: base},
+
+		forwarder: forwarder,
 	}, nil
 }
 
@@ -327,7 +359,7 @@ func (p *proxy) forward(ctx context.Context, w http.ResponseWriter, r *http.Requ
 	pr.SetURL(p.upstream) // scheme, host, joined path; Host ""
 	out.RequestURI = ""
 	out.Close = false
-	out.Header = p.outHeader(r.Header, ctx, pl)
+	out.Header = p.outHeader(r, pl)
 	// The request body was read whole: its length is known and it has no
 	// trailers to forward.
 	body := pl.body
@@ -547,24 +579,32 @@ func (p *proxy) readBody(r *http.Request) ([]byte, *apierrors.StatusError) {
 	return body, nil
 }
 
-// outHeader is the header of the request to the API server: only the
-// forwarded headers of in, the impersonation of the authenticated driver
-// (in ctx), and draproxy's own bearer token (or, with other credentials,
-// none: the transport adds them). pl (nil: none) may replace two: the
-// Content-Type of a body draproxy rewrote, and, for a checked read, the
-// Accept (JSON, which draproxy reads, whatever the driver accepts:
-// client-go decodes an answer by its Content-Type) and the
-// Accept-Encoding (none: the transport asks for gzip itself and
-// decompresses what draproxy reads).
-func (p *proxy) outHeader(in http.Header, ctx context.Context, pl *plan) http.Header {
+// outHeader is the header of the request to the API server for r, the
+// request the middleware authorized: only the forwarded headers of r,
+// then what httpauth's Forwarder sets (the impersonation of the
+// authenticated driver, from r's context, and Content-Type as it was
+// authorized), then what draproxy itself decided, and draproxy's own
+// bearer token (or, with other credentials, none: the transport adds
+// them). pl (nil: none) may replace two headers after the Forwarder: the
+// Content-Type of a body draproxy rewrote (YAML converted to JSON,
+// DeleteOptions made from the query), which names the encoding of the
+// body draproxy checked and wrote, not something the driver said; and, for
+// a checked read, the Accept (JSON, which draproxy reads, whatever the
+// driver accepts: client-go decodes an answer by its Content-Type) and
+// the Accept-Encoding (none: the transport asks for gzip itself and
+// decompresses what draproxy reads). No client-sent header is set after
+// the Forwarder. There is no hop-by-hop pass to come before it: only the
+// allow-list is copied.
+func (p *proxy) outHeader(r *http.Request, pl *plan) http.Header {
 	h := make(http.Header, len(forwardedHeaders)+5+len(forwardedExtras))
 	for _, k := range forwardedHeaders {
-		if v, ok := in[k]; ok {
+		if v, ok := r.Header[k]; ok {
 			// Shared, not copied: header values are read, never
 			// written, by the transports.
 			h[k] = v
 		}
 	}
+	p.forwarder.Header(h, r)
 	if pl != nil {
 		if pl.contentType != "" {
 			h["Content-Type"] = []string{pl.contentType}
@@ -573,9 +613,6 @@ func (p *proxy) outHeader(in http.Header, ctx context.Context, pl *plan) http.He
 			h["Accept"] = acceptJSON
 			delete(h, "Accept-Encoding")
 		}
-	}
-	if u, ok := request.UserFrom(ctx); ok {
-		setImpersonation(h, u)
 	}
 	if p.bearer != nil {
 		h["Authorization"] = p.bearer.header()
@@ -699,13 +736,30 @@ func (t impersonating) RoundTrip(req *http.Request) (*http.Response, error) {
 	return t.base.RoundTrip(req)
 }
 
-// setImpersonation sets the impersonation headers of u on h, as client-go's
-// impersonating round tripper does for rest.ImpersonationConfig: its name,
-// UID and groups (but system:authenticated, which the API server adds to
-// every impersonated user itself), and its forwardedExtras. It writes into
-// the header map outHeader builds, where the round tripper would clone the
+// impersonation is draproxy's httpauth.IdentityHeaders: it tells the API
+// server who the driver is by impersonating it, as client-go's
+// impersonating round tripper does for rest.ImpersonationConfig. The
+// middleware deletes every client-sent Impersonate-* header, in every
+// spelling, and keeps their names out of the client's Connection header;
+// httpauth.Forwarder.Header, called by outHeader, sets them from the
+// authenticated user.
+type impersonation struct{}
+
+var _ httpauth.IdentityHeaders = impersonation{}
+
+// Names returns the impersonation headers: Impersonate-User, -Uid, -Group
+// and -Extra-*.
+func (impersonation) Names() []string {
+	return []string{transport.ImpersonateUserHeader, transport.ImpersonateUIDHeader, transport.ImpersonateGroupHeader,
+		transport.ImpersonateUserExtraHeaderPrefix + "*"}
+}
+
+// Set sets the impersonation headers of u on h: its name, UID and groups
+// (but system:authenticated, which the API server adds to every
+// impersonated user itself), and its forwardedExtras. It writes into the
+// header map outHeader builds, where the round tripper would clone the
 // request (and escape the extras' keys) once more.
-func setImpersonation(h http.Header, u user.Info) {
+func (impersonation) Set(h http.Header, u user.Info) {
 	// One array for the name and the UID; each value's capacity is its
 	// length, so that an append cannot write into the other.
 	nameUID := []string{u.GetName(), u.GetUID()}

@@ -6,10 +6,12 @@ import (
 	"context"
 	"encoding/json"
 	"errors"
+	"fmt"
 	"io"
 	"net"
 	"net/http"
 	"net/http/httptest"
+	"path/filepath"
 	"reflect"
 	"slices"
 	"strconv"
@@ -20,11 +22,14 @@ import (
 	"time"
 
 	"go.uber.org/goleak"
+	"golang.org/x/net/http2"
+	"golang.org/x/net/http2/hpack"
 	resourcev1 "k8s.io/api/resource/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/apiserver/pkg/authentication/user"
+	"k8s.io/apiserver/pkg/authorization/authorizer"
 	"k8s.io/apiserver/pkg/endpoints/request"
 	"k8s.io/client-go/kubernetes"
 	"k8s.io/client-go/rest"
@@ -34,6 +39,8 @@ import (
 
 	"github.com/reviewauth/reviewauth/authn"
 	"github.com/reviewauth/reviewauth/authz"
+	"github.com/reviewauth/reviewauth/examples/internal/difftest"
+	"github.com/reviewauth/reviewauth/httpauth"
 )
 
 func TestMain(m *testing.M) {
@@ -58,6 +65,17 @@ type harness struct {
 
 func startProxy(t testing.TB, f *fakeAPI, mods ...func(*options)) *harness {
 	t.Helper()
+	h := &harness{f: f, clk: clocktesting.NewFakeClock(time.Now())}
+	srv := httptest.NewServer(testHandler(t, f, append([]func(*options){func(o *options) { o.Clock = h.clk }}, mods...)...))
+	t.Cleanup(srv.Close)
+	h.url = srv.URL
+	return h
+}
+
+// testHandler is draproxy's handler for node-a in front of f, with the
+// test drivers, reviewing with f's authtest server, changed by mods.
+func testHandler(t testing.TB, f *fakeAPI, mods ...func(*options)) http.Handler {
+	t.Helper()
 	an, err := authn.NewForConfig(f.config(), authn.Options{Audiences: []string{testAudience}})
 	if err != nil {
 		t.Fatal(err)
@@ -66,8 +84,7 @@ func startProxy(t testing.TB, f *fakeAPI, mods ...func(*options)) *harness {
 	if err != nil {
 		t.Fatal(err)
 	}
-	h := &harness{f: f, clk: clocktesting.NewFakeClock(time.Now())}
-	o := options{NodeName: "node-a", Drivers: testDrivers(), Authenticator: an, SAR: sar, Upstream: f.config(), Clock: h.clk}
+	o := options{NodeName: "node-a", Drivers: testDrivers(), Authenticator: an, SAR: sar, Upstream: f.config()}
 	for _, m := range mods {
 		m(&o)
 	}
@@ -75,10 +92,29 @@ func startProxy(t testing.TB, f *fakeAPI, mods ...func(*options)) *harness {
 	if err != nil {
 		t.Fatal(err)
 	}
-	srv := httptest.NewServer(handler)
-	t.Cleanup(srv.Close)
-	h.url = srv.URL
-	return h
+	return handler
+}
+
+// socketClients serves handler on a Unix socket as main serves it
+// (HTTP/1.1 and h2c), until the test ends, and returns the socket's path
+// and a client for each protocol ("HTTP/1.1", "h2c"), reaching it as
+// http://localhost.
+func socketClients(t testing.TB, handler http.Handler) (string, map[string]*http.Client) {
+	t.Helper()
+	sock := filepath.Join(shortDir(t), "draproxy.sock")
+	serveUnix(t, handler, sock)
+	dial := func(ctx context.Context, _, _ string) (net.Conn, error) {
+		return (&net.Dialer{}).DialContext(ctx, "unix", sock)
+	}
+	h1 := &http.Transport{DialContext: dial}
+	h2c := &http.Transport{DialContext: dial, Protocols: new(http.Protocols)}
+	h2c.Protocols.SetUnencryptedHTTP2(true)
+	t.Cleanup(h1.CloseIdleConnections)
+	t.Cleanup(h2c.CloseIdleConnections)
+	return sock, map[string]*http.Client{
+		"HTTP/1.1": {Transport: h1, Timeout: 20 * time.Second},
+		"h2c":      {Transport: h2c, Timeout: 20 * time.Second},
+	}
 }
 
 // client is client-go pointed at the proxy with token, sending JSON as a
@@ -578,7 +614,8 @@ func TestForwardedIdentity(t *testing.T) {
 
 // TestImpersonationHeaders: the headers are client-go's for the same
 // rest.ImpersonationConfig, minus system:authenticated and the extras not
-// forwarded.
+// forwarded, set through httpauth's Forwarder as outHeader sets them, and
+// each named by impersonation's Names.
 func TestImpersonationHeaders(t *testing.T) {
 	t.Parallel()
 	u := driverOn("node-a")
@@ -593,20 +630,454 @@ func TestImpersonationHeaders(t *testing.T) {
 	}))
 	_, _ = rt.RoundTrip(&http.Request{Header: http.Header{}})
 	got := http.Header{}
-	setImpersonation(got, u)
+	impersonation{}.Set(got, u)
 	if !reflect.DeepEqual(got, want) {
-		t.Errorf("setImpersonation = %v; want client-go's %v", got, want)
+		t.Errorf("impersonation.Set = %v; want client-go's %v", got, want)
+	}
+	// Every header Set writes is one of Names, which the middleware
+	// deletes from the driver's request in every spelling.
+	names, err := httpauth.NewForwarder(httpauth.ForwarderOptions{Identity: impersonation{}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	forwarded := http.Header{}
+	names.Header(forwarded, httptest.NewRequest(http.MethodGet, "/", nil).WithContext(request.WithUser(t.Context(), u)))
+	if !reflect.DeepEqual(forwarded, want) {
+		t.Errorf("Forwarder.Header with impersonation = %v; want client-go's %v", forwarded, want)
+	}
+	for k := range got {
+		if !slices.ContainsFunc(impersonation{}.Names(), func(n string) bool {
+			return k == n || (strings.HasSuffix(n, "*") && strings.HasPrefix(k, strings.TrimSuffix(n, "*")))
+		}) {
+			t.Errorf("impersonation.Set writes %s, which Names %q does not name", k, impersonation{}.Names())
+		}
 	}
 	got = http.Header{}
-	setImpersonation(got, &user.DefaultInfo{Name: "u", Groups: []string{"system:authenticated"}, Extra: map[string][]string{"scopes": {"x"}}})
+	impersonation{}.Set(got, &user.DefaultInfo{Name: "u", Groups: []string{"system:authenticated"}, Extra: map[string][]string{"scopes": {"x"}}})
 	if want := (http.Header{"Impersonate-User": {"u"}}); !reflect.DeepEqual(got, want) {
-		t.Errorf("setImpersonation(u) = %v; want %v", got, want)
+		t.Errorf("impersonation.Set(u) = %v; want %v", got, want)
 	}
 	// The transport refuses a request whose impersonation is not its user's.
-	_, err := impersonating{base: http.DefaultTransport}.RoundTrip(httptest.NewRequest(http.MethodGet, "/", nil).WithContext(request.WithUser(t.Context(), u)))
+	_, err = impersonating{base: http.DefaultTransport}.RoundTrip(httptest.NewRequest(http.MethodGet, "/", nil).WithContext(request.WithUser(t.Context(), u)))
 	if err == nil {
 		t.Error("impersonating.RoundTrip(no impersonation) = nil error; want one")
 	}
+}
+
+// TestForwardedHeaders: the attacks of issue #21 on the headers draproxy
+// authorizes and sets, over the Unix socket as drivers reach it, HTTP/1.1
+// and h2c, each case once per protocol: the client's Connection header
+// naming Impersonate-User and Content-Type takes away neither the
+// impersonation nor the Content-Type that was authorized (HTTP/1.1: HTTP/2
+// forbids Connection, and net/http's server answers an h2c request
+// carrying one 400, frame by frame); Content-Type in two spellings, or
+// twice, is 400 naming it, before any of draproxy's own reads; the apply
+// type in variant spellings (of the header's name and of the media type)
+// is either read as an apply and checked as a create, or refused, and the
+// API server (the fake, reading the patch type as the API server's patch
+// handler does) never applies what draproxy read as something else.
+// Whatever reaches the API server carries one Content-Type, spelled
+// canonically, and the driver's impersonation.
+func TestForwardedHeaders(t *testing.T) {
+	t.Parallel()
+	f := startFakeAPI(t)
+	f.addSlice("a-1", "node-a")
+	token := f.token(driverOn("node-a"))
+	sock, clients := socketClients(t, testHandler(t, f))
+	applyBody := func(name, node string) string {
+		return fmt.Sprintf(`{"apiVersion":"resource.k8s.io/v1","kind":"ResourceSlice","metadata":{"name":%q},"spec":{"driver":%q,"nodeName":%q,"pool":{"name":"p","resourceSliceCount":1}}}`, name, testDriver, node)
+	}
+	type tc struct {
+		name   string
+		method string
+		// path is a slice's path for %s, the case's own name.
+		slice  bool
+		node   string // the apply body's node; "" for no body
+		header [][2]string
+		h1Only bool // it carries a Connection header
+		want   int
+		// created: the fake holds the case's slice afterwards, on node-a.
+		created bool
+	}
+	const apply = mediaApplyYAML
+	cases := []tc{
+		{name: "Connection names Impersonate-User and Content-Type", method: "PATCH", slice: true, node: "node-a", h1Only: true,
+			header: [][2]string{{"Content-Type", apply}, {"Connection", "Impersonate-User, Content-Type"}}, want: http.StatusCreated, created: true},
+		{name: "Connection names every identity header and Authorization", method: "PATCH", slice: true, node: "node-a", h1Only: true,
+			header: [][2]string{{"Content-Type", apply}, {"Connection", "impersonate-user, Impersonate-Group, impersonate_uid, Impersonate-Extra-Authentication.kubernetes.io%2fnode-Name, authorization, content_type"}}, want: http.StatusCreated, created: true},
+		{name: "Content_Type alongside Content-Type", method: "PATCH", slice: true, node: "node-b",
+			header: [][2]string{{"Content-Type", mediaMergePatch}, {"Content_Type", apply}}, want: http.StatusBadRequest},
+		{name: "Content_Type alongside Content-Type, same value", method: "PATCH", slice: true, node: "node-a",
+			header: [][2]string{{"Content-Type", apply}, {"Content_Type", apply}}, want: http.StatusBadRequest},
+		{name: "two Content-Type lines", method: "PATCH", slice: true, node: "node-b",
+			header: [][2]string{{"Content-Type", mediaMergePatch}, {"Content-Type", apply}}, want: http.StatusBadRequest},
+		{name: "two Content-Type lines, same value", method: "PATCH", slice: true, node: "node-a",
+			header: [][2]string{{"Content-Type", apply}, {"Content-Type", apply}}, want: http.StatusBadRequest},
+		{name: "two Content-Type lines on a create", method: "POST", node: "node-a",
+			header: [][2]string{{"Content-Type", mediaJSON}, {"Content-Type", "application/vnd.kubernetes.protobuf"}}, want: http.StatusBadRequest},
+		{name: "Content_Type only, apply of node-a", method: "PATCH", slice: true, node: "node-a",
+			header: [][2]string{{"Content_Type", apply}}, want: http.StatusCreated, created: true},
+		{name: "Content_Type only, apply of node-b", method: "PATCH", slice: true, node: "node-b",
+			header: [][2]string{{"CONTENT_TYPE", apply}}, want: http.StatusForbidden},
+		{name: "apply type with a parameter, node-a", method: "PATCH", slice: true, node: "node-a",
+			header: [][2]string{{"Content-Type", apply + "; charset=utf-8"}}, want: http.StatusCreated, created: true},
+		{name: "apply type with a parameter, node-b", method: "PATCH", slice: true, node: "node-b",
+			header: [][2]string{{"Content-Type", apply + ";charset=utf-8"}}, want: http.StatusForbidden},
+		// draproxy reads media types as mime does (case-insensitively),
+		// the API server's patch handler compares them exactly: an apply
+		// draproxy checked (and would refuse for node-b) that the API
+		// server then refuses.
+		{name: "apply type in upper case, node-a", method: "PATCH", slice: true, node: "node-a",
+			header: [][2]string{{"Content-Type", strings.ToUpper(apply)}}, want: http.StatusUnsupportedMediaType},
+		{name: "apply type in upper case, node-b", method: "PATCH", slice: true, node: "node-b",
+			header: [][2]string{{"Content-Type", strings.ToUpper(apply)}}, want: http.StatusForbidden},
+		{name: "apply type, space before the parameter, node-a", method: "PATCH", slice: true, node: "node-a",
+			header: [][2]string{{"Content-Type", apply + " ; charset=utf-8"}}, want: http.StatusUnsupportedMediaType},
+		{name: "apply type, space before the parameter, node-b", method: "PATCH", slice: true, node: "node-b",
+			header: [][2]string{{"Content-Type", apply + " ; charset=utf-8"}}, want: http.StatusForbidden},
+		// A trailing ';': mime ignores it, the API server cuts it off.
+		{name: "apply type with an empty parameter, node-a", method: "PATCH", slice: true, node: "node-a",
+			header: [][2]string{{"Content-Type", apply + ";"}}, want: http.StatusCreated, created: true},
+		{name: "apply type with an empty parameter, node-b", method: "PATCH", slice: true, node: "node-b",
+			header: [][2]string{{"Content-Type", apply + ";"}}, want: http.StatusForbidden},
+		{name: "apply type with a parameter that does not parse", method: "PATCH", slice: true, node: "node-a",
+			header: [][2]string{{"Content-Type", apply + ";charset"}}, want: http.StatusUnsupportedMediaType},
+		{name: "apply and merge types in one value", method: "PATCH", slice: true, node: "node-b",
+			header: [][2]string{{"Content-Type", apply + ", " + mediaMergePatch}}, want: http.StatusUnsupportedMediaType},
+	}
+	for proto, client := range clients {
+		for i, c := range cases {
+			if c.h1Only && proto != "HTTP/1.1" {
+				continue
+			}
+			name := fmt.Sprintf("fh-%s-%d", strings.ToLower(strings.ReplaceAll(proto, "/", "")), i)
+			target := "/apis/resource.k8s.io/v1/resourceslices"
+			if c.slice {
+				target += "/" + name + "?fieldManager=driver"
+			}
+			var body io.Reader = http.NoBody
+			if c.node != "" {
+				body = strings.NewReader(applyBody(name, c.node))
+			}
+			req, err := http.NewRequestWithContext(t.Context(), c.method, "http://localhost"+target, body)
+			if err != nil {
+				t.Fatal(err)
+			}
+			req.Header.Set("Authorization", "Bearer "+token)
+			for _, h := range c.header {
+				req.Header[h[0]] = append(req.Header[h[0]], h[1])
+			}
+			f.seen()
+			resp, err := client.Do(req)
+			if err != nil {
+				t.Fatalf("%s, %s: %v", proto, c.name, err)
+			}
+			got, _ := io.ReadAll(resp.Body)
+			resp.Body.Close()
+			if resp.StatusCode != c.want || (proto == "h2c" && resp.ProtoMajor != 2) {
+				t.Errorf("%s, %s = %d %s %s; want %d", proto, c.name, resp.StatusCode, resp.Proto, got, c.want)
+			}
+			if c.want == http.StatusBadRequest && !strings.Contains(string(got), "Content-Type") {
+				t.Errorf("%s, %s = %s; want the refusal to name Content-Type", proto, c.name, got)
+			}
+			node, _ := f.sliceNode(name)
+			if created := node != ""; created != c.created || (created && node != "node-a") {
+				t.Errorf("%s, %s: the API server holds %s on node %q; want created %v, on node-a", proto, c.name, name, node, c.created)
+			}
+			received := f.seen()
+			if c.want == http.StatusBadRequest && len(received) != 0 {
+				t.Errorf("%s, %s: refused, but the API server received %d requests (draproxy's own reads included); want none", proto, c.name, len(received))
+			}
+			for _, s := range received {
+				if s.Method != c.method {
+					continue // draproxy's own read of the slice
+				}
+				if got := s.Header.Get("Impersonate-User"); got != driverSA {
+					t.Errorf("%s, %s: the API server was told Impersonate-User %q; want %q", proto, c.name, got, driverSA)
+				}
+				for k, v := range s.Header {
+					if strings.EqualFold(strings.ReplaceAll(k, "_", "-"), "Content-Type") && (k != "Content-Type" || len(v) != 1) {
+						t.Errorf("%s, %s: the API server received %s: %q; want Content-Type once", proto, c.name, k, v)
+					}
+				}
+				if c.node != "" && s.Header.Get("Content-Type") == "" {
+					t.Errorf("%s, %s: the API server received no Content-Type", proto, c.name)
+				}
+			}
+		}
+	}
+
+	// HTTP/2 forbids Connection: an h2c request that carries one is
+	// refused by net/http's server before draproxy, frame by frame (Go's
+	// HTTP/2 client will not send it).
+	for _, conn := range []string{"impersonate-user, content-type", "keep-alive"} {
+		f.seen()
+		if st := rawH2C(t, sock, [][2]string{{"authorization", "Bearer " + token}, {"connection", conn}}); st != "400" {
+			t.Errorf("h2c with connection: %s: :status %s; want 400", conn, st)
+		}
+		if got := f.seen(); len(got) != 0 {
+			t.Errorf("h2c with connection: %s: the API server received %d requests; want none", conn, len(got))
+		}
+	}
+	if st := rawH2C(t, sock, [][2]string{{"authorization", "Bearer " + token}}); st != "200" {
+		t.Errorf("h2c without connection: :status %s; want 200 (the frames are right)", st)
+	}
+}
+
+// rawH2C sends a list of node-a's slices with fields (lower-case names,
+// as HTTP/2 requires) over a new h2c connection to the Unix socket sock,
+// frame by frame, and returns the answer's :status.
+func rawH2C(t *testing.T, sock string, fields [][2]string) string {
+	t.Helper()
+	conn, err := net.Dial("unix", sock)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer conn.Close()
+	_ = conn.SetDeadline(time.Now().Add(20 * time.Second))
+	if _, err := io.WriteString(conn, http2.ClientPreface); err != nil {
+		t.Fatal(err)
+	}
+	fr := http2.NewFramer(conn, conn)
+	if err := fr.WriteSettings(); err != nil {
+		t.Fatal(err)
+	}
+	var block bytes.Buffer
+	enc := hpack.NewEncoder(&block)
+	for _, hf := range append([][2]string{{":method", "GET"}, {":scheme", "http"}, {":authority", "localhost"},
+		{":path", "/apis/resource.k8s.io/v1/resourceslices?fieldSelector=spec.nodeName%3Dnode-a"}}, fields...) {
+		_ = enc.WriteField(hpack.HeaderField{Name: hf[0], Value: hf[1]})
+	}
+	if err := fr.WriteHeaders(http2.HeadersFrameParam{StreamID: 1, BlockFragment: block.Bytes(), EndStream: true, EndHeaders: true}); err != nil {
+		t.Fatal(err)
+	}
+	dec := hpack.NewDecoder(4096, nil)
+	for {
+		frame, err := fr.ReadFrame()
+		if err != nil {
+			t.Fatalf("reading the answer: %v", err)
+		}
+		switch frame := frame.(type) {
+		case *http2.SettingsFrame:
+			if !frame.IsAck() {
+				_ = fr.WriteSettingsAck()
+			}
+		case *http2.HeadersFrame:
+			hfs, err := dec.DecodeFull(frame.HeaderBlockFragment())
+			if err != nil {
+				t.Fatal(err)
+			}
+			for _, hf := range hfs {
+				if hf.Name == ":status" {
+					return hf.Value
+				}
+			}
+		case *http2.RSTStreamFrame:
+			return "RST_STREAM " + frame.ErrCode.String()
+		case *http2.GoAwayFrame:
+			return "GOAWAY " + frame.ErrCode.String()
+		}
+	}
+}
+
+// diffEnv is draproxy for node-a (its handler as newProxy builds it,
+// served on a Unix socket as main serves it) in front of a fake API
+// server, set up for the differential test: a difftest.Recorder records
+// every attribute set the middleware's authorizer allows (it wraps the
+// SubjectAccessReview authorizer, the last of authz.All, which is asked
+// only once NodeLocal, the allow-list and NodeScope have allowed), and a
+// difftest.Upstream in front of the fake records every request draproxy
+// forwards for a driver (its own reads, which impersonate no one, go to
+// the fake directly).
+type diffEnv struct {
+	f       *fakeAPI
+	rec     *difftest.Recorder
+	up      *difftest.Upstream
+	clients map[string]*http.Client
+	// tokens: the driver on node-a, on node-b, dra/other on node-a.
+	driverA, driverB, otherA string
+}
+
+func newDiffEnv(t testing.TB) *diffEnv {
+	t.Helper()
+	f := startFakeAPI(t)
+	f.addSlice("a-1", "node-a")
+	f.addSlice("b-1", "node-b")
+	f.addSliceOf("o-1", "node-a", otherDriver, "uid-o-1")
+	f.addPod("ns", "pod-a", "pod-uid-a", "node-a")
+	f.addPod("ns", "pod-b", "pod-uid-b", "node-b")
+	f.addClaim("ns", "claim-a", [2]string{"pod-a", "pod-uid-a"})
+	f.addClaim("ns", "claim-b", [2]string{"pod-b", "pod-uid-b"})
+	f.addNode("node-a")
+	e := &diffEnv{f: f, rec: &difftest.Recorder{}, up: &difftest.Upstream{Next: http.HandlerFunc(f.serve)},
+		driverA: f.token(driverOn("node-a")), driverB: f.token(driverOn("node-b")), otherA: f.token(otherOn("node-a"))}
+	var fw http.Handler = e.up
+	f.forwarded.Store(&fw)
+	_, e.clients = socketClients(t, testHandler(t, f, func(o *options) {
+		o.SAR = e.rec.Authorizer(authorizer.AuthorizerFunc(o.SAR.Authorize))
+	}))
+	return e
+}
+
+// checker is the difftest.Proxy of e over client.
+func (e *diffEnv) checker(client *http.Client) difftest.Proxy {
+	return difftest.Proxy{
+		Send:          func(r difftest.Request) (int, error) { return difftest.Send(client, "http://localhost", r) },
+		Authorized:    e.rec,
+		Upstream:      e.up,
+		Read:          e.read,
+		Identity:      forwardedIdentity,
+		PassesAnswers: true, // checked reads are forwarded, then answered 404 or 403
+	}
+}
+
+// forwardedIdentity is what draproxy tells the API server of the user it
+// authorized: everything but the extras it does not forward.
+func forwardedIdentity(u *difftest.User) *difftest.User {
+	if u == nil {
+		return nil
+	}
+	out := *u
+	out.Extra = nil
+	for _, k := range forwardedExtras {
+		if v, ok := u.Extra[k]; ok {
+			if out.Extra == nil {
+				out.Extra = map[string][]string{}
+			}
+			out.Extra[k] = v
+		}
+	}
+	return &out
+}
+
+// read reads a request the API server received from draproxy as the API
+// server reads it: the user it impersonates (Impersonate-*, read
+// leniently, as the API server's impersonation filter makes it), and the
+// attributes httpauth's RequestInfo mapper (the API server's own request
+// info) gives its method, path and query for that user. Anything else in
+// its header is a difference: a header that is not draproxy's own
+// credential, an allow-listed one or an impersonation header, the driver's
+// credential, or a Content-Type the API server could read otherwise than
+// draproxy (two values, or a variant spelling).
+func (e *diffEnv) read(r *http.Request) (difftest.Decision, error) {
+	var d difftest.Decision
+	for k, v := range r.Header {
+		switch {
+		case k == "Authorization":
+			if len(v) != 1 || v[0] != "Bearer "+e.f.proxyToken {
+				return d, fmt.Errorf("an Authorization other than draproxy's own (%d values) reached the API server", len(v))
+			}
+		case k == "Content-Type" || k == "Accept" || k == "Accept-Encoding" || k == "User-Agent" || k == "Content-Length":
+			if len(v) != 1 {
+				return d, fmt.Errorf("%s reached the API server %d times: %q", k, len(v), v)
+			}
+		case strings.HasPrefix(k, "Impersonate-"):
+		default:
+			return d, fmt.Errorf("%s: %q reached the API server", k, v)
+		}
+	}
+	if n := len(difftest.Lenient(r.Header)["Content-Type"]); n > 1 {
+		return d, fmt.Errorf("Content-Type reached the API server in %d spellings or lines", n)
+	}
+	u, err := difftest.ImpersonatedUser(r.Header)
+	if err != nil || u == nil {
+		return d, fmt.Errorf("the API server was told no user: %v", err)
+	}
+	d.User = u
+	attrs, err := httpauth.RequestInfo().Attributes(r, &user.DefaultInfo{Name: u.Name, UID: u.UID, Groups: u.Groups, Extra: u.Extra})
+	for _, a := range attrs {
+		d.Attributes = append(d.Attributes, difftest.AttributesOf(a))
+	}
+	return d, err
+}
+
+// diffIdentityHeaders are the identity headers the corpus spoofs and
+// names in its Connection headers: impersonation, which the API server
+// trusts from draproxy, and the front-proxy headers.
+var diffIdentityHeaders = []string{"Impersonate-User", "Impersonate-Group", "Impersonate-Uid", "Impersonate-Extra-Authentication.kubernetes.io%2fnode-Name", "X-Remote-User"}
+
+// corpus is the hand-written corpus: reads (lists, watches in both forms,
+// checked gets of slices and claims, a node, what draproxy refuses), in
+// unclean and encoded spellings, with several drivers' tokens, none and a
+// bad one; and writes of a slice, with bodies, under every spelling of
+// Content-Type (the decision header) the corpus makes.
+func (e *diffEnv) corpus() []difftest.Request {
+	const slices = "/apis/resource.k8s.io/v1/resourceslices"
+	sel := "?fieldSelector=spec.nodeName%3Dnode-a"
+	reads := difftest.Corpus(difftest.CorpusOptions{
+		Methods: []string{"GET", "HEAD"},
+		Targets: []string{
+			slices + sel, slices, slices + "?fieldSelector=spec.nodeName%3Dnode-b",
+			slices + sel + "&fieldSelector=spec.nodeName%3Dnode-b", slices + "?fieldSelector=spec.nodeName%3Dnode-b&fieldSelector=spec.nodeName%3Dnode-a",
+			slices + "?fieldSelector=spec.driver%3Dgpu.example.com,spec.nodeName%3Dnode-a&labelSelector=a%3Db", slices + sel + "&watch=true",
+			"/apis/resource.k8s.io/v1/watch/resourceslices" + sel, "/apis/resource.k8s.io/v1/watch/resourceslices/a-1",
+			slices + "/a-1", slices + "/b-1", slices + "/o-1", slices + "/missing", "//apis/resource.k8s.io/v1/./resourceslices/a-1",
+			slices + "/%61-1", slices + "/a-1/../b-1", slices + "/b-1/..%2fa-1", "/apis/resource.k8s.io/v1/namespaces/ns/resourceclaims/claim-a",
+			"/apis/resource.k8s.io/v1/namespaces/ns/resourceclaims/claim-b", "/apis/resource.k8s.io/v1/resourceclaims/claim-a",
+			"/api/v1/nodes/node-a", "/api/v1/nodes/node-b", "/api/v1/namespaces/kube-system/secrets",
+		},
+		Authorization:   []string{"Bearer " + e.driverA, "Bearer " + e.driverB, "Bearer " + e.otherA, "", "Bearer not-a-token-0123456789"},
+		IdentityHeaders: diffIdentityHeaders,
+	})
+	var writes []difftest.Request
+	for _, w := range []struct {
+		method, target, body string
+	}{
+		{"PATCH", slices + "/a-1?fieldManager=driver", diffSliceBody("a-1", "node-a")},
+		{"PATCH", slices + "/new-a?fieldManager=driver", diffSliceBody("new-a", "node-a")},
+		{"PATCH", slices + "/new-b?fieldManager=driver", diffSliceBody("new-b", "node-b")},
+		{"PATCH", slices + "/b-1", diffSliceBody("b-1", "node-a")},
+		{"POST", slices, diffSliceBody("post-a", "node-a")},
+		{"PUT", slices + "/a-1", diffSliceBody("a-1", "node-a")},
+		{"DELETE", slices + "/missing", `{"kind":"DeleteOptions","apiVersion":"v1"}`},
+	} {
+		for _, r := range difftest.Corpus(difftest.CorpusOptions{
+			Methods:         []string{w.method},
+			Targets:         []string{w.target},
+			Authorization:   []string{"Bearer " + e.driverA},
+			DecisionHeader:  "Content-Type",
+			DecisionValues:  []string{mediaApplyYAML, mediaMergePatch, mediaJSON, mediaYAML},
+			IdentityHeaders: diffIdentityHeaders,
+		}) {
+			r.Body = w.body
+			writes = append(writes, r)
+		}
+	}
+	return append(reads, writes...)
+}
+
+// diffSliceBody is a ResourceSlice of the test driver on node, a body a
+// create, an update, an apply and a merge patch all read.
+func diffSliceBody(name, node string) string {
+	return fmt.Sprintf(`{"apiVersion":"resource.k8s.io/v1","kind":"ResourceSlice","metadata":{"name":%q},"spec":{"driver":%q,"nodeName":%q,"pool":{"name":"p","resourceSliceCount":1}}}`, name, testDriver, node)
+}
+
+// TestForwardedIsAuthorized is the differential test of draproxy (issues
+// #20 and #21), as examples/rbacproxy's: for a corpus of requests (lists
+// and watches with their selectors in several forms, checked gets of
+// slices and claims, unclean and encoded paths, multi-value queries,
+// spoofed identity headers in every spelling, Connection headers naming
+// the identity headers, Content-Type and Authorization, Content-Type once,
+// twice, in a variant spelling and in two spellings, on writes with
+// bodies, several drivers' tokens, none and a bad one), over HTTP/1.1 and
+// h2c on the Unix socket, what the API server received from draproxy,
+// read back as the API server reads it (the impersonated user; the
+// attributes of httpauth's RequestInfo mapper over its method, path and
+// query), equals what draproxy's middleware authorized for that request:
+// the attributes it allowed, and the user they were allowed for, told
+// without the extras draproxy does not forward. A request draproxy
+// refused never reaches the API server; a checked read that reaches it
+// and is then withheld (404, 403) was authorized as it was sent.
+func TestForwardedIsAuthorized(t *testing.T) {
+	t.Parallel()
+	e := newDiffEnv(t)
+	corpus := e.corpus()
+	for proto, client := range e.clients {
+		if err := difftest.Check(e.checker(client), corpus); err != nil {
+			t.Errorf("%s: %v", proto, err)
+		}
+	}
+	t.Logf("%d requests, over HTTP/1.1 and h2c", len(corpus))
 }
 
 // TestBodyLimit: a body of exactly the limit is forwarded; one byte more is

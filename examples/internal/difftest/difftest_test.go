@@ -2,6 +2,7 @@ package difftest_test
 
 import (
 	"context"
+	"io"
 	"net/http"
 	"net/http/httptest"
 	"slices"
@@ -35,7 +36,10 @@ func TestMain(m *testing.M) {
 // TestCheckFindsDifferences: Check reports a proxy that forwards a header
 // the decision read in a spelling it did not read, one that drops the
 // identity, and one that forwards a refused request; it passes one that
-// forwards what it authorized.
+// forwards what it authorized. With PassesAnswers, it passes a proxy that
+// forwards what it authorized and withholds the answer (404), and still
+// reports one that forwards a refused request, or answers a success
+// without forwarding.
 func TestCheckFindsDifferences(t *testing.T) {
 	t.Parallel()
 	alice := &user.DefaultInfo{Name: "alice", Groups: []string{"team-a", user.AllAuthenticated}}
@@ -43,6 +47,9 @@ func TestCheckFindsDifferences(t *testing.T) {
 		name    string
 		forward func(out, in http.Header)
 		refused bool // forwards even what it refuses
+		answer  int  // what it answers after forwarding; 0: the upstream's 200
+		skip    bool // answers 200 without forwarding
+		passes  bool // PassesAnswers
 		wantErr string
 	}{
 		{name: "forwards what was authorized", forward: func(out, in http.Header) {}},
@@ -50,6 +57,11 @@ func TestCheckFindsDifferences(t *testing.T) {
 		{name: "drops the identity", forward: func(out, in http.Header) { delete(out, "X-Remote-User") }, wantErr: "received   no user"},
 		{name: "two user values", forward: func(out, in http.Header) { out["X_remote_user"] = []string{"admin"} }, wantErr: "X-Remote-User has 2 values"},
 		{name: "forwards refused requests", forward: func(out, in http.Header) {}, refused: true, wantErr: "answered 403, and the upstream received it"},
+		{name: "withholds an answer", forward: func(out, in http.Header) {}, answer: http.StatusNotFound, wantErr: "answered 404, and the upstream received it"},
+		{name: "withholds an answer, PassesAnswers", forward: func(out, in http.Header) {}, answer: http.StatusNotFound, passes: true},
+		{name: "forwards refused requests, PassesAnswers", forward: func(out, in http.Header) {}, refused: true, passes: true, wantErr: "authorized no user"},
+		{name: "forwards a second spelling, PassesAnswers", forward: func(out, in http.Header) { out["X_namespace"] = in["X_namespace"] }, passes: true, wantErr: "received"},
+		{name: "answers without forwarding, PassesAnswers", forward: func(out, in http.Header) {}, skip: true, passes: true, wantErr: "answered 200; the upstream received it 0 times"},
 	} {
 		t.Run(tt.name, func(t *testing.T) {
 			t.Parallel()
@@ -72,11 +84,17 @@ func TestCheckFindsDifferences(t *testing.T) {
 						return
 					}
 				}
+				if tt.skip {
+					return
+				}
 				out := httptest.NewRequest(r.Method, r.URL.String(), nil)
 				out.Header = http.Header{"X-Namespace": r.Header["X-Namespace"]}
 				transport.SetAuthProxyHeaders(out, alice.Name, alice.UID, alice.Groups, alice.Extra)
 				tt.forward(out.Header, r.Header)
 				up.ServeHTTP(httptest.NewRecorder(), out)
+				if tt.answer != 0 && d == authorizer.DecisionAllow {
+					w.WriteHeader(tt.answer)
+				}
 			})
 			p := difftest.Proxy{
 				Send: func(r difftest.Request) (int, error) {
@@ -97,6 +115,7 @@ func TestCheckFindsDifferences(t *testing.T) {
 					}
 					return d, err
 				},
+				PassesAnswers: tt.passes,
 			}
 			err := difftest.Check(p, []difftest.Request{
 				{Method: "GET", Target: "/", Header: [][2]string{{"X-Namespace", "team-a"}, {"X_namespace", "kube-system"}}},
@@ -209,6 +228,48 @@ func TestCorpus(t *testing.T) {
 	}
 	if got := difftest.Spellings("X-Remote-User"); !slices.Contains(got, "x_remote_user") || !slices.Contains(got, "X-Remote_User") {
 		t.Errorf("Spellings = %q", got)
+	}
+}
+
+// TestSend: Send sends the request's body, its header lines as written,
+// and, to an HTTP/2 server (h2c here), no Connection header, which Go's
+// HTTP/2 client refuses to send.
+func TestSend(t *testing.T) {
+	t.Parallel()
+	type got struct {
+		proto int
+		body  string
+		h     http.Header
+	}
+	seen := make(chan got, 1)
+	srv := httptest.NewUnstartedServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		b, _ := io.ReadAll(r.Body)
+		seen <- got{r.ProtoMajor, string(b), r.Header.Clone()}
+	}))
+	srv.Config.Protocols = new(http.Protocols)
+	srv.Config.Protocols.SetHTTP1(true)
+	srv.Config.Protocols.SetUnencryptedHTTP2(true)
+	srv.Start()
+	defer srv.Close()
+	h2c := &http.Transport{Protocols: new(http.Protocols)}
+	h2c.Protocols.SetUnencryptedHTTP2(true)
+	defer h2c.CloseIdleConnections()
+	h1 := &http.Transport{}
+	defer h1.CloseIdleConnections()
+	r := difftest.Request{Method: "PATCH", Target: "/x", Header: [][2]string{{"Content-Type", "a"}, {"Content_Type", "b"}, {"Connection", "X-A"}, {"X-A", "1"}}, Body: `{"a":1}`}
+	for _, tt := range []struct {
+		client     *http.Client
+		proto      int
+		connection bool
+	}{{&http.Client{Transport: h1}, 1, true}, {&http.Client{Transport: h2c}, 2, false}} {
+		code, err := difftest.Send(tt.client, srv.URL, r)
+		if err != nil || code != http.StatusOK {
+			t.Fatalf("Send over HTTP/%d = %d, %v", tt.proto, code, err)
+		}
+		g := <-seen
+		if g.proto != tt.proto || g.body != r.Body || g.h.Get("Content-Type") != "a" || g.h.Get("Content_Type") != "b" || (g.h.Get("Connection") != "") != tt.connection {
+			t.Errorf("Send over HTTP/%d: the server got HTTP/%d, body %q, header %v", tt.proto, g.proto, g.body, g.h)
+		}
 	}
 }
 

@@ -134,6 +134,9 @@ func TestSetFlags(t *testing.T) {
 		{name: "append", args: []string{"--audience=a"}, flags: []string{"--kubeconfig=/k"}, want: []string{"--audience=a", "--kubeconfig=/k"}},
 		{name: "a prefix is another flag", args: []string{"--listen-address=x"}, flags: []string{"--listen=y"}, want: []string{"--listen-address=x", "--listen=y"}},
 		{name: "boolean", args: []string{"--v2", "--x"}, flags: []string{"--x=false"}, want: []string{"--v2", "--x=false"}},
+		{name: "repeated, replaced together", args: []string{"--a=1", "--driver=x", "--b=2", "--driver=y"}, flags: []string{"--driver=p", "--c=3", "--driver=q"},
+			want: []string{"--a=1", "--driver=p", "--driver=q", "--b=2", "--c=3"}},
+		{name: "repeated, appended", args: []string{"--a=1"}, flags: []string{"--driver=p", "--driver=q"}, want: []string{"--a=1", "--driver=p", "--driver=q"}},
 	}
 	for _, tc := range tests {
 		t.Run(tc.name, func(t *testing.T) {

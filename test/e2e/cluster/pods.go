@@ -388,19 +388,31 @@ func (c *Cluster) writeKubeconfig(t testing.TB, user *clientcmdapi.AuthInfo) str
 // SetFlags returns args with each of flags ("--name=value") in place of
 // the arguments of that flag name ("--name=..." or "--name"), or
 // appended when args have none: how a test moves a manifest's listen
-// addresses to loopback ports of its own.
+// addresses to loopback ports of its own. Flags given more than once
+// (a repeatable flag, such as draproxy's --driver) replace that flag's
+// arguments together, in their order, where its first argument was.
 func SetFlags(args []string, flags ...string) []string {
+	flagName := func(a string) string { n, _, _ := strings.Cut(a, "="); return n }
 	out := slices.Clone(args)
+	done := map[string]bool{}
 	for _, f := range flags {
-		name, _, _ := strings.Cut(f, "=")
-		replaced := false
-		for i, a := range out {
-			if n, _, _ := strings.Cut(a, "="); n == name {
-				out[i], replaced = f, true
+		name := flagName(f)
+		if done[name] {
+			continue
+		}
+		done[name] = true
+		var same []string
+		for _, g := range flags {
+			if flagName(g) == name {
+				same = append(same, g)
 			}
 		}
-		if !replaced {
-			out = append(out, f)
+		at := slices.IndexFunc(out, func(a string) bool { return flagName(a) == name })
+		out = slices.DeleteFunc(out, func(a string) bool { return flagName(a) == name })
+		if at < 0 {
+			out = append(out, same...)
+		} else {
+			out = slices.Insert(out, at, same...)
 		}
 	}
 	return out

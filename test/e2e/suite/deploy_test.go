@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"io"
 	"io/fs"
+	"maps"
 	"net"
 	"net/http"
 	"os"
@@ -67,6 +68,10 @@ type deployOptions struct {
 	suffix string
 	// values fill the documented patch (cluster.RenderOptions.Values).
 	values map[string]map[string]any
+	// omit are kinds of objects not applied: a cluster where a user left
+	// them out (draproxy's driver part without its admission policy
+	// parameter).
+	omit []string
 }
 
 // deploy renders the kustomization dir with o and applies it.
@@ -82,6 +87,7 @@ func deploy(t testing.TB, c *cluster.Cluster, dir string, o deployOptions) *clus
 	if err != nil {
 		t.Fatal(err)
 	}
+	m.Objects = slices.DeleteFunc(m.Objects, func(obj *unstructured.Unstructured) bool { return slices.Contains(o.omit, obj.GetKind()) })
 	c.Apply(t, m)
 	return m
 }
@@ -222,11 +228,18 @@ func containerPort(t testing.TB, spec corev1.Container, port intstr.IntOrString)
 // lifetime the manifest asks for, bound to the pod (and so to its node).
 func projectedToken(t testing.TB, c *cluster.Cluster, m *cluster.Manifests, kind, name, node, mountPath string) string {
 	t.Helper()
-	pod := c.CreatePodFromTemplate(t, m, kind, name, cluster.PodOptions{NodeName: node})
+	return podProjectedToken(t, c, c.CreatePodFromTemplate(t, m, kind, name, cluster.PodOptions{NodeName: node}), mountPath)
+}
+
+// podProjectedToken returns the token the kubelet would project into the
+// first container of pod at mountPath (file "token"), as projectedToken
+// does: each call is a new token, as after the kubelet's rotation.
+func podProjectedToken(t testing.TB, c *cluster.Cluster, pod *corev1.Pod, mountPath string) string {
+	t.Helper()
 	ct := c.PrepareContainer(t, pod, pod.Spec.Containers[0].Name)
 	dir, ok := ct.Volumes[mountPath]
 	if !ok {
-		t.Fatalf("%s %s mounts nothing at %s", kind, name, mountPath)
+		t.Fatalf("pod %s/%s mounts nothing at %s", pod.Namespace, pod.Name, mountPath)
 	}
 	b, err := os.ReadFile(filepath.Join(dir, "token"))
 	if err != nil {
@@ -302,7 +315,7 @@ func buildExample(t testing.TB, name string) {
 }
 
 // deployDirs returns every directory under examples/*/deploy that holds
-// a kustomization.yaml, examples/draproxy/deploy included once it exists.
+// a kustomization.yaml.
 func deployDirs(t testing.TB) []string {
 	t.Helper()
 	var dirs []string
@@ -331,10 +344,13 @@ func deployDirs(t testing.TB) []string {
 // checks that each flag the containers of an example's image pass
 // (reviewauth/NAME, or any image named NAME: examples/NAME) is one the
 // program lists in its --help, so that manifests and flags cannot drift
-// apart. It needs no cluster.
+// apart; and that examples/NAME/deploy runs NAME's image, so that none is
+// left out by an image name the test does not recognize. It needs no
+// cluster.
 func TestManifestFlags(t *testing.T) {
 	t.Parallel()
 	checked := 0
+	programs := map[string]bool{} // NAME: examples/NAME/deploy runs NAME's image
 	for _, dir := range deployDirs(t) {
 		rel, _ := filepath.Rel(examplesDir(), dir)
 		t.Run(filepath.ToSlash(rel), func(t *testing.T) {
@@ -355,6 +371,7 @@ func TestManifestFlags(t *testing.T) {
 					if !ok {
 						continue
 					}
+					programs[bin] = programs[bin] || dir == filepath.Join(examplesDir(), bin, "deploy")
 					buildExample(t, bin)
 					for _, a := range append(slices.Clone(ct.Command), ct.Args...) {
 						if !strings.HasPrefix(a, "-") {
@@ -371,7 +388,17 @@ func TestManifestFlags(t *testing.T) {
 			}
 		})
 	}
-	t.Logf("observed: %d flags of the manifests checked against the programs' --help", checked)
+	roots, err := filepath.Glob(filepath.Join(examplesDir(), "*", "deploy", "kustomization.yaml"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, k := range roots {
+		name := filepath.Base(filepath.Dir(filepath.Dir(k)))
+		if !programs[name] {
+			t.Errorf("examples/%s/deploy runs no container of %s's image (reviewauth/%s): its flags are not checked", name, name, name)
+		}
+	}
+	t.Logf("observed: %d flags of the manifests checked against the programs' --help: %v", checked, slices.Sorted(maps.Keys(programs)))
 }
 
 // unstructuredContainers returns the containers and init containers of a

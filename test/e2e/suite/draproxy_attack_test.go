@@ -248,7 +248,7 @@ func attackLayer(t *testing.T, e *draEnv, direct bool) {
 		if direct {
 			cfg = e.c.TokenConfig(e.c.RequestToken(t, e.ns, sa, cluster.TokenOptions{BoundPod: pod}))
 		} else {
-			cfg = e.socketConfig(e.c.RequestToken(t, e.ns, sa, cluster.TokenOptions{Audiences: []string{e.audience}, BoundPod: pod}))
+			cfg = e.socketConfig(e.token(t, pod)) // pod's ServiceAccount is sa
 		}
 		cfg.ContentType = "application/json"
 		cfg.QPS = -1
@@ -261,8 +261,8 @@ func attackLayer(t *testing.T, e *draEnv, direct bool) {
 		}
 		return &attacker{rc: rc, name: sa, driver: driver, nodeA: nodeA, nodeB: nodeB, applyBy: "hostile"}
 	}
-	a := mkAttacker(e.podA, "driver", e.driver)
-	a2 := mkAttacker(e.pod2A, "driver2", e.driver2)
+	a := mkAttacker(e.podA, e.sa, e.driver)
+	a2 := mkAttacker(e.pod2A, e.sa2, e.driver2)
 
 	// check reads the state as the admin after an attack: node B's slices
 	// (and every slice not of node A) exactly as before.
@@ -511,7 +511,7 @@ func TestDRAProxyPolicyScope(t *testing.T) {
 		}
 	}
 	// The listed identity, with the same kind of token, may not.
-	drv := e.direct(t, c.RequestToken(t, e.ns, "driver", cluster.TokenOptions{BoundPod: e.podA}))
+	drv := e.direct(t, c.RequestToken(t, e.ns, e.sa, cluster.TokenOptions{BoundPod: e.podA}))
 	s := e.slice(cluster.UniqueName("all"), "all", "dev")
 	s.Spec.NodeName, s.Spec.AllNodes = nil, ptr.To(true)
 	_, err := drv.ResourceV1().ResourceSlices().Create(t.Context(), s, metav1.CreateOptions{})

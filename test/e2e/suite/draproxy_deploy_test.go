@@ -1,192 +1,58 @@
 package suite_test
 
 import (
-	"bufio"
-	"bytes"
-	"context"
-	"errors"
-	"fmt"
-	"io"
-	"os"
-	"path/filepath"
 	"strings"
-	"sync"
 	"testing"
 
 	corev1 "k8s.io/api/core/v1"
-	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	rbacv1 "k8s.io/api/rbac/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
-	"k8s.io/apimachinery/pkg/types"
-	utilyaml "k8s.io/apimachinery/pkg/util/yaml"
-	"k8s.io/client-go/discovery"
-	"k8s.io/client-go/discovery/cached/memory"
-	"k8s.io/client-go/dynamic"
-	"k8s.io/client-go/restmapper"
-	sigsyaml "sigs.k8s.io/yaml"
+	"k8s.io/apimachinery/pkg/runtime"
 
 	"github.com/reviewauth/reviewauth/test/e2e/cluster"
 )
 
-// draProxyDeployDir holds the manifests users apply (kubectl apply -k).
-func draProxyDeployDir() string { return filepath.Join(examplesDir(), "draproxy", "deploy") }
-
-// The names in examples/draproxy/deploy that the tests rely on.
-const (
-	draProxyNamespace     = "dra-system"
-	draProxyPolicy        = "draproxy-resourceslices"
-	driverIdentityLabel   = "draproxy.reviewauth.io/driver-identity"
-	deployExampleDriverNS = "gpu-driver" // the example driver's namespace, which rbac.yaml names
-)
-
-var (
-	draProxyDeployOnce sync.Once
-	draProxyDeployErr  error
-)
-
-// installDRAProxyDeploy applies, as the admin and once per run, every
-// manifest of examples/draproxy/deploy that its kustomization.yaml lists,
-// as they are: the namespace, draproxy's ServiceAccount and RBAC, the
-// example driver's RBAC and parameter, the DaemonSet (which no kubelet
-// runs here) and the admission policy and its binding, which from then on
-// confine the ResourceSlice writes of every driver identity a parameter
-// names. The example driver's namespace is created first (its chart's
-// job). (A shared kustomize-based apply in test/e2e/cluster is to replace
-// this helper.)
-func installDRAProxyDeploy(t testing.TB, c *cluster.Cluster) {
-	t.Helper()
-	draProxyDeployOnce.Do(func() {
-		ctx, cancel := context.WithTimeout(context.Background(), 2*callTimeout)
-		defer cancel()
-		draProxyDeployErr = applyDRAProxyDeploy(ctx, c)
-	})
-	if draProxyDeployErr != nil {
-		t.Fatalf("apply examples/draproxy/deploy: %v", draProxyDeployErr)
-	}
-}
-
-func applyDRAProxyDeploy(ctx context.Context, c *cluster.Cluster) error {
-	_, err := c.Clientset().CoreV1().Namespaces().Create(ctx, &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: deployExampleDriverNS}}, metav1.CreateOptions{})
-	if err != nil && !apierrors.IsAlreadyExists(err) {
-		return err
-	}
-	files, err := kustomizationResources(draProxyDeployDir())
-	if err != nil {
-		return err
-	}
-	for _, name := range files {
-		if err := applyFile(ctx, c, filepath.Join(draProxyDeployDir(), name)); err != nil {
-			return fmt.Errorf("%s: %w", name, err)
-		}
-	}
-	return nil
-}
-
-// kustomizationResources returns the resources a kustomization.yaml lists.
-func kustomizationResources(dir string) ([]string, error) {
-	b, err := os.ReadFile(filepath.Join(dir, "kustomization.yaml"))
-	if err != nil {
-		return nil, err
-	}
-	var k struct {
-		Resources []string `json:"resources"`
-	}
-	if err := sigsyaml.Unmarshal(b, &k); err != nil {
-		return nil, err
-	}
-	if len(k.Resources) == 0 {
-		return nil, errors.New("kustomization.yaml lists no resources")
-	}
-	return k.Resources, nil
-}
-
-// applyFile applies every object of the YAML file at path with
-// server-side apply, as the admin, as `kubectl apply --server-side` does.
-func applyFile(ctx context.Context, c *cluster.Cluster, path string) error {
-	data, err := os.ReadFile(path)
-	if err != nil {
-		return err
-	}
-	cfg := c.AdminConfig()
-	dc, err := discovery.NewDiscoveryClientForConfig(cfg)
-	if err != nil {
-		return err
-	}
-	mapper := restmapper.NewDeferredDiscoveryRESTMapper(memory.NewMemCacheClient(dc))
-	dyn, err := dynamic.NewForConfig(cfg)
-	if err != nil {
-		return err
-	}
-	r := utilyaml.NewYAMLReader(bufio.NewReader(bytes.NewReader(data)))
-	for {
-		doc, err := r.Read()
-		if err == io.EOF {
-			return nil
-		}
-		if err != nil {
-			return err
-		}
-		if len(bytes.TrimSpace(doc)) == 0 {
-			continue
-		}
-		var obj unstructured.Unstructured
-		if err := sigsyaml.Unmarshal(doc, &obj.Object); err != nil {
-			return err
-		}
-		if len(obj.Object) == 0 {
-			continue // comments only
-		}
-		gvk := obj.GroupVersionKind()
-		m, err := mapper.RESTMapping(gvk.GroupKind(), gvk.Version)
-		if err != nil {
-			return fmt.Errorf("%s: %w", gvk, err)
-		}
-		var ri dynamic.ResourceInterface = dyn.Resource(m.Resource)
-		if ns := obj.GetNamespace(); ns != "" {
-			ri = dyn.Resource(m.Resource).Namespace(ns)
-		}
-		body, err := obj.MarshalJSON()
-		if err != nil {
-			return err
-		}
-		if _, err := ri.Patch(ctx, obj.GetName(), types.ApplyPatchType, body, metav1.PatchOptions{FieldManager: "reviewauth-e2e", Force: ptrTo(true)}); err != nil {
-			return fmt.Errorf("apply %s %s: %w", gvk.Kind, obj.GetName(), err)
-		}
-	}
-}
-
-func ptrTo[T any](v T) *T { return &v }
-
-// TestDRAProxyDeploy applies examples/draproxy/deploy as users do and
-// checks that the API server holds what it says: the admission policy and
-// its binding as written (no defaulting that changes their meaning), the
-// namespace with Pod Security "privileged", the DaemonSet with the node's
-// name from the downward API.
+// TestDRAProxyDeploy applies examples/draproxy/deploy as users do (the
+// flows' draproxy runs from the same objects) and checks that the API
+// server holds what it says: the admission policy and its binding as
+// written (no defaulting that changes their meaning, no namespace on
+// these cluster-scoped objects), the namespace with Pod Security
+// "privileged", the DaemonSet with the node's name from the downward API,
+// a token of its own mounted into draproxy's container only, restricted
+// defaults. It renders the driver part (deploy/driver) as users apply it
+// and in a namespace and with a name suffix of a test's own, and checks
+// that its kustomization keeps one identity throughout: the parameter in
+// draproxy's namespace naming the ServiceAccount it creates, draproxy's
+// impersonation of exactly that ServiceAccount and its namespace's group,
+// the driver's RBAC for the parameter's driver name, a token for
+// draproxy's audience in the driver's pod.
 func TestDRAProxyDeploy(t *testing.T) {
 	t.Parallel()
 	c := cluster.Get(t)
-	installDRAProxyDeploy(t, c)
+	m := deployDRAProxy(t, c)
 	ctx := t.Context()
 	cs := c.Clientset()
 	pol, err := cs.AdmissionregistrationV1().ValidatingAdmissionPolicies().Get(ctx, draProxyPolicy, metav1.GetOptions{})
 	if err != nil {
 		t.Fatalf("policy: %v", err)
 	}
-	if fp := pol.Spec.FailurePolicy; fp == nil || *fp != "Fail" || len(pol.Spec.Validations) != 5 || pol.Spec.ParamKind == nil || pol.Spec.ParamKind.Kind != "ConfigMap" {
-		t.Errorf("policy as stored: %+v", pol.Spec)
+	if fp := pol.Spec.FailurePolicy; fp == nil || *fp != "Fail" || len(pol.Spec.Validations) != 5 || pol.Spec.ParamKind == nil || pol.Spec.ParamKind.Kind != "ConfigMap" || pol.Namespace != "" {
+		t.Errorf("policy as stored: namespace %q, %+v", pol.Namespace, pol.Spec)
 	}
 	bind, err := cs.AdmissionregistrationV1().ValidatingAdmissionPolicyBindings().Get(ctx, draProxyPolicy, metav1.GetOptions{})
 	if err != nil {
 		t.Fatalf("binding: %v", err)
 	}
-	if len(bind.Spec.ValidationActions) != 1 || bind.Spec.ValidationActions[0] != "Deny" || bind.Spec.ParamRef == nil || bind.Spec.ParamRef.Namespace != draProxyNamespace {
-		t.Errorf("binding as stored: %+v", bind.Spec)
+	proxyNS := m.Namespace()
+	if len(bind.Spec.ValidationActions) != 1 || bind.Spec.ValidationActions[0] != "Deny" || bind.Spec.ParamRef == nil || bind.Spec.ParamRef.Namespace != proxyNS || proxyNS != "dra-system" {
+		t.Errorf("binding as stored: %+v; want Deny and parameters in draproxy's namespace dra-system (%q)", bind.Spec, proxyNS)
 	}
-	ns, err := cs.CoreV1().Namespaces().Get(ctx, draProxyNamespace, metav1.GetOptions{})
+	ns, err := cs.CoreV1().Namespaces().Get(ctx, proxyNS, metav1.GetOptions{})
 	if err != nil || ns.Labels["pod-security.kubernetes.io/enforce"] != "privileged" {
-		t.Errorf("namespace %s: %v, %v; want Pod Security privileged", draProxyNamespace, ns.Labels, err)
+		t.Errorf("namespace %s: %v, %v; want Pod Security privileged", proxyNS, ns.Labels, err)
 	}
-	ds, err := cs.AppsV1().DaemonSets(draProxyNamespace).Get(ctx, "draproxy", metav1.GetOptions{})
+	ds, err := cs.AppsV1().DaemonSets(proxyNS).Get(ctx, draProxyWorkload, metav1.GetOptions{})
 	if err != nil {
 		t.Fatalf("DaemonSet: %v", err)
 	}
@@ -197,6 +63,14 @@ func TestDRAProxyDeploy(t *testing.T) {
 	}
 	sc := ctr.SecurityContext
 	pod := ds.Spec.Template.Spec.SecurityContext
+	tokenMounts := map[string]bool{}
+	for _, ct := range append(ds.Spec.Template.Spec.InitContainers, ds.Spec.Template.Spec.Containers...) {
+		for _, vm := range ct.VolumeMounts {
+			if vm.MountPath == "/var/run/secrets/kubernetes.io/serviceaccount" {
+				tokenMounts[ct.Name] = true
+			}
+		}
+	}
 	switch {
 	case !nodeFromDownwardAPI:
 		t.Errorf("DaemonSet env %v; want NODE_NAME from spec.nodeName", ctr.Env)
@@ -208,5 +82,100 @@ func TestDRAProxyDeploy(t *testing.T) {
 		t.Errorf("container %s: probes %v %v, limits %v; want both probes and limits", ctr.Name, ctr.ReadinessProbe, ctr.LivenessProbe, ctr.Resources.Limits)
 	case !strings.Contains(strings.Join(ctr.Args, " "), "--driver=gpu.example.com=gpu-driver/kubelet-plugin"):
 		t.Errorf("container args %q; want the example driver's --driver", ctr.Args)
+	case ds.Spec.Template.Spec.AutomountServiceAccountToken == nil || *ds.Spec.Template.Spec.AutomountServiceAccountToken || len(tokenMounts) != 1 || !tokenMounts[ctr.Name]:
+		t.Errorf("automountServiceAccountToken %v, API tokens mounted into %v; want none automounted, draproxy's container's own only", ds.Spec.Template.Spec.AutomountServiceAccountToken, tokenMounts)
+	case !strings.HasPrefix(ctr.Image, "reviewauth/draproxy"):
+		t.Errorf("image %q; want reviewauth/draproxy", ctr.Image)
+	}
+
+	var proxyAudience string
+	for _, a := range ctr.Args {
+		if v, ok := strings.CutPrefix(a, "--audience="); ok {
+			proxyAudience = v
+		}
+	}
+
+	// The driver part, as users apply it and as the flows render it.
+	for _, o := range []cluster.RenderOptions{{}, {Namespace: "dra-driver-x", NameSuffix: "-x", Values: map[string]map[string]any{"driver-identity.yaml": {"data.drivers": "x.example.com"}}}} {
+		dm, err := cluster.Render(deployDir("draproxy", "driver"), o)
+		if err != nil {
+			t.Fatal(err)
+		}
+		sa := dm.Object("ServiceAccount", driverWorkload)
+		param := dm.Object("ConfigMap", "draproxy-driver-identity")
+		if sa == nil || param == nil {
+			t.Fatalf("driver part %+v: ServiceAccount %v, parameter %v", o, sa, param)
+		}
+		driverNS, saName := sa.GetNamespace(), sa.GetName()
+		wantNS, wantDriver := "gpu-driver", "gpu.example.com"
+		if o.Namespace != "" {
+			wantNS, wantDriver = o.Namespace, "x.example.com"
+		}
+		data, _, _ := unstructured.NestedStringMap(param.Object, "data")
+		if driverNS != wantNS || param.GetNamespace() != proxyNS || data["serviceAccount"] != driverNS+"/"+saName || data["drivers"] != wantDriver ||
+			param.GetLabels()[identityLabel] != "true" {
+			t.Errorf("driver part %+v: ServiceAccount %s/%s, parameter %s/%s %v %v; want the ServiceAccount's in %s", o, driverNS, saName,
+				param.GetNamespace(), param.GetName(), data, param.GetLabels(), proxyNS)
+		}
+		rules := func(kind, name string) []rbacv1.PolicyRule {
+			var r rbacv1.ClusterRole
+			if obj := dm.Object(kind, name); obj == nil || runtime.DefaultUnstructuredConverter.FromUnstructured(obj.Object, &r) != nil {
+				t.Fatalf("driver part %+v: no %s %s", o, kind, name)
+			}
+			return r.Rules
+		}
+		impersonated := map[string][]string{}
+		for _, kn := range [][2]string{{"Role", "draproxy-impersonate"}, {"ClusterRole", "draproxy-impersonate-gpu-driver"}} {
+			for _, r := range rules(kn[0], kn[1]) {
+				for _, res := range r.Resources {
+					impersonated[res] = append(impersonated[res], r.ResourceNames...)
+				}
+			}
+		}
+		if got := impersonated["serviceaccounts"]; len(got) != 1 || got[0] != saName {
+			t.Errorf("driver part %+v: draproxy may impersonate ServiceAccounts %q; want %q", o, got, saName)
+		}
+		if got := impersonated["groups"]; len(got) != 1 || got[0] != "system:serviceaccounts:"+driverNS {
+			t.Errorf("driver part %+v: draproxy may impersonate groups %q; want the driver namespace's", o, got)
+		}
+		for _, kn := range [][2]string{{"RoleBinding", "draproxy-impersonate"}, {"ClusterRoleBinding", "draproxy-impersonate-gpu-driver"}} {
+			var b rbacv1.RoleBinding
+			if obj := dm.Object(kn[0], kn[1]); obj == nil || runtime.DefaultUnstructuredConverter.FromUnstructured(obj.Object, &b) != nil ||
+				len(b.Subjects) != 1 || b.Subjects[0].Name != draProxyWorkload || b.Subjects[0].Namespace != proxyNS {
+				t.Errorf("driver part %+v: %s %s does not bind draproxy's ServiceAccount %s/%s", o, kn[0], kn[1], proxyNS, draProxyWorkload)
+			}
+		}
+		var associated []string
+		for _, r := range rules("ClusterRole", "gpu-driver-kubelet-plugin") {
+			if len(r.Resources) == 1 && r.Resources[0] == "resourceclaims/driver" {
+				associated = r.ResourceNames
+			}
+		}
+		if len(associated) != 1 || associated[0] != wantDriver {
+			t.Errorf("driver part %+v: the driver may write the status.devices of driver names %q; want %q", o, associated, wantDriver)
+		}
+		ds := dm.Object("DaemonSet", driverWorkload)
+		var tmpl corev1.PodTemplateSpec
+		raw, _, _ := unstructured.NestedMap(ds.Object, "spec", "template")
+		if err := runtime.DefaultUnstructuredConverter.FromUnstructured(raw, &tmpl); err != nil {
+			t.Fatal(err)
+		}
+		var audience string
+		for _, v := range tmpl.Spec.Volumes {
+			if v.Projected != nil {
+				for _, src := range v.Projected.Sources {
+					if src.ServiceAccountToken != nil {
+						audience = src.ServiceAccountToken.Audience
+					}
+				}
+			}
+		}
+		if tmpl.Spec.ServiceAccountName != saName || audience == "" || audience != proxyAudience || tmpl.Spec.AutomountServiceAccountToken == nil || *tmpl.Spec.AutomountServiceAccountToken {
+			t.Errorf("driver part %+v: the plugin runs as %q with a token for %q, automount %v; want %q, draproxy's audience %q, no API token", o,
+				tmpl.Spec.ServiceAccountName, audience, tmpl.Spec.AutomountServiceAccountToken, saName, proxyAudience)
+		}
 	}
 }
+
+// identityLabel selects the admission policy's parameters.
+const identityLabel = "draproxy.reviewauth.io/driver-identity"

@@ -6,11 +6,11 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"maps"
 	"net"
 	"net/http"
 	"net/url"
 	"os"
-	"os/exec"
 	"path/filepath"
 	"slices"
 	"strings"
@@ -18,10 +18,7 @@ import (
 	"testing"
 	"time"
 
-	authenticationv1 "k8s.io/api/authentication/v1"
-	authorizationv1 "k8s.io/api/authorization/v1"
 	corev1 "k8s.io/api/core/v1"
-	rbacv1 "k8s.io/api/rbac/v1"
 	resourcev1 "k8s.io/api/resource/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
@@ -37,86 +34,95 @@ import (
 	"github.com/reviewauth/reviewauth/test/e2e/cluster"
 )
 
-// draProxyBin is the draproxy example, built next to the other examples.
-const draProxyBin = "draproxy"
-
-var (
-	draProxyBuild    sync.Once
-	draProxyBuildErr error
-)
-
-// buildDRAProxy builds the draproxy example into the examples' directory.
-func buildDRAProxy(t testing.TB) {
-	t.Helper()
-	dir := buildExamples(t)
-	draProxyBuild.Do(func() {
-		ctx, cancel := context.WithTimeout(context.Background(), exampleBuildTimeout)
-		defer cancel()
-		cmd := exec.CommandContext(ctx, "go", "-C", examplesDir(), "build", "-o", filepath.Join(dir, draProxyBin), "./"+draProxyBin)
-		cmd.Env = append(os.Environ(), "GOWORK=off")
-		if out, err := cmd.CombinedOutput(); err != nil {
-			draProxyBuildErr = fmt.Errorf("go build of the draproxy example: %v\n%s", err, out)
-		}
-	})
-	if draProxyBuildErr != nil {
-		t.Fatal(draProxyBuildErr)
-	}
-}
-
-// draEnv is a DRA setup: two Nodes, two driver ServiceAccounts (driver,
-// publishing the DRA driver name driver, and driver2, publishing driver2)
-// with the RBAC a DRA driver's chart grants, driver pods of each bound to
-// node A and a driver pod bound to node B, and a draproxy for node A with
-// the RBAC its documentation lists, serving both identities.
+// draEnv is a DRA setup from the manifests users apply: draproxy's
+// examples/draproxy/deploy (applied once per run: the admission policy is
+// cluster-wide), and two drivers' parts, examples/draproxy/deploy/driver
+// rendered twice into one namespace of the test's own (each with a name
+// suffix and a driver name of its own: driver identities 1 and 2), two
+// Nodes, pods made from the drivers' DaemonSet templates (identity 1 on
+// node A and on node B, identity 2 on node A), and draproxy for node A,
+// run from its DaemonSet's pod template on node A (its ServiceAccount's
+// token bound to that pod) with the --driver flags of the two identities.
+// No RBAC is written here: draproxy and the drivers have what the
+// manifests grant.
 type draEnv struct {
 	c            *cluster.Cluster
 	nodeA, nodeB *corev1.Node
 	ns           string // the drivers' namespace
-	driverUser   string
+	sa, sa2      string // the drivers' ServiceAccounts (identities 1 and 2)
+	driverUser   string // identity 1's user name
 	proxyUser    string
-	podA, podB   *corev1.Pod
-	pod2A        *corev1.Pod // driver2's pod on node A
-	driver       string      // the DRA driver's name, unique per test
-	driver2      string      // the second identity's driver name
+	podA, podB   *corev1.Pod // identity 1's pods on node A and node B
+	pod2A        *corev1.Pod // identity 2's pod on node A
+	driver       string      // identity 1's DRA driver name, unique per test
+	driver2      string      // identity 2's
 	audience     string
 	socket       string
 	tlsAddr      string
 	caFile       string
-	proxy        *example
-	// policy: the admission policy lists both identities (a parameter
-	// each), and draproxy requires it.
+	proxy        *server
+	// policy: the admission policy lists both identities (each driver
+	// part's parameter is applied), and draproxy requires it.
 	policy bool
 }
 
 // draOptions are setupDRA's choices.
 type draOptions struct {
 	// noPolicy leaves both identities out of the admission policy's
-	// parameters (the API server confines nothing of theirs), and starts
+	// parameters (the driver parts are applied without their parameter
+	// ConfigMap: the API server confines nothing of theirs), and starts
 	// draproxy with --require-admission-policy=false: draproxy alone.
 	noPolicy bool
 }
 
-// driverRules is the RBAC of the DRA driver named driver's kubelet
-// plugin, as its chart grants it: the upstream example driver's
-// ClusterRole, plus, since Kubernetes 1.37, the permission to write the
-// status.devices of claims allocated on its own node (the API server
-// checks resourceclaims/driver with the associated-node verbs against the
-// writer's node-name extra, which draproxy impersonates).
-func driverRules(driver string) []rbacv1.PolicyRule {
-	return []rbacv1.PolicyRule{
-		{APIGroups: []string{"resource.k8s.io"}, Resources: []string{"resourceslices"}, Verbs: []string{"get", "list", "watch", "create", "update", "patch", "delete", "deletecollection"}},
-		{APIGroups: []string{"resource.k8s.io"}, Resources: []string{"resourceclaims"}, Verbs: []string{"get", "list", "watch"}},
-		{APIGroups: []string{"resource.k8s.io"}, Resources: []string{"resourceclaims/status"}, Verbs: []string{"update", "patch"}},
-		{APIGroups: []string{"resource.k8s.io"}, Resources: []string{"resourceclaims/driver"}, Verbs: []string{"associated-node:update", "associated-node:patch"}, ResourceNames: []string{driver}},
-		{APIGroups: []string{""}, Resources: []string{"nodes"}, Verbs: []string{"get"}},
+// The names examples/draproxy/deploy and its driver part give the objects
+// the tests use.
+const (
+	draProxyPolicy   = "draproxy-resourceslices" // the policy and its binding
+	draProxyWorkload = "draproxy"                // the DaemonSet
+	driverWorkload   = "kubelet-plugin"          // the driver part's DaemonSet and ServiceAccount
+	driverTokenMount = "/var/run/secrets/draproxy"
+)
+
+var (
+	draProxyDeployOnce sync.Once
+	draProxyDeployed   *cluster.Manifests
+)
+
+// deployDRAProxy applies examples/draproxy/deploy as users apply it (no
+// edits: its namespace, its names), once per run, and returns what it
+// applied: the admission policy is one per cluster, its parameters are
+// in draproxy's namespace, and each test runs a draproxy of its own node
+// from the one DaemonSet.
+func deployDRAProxy(t testing.TB, c *cluster.Cluster) *cluster.Manifests {
+	t.Helper()
+	draProxyDeployOnce.Do(func() {
+		m, err := cluster.Render(deployDir("draproxy"), cluster.RenderOptions{})
+		if err != nil {
+			t.Fatal(err)
+		}
+		c.Apply(t, m) // t.Fatal leaves draProxyDeployed nil
+		draProxyDeployed = m
+	})
+	if draProxyDeployed == nil {
+		t.Fatal("examples/draproxy/deploy was not applied (see the first test that applied it)")
 	}
+	return draProxyDeployed
 }
 
-// extraKeys are the user extras draproxy impersonates.
-var extraKeys = []string{
-	"authentication.kubernetes.io/node-name", "authentication.kubernetes.io/node-uid",
-	"authentication.kubernetes.io/pod-name", "authentication.kubernetes.io/pod-uid",
-	"authentication.kubernetes.io/credential-id",
+// deployDriver applies the driver part examples/draproxy/deploy/driver
+// into ns with a name suffix of its own, for the DRA driver name driver
+// (its parameter's data.drivers, which its RBAC follows), without the
+// parameter when withParameter is false, and returns what it applied and
+// the name of its ServiceAccount.
+func deployDriver(t testing.TB, c *cluster.Cluster, ns, driver string, withParameter bool) (*cluster.Manifests, string) {
+	t.Helper()
+	o := deployOptions{namespace: ns, values: map[string]map[string]any{"driver-identity.yaml": {"data.drivers": driver}}}
+	if !withParameter {
+		o.omit = []string{"ConfigMap"}
+	}
+	m := deploy(t, c, deployDir("draproxy", "driver"), o)
+	return m, m.Name(driverWorkload)
 }
 
 func setupDRA(t *testing.T, c *cluster.Cluster, opts ...draOptions) *draEnv {
@@ -125,112 +131,66 @@ func setupDRA(t *testing.T, c *cluster.Cluster, opts ...draOptions) *draEnv {
 	if len(opts) > 0 {
 		o = opts[0]
 	}
-	buildDRAProxy(t)
-	installDRAProxyDeploy(t, c) // the admission policy and its binding, as users apply them
+	core := deployDRAProxy(t, c)
 	e := &draEnv{c: c, driver: cluster.UniqueName("gpu") + ".example.com", policy: !o.noPolicy}
 	e.driver2 = "second-" + e.driver
 	e.nodeA, e.nodeB = c.CreateNode(t, cluster.UniqueName("node-a")), c.CreateNode(t, cluster.UniqueName("node-b"))
-	e.ns = c.UniqueNamespace(t, "dra-driver")
-	sa := c.CreateServiceAccount(t, e.ns, "driver")
-	sa2 := c.CreateServiceAccount(t, e.ns, "driver2")
-	e.driverUser = serviceAccountUser(e.ns, "driver")
-	role := cluster.UniqueName("dra-driver")
-	c.CreateClusterRole(t, role, append(driverRules(e.driver), driverRules(e.driver2)[3])...)
-	c.BindClusterRole(t, "", role, cluster.ServiceAccountSubject(e.ns, "driver"), cluster.ServiceAccountSubject(e.ns, "driver2"))
-	e.podA = c.CreatePod(t, e.ns, "driver-a", cluster.PodOptions{NodeName: e.nodeA.Name, ServiceAccount: "driver"})
-	e.podB = c.CreatePod(t, e.ns, "driver-b", cluster.PodOptions{NodeName: e.nodeB.Name, ServiceAccount: "driver"})
-	e.pod2A = c.CreatePod(t, e.ns, "driver2-a", cluster.PodOptions{NodeName: e.nodeA.Name, ServiceAccount: "driver2"})
-
-	// draproxy's own ServiceAccount: system:auth-delegator (reviews), and
-	// exactly the RBAC of draproxy's deploy/rbac.yaml.
-	kubeconfig := reviewerKubeconfig(t, c, "draproxy")
-	proxyNS := proxyNamespace(t, kubeconfig)
-	e.proxyUser = serviceAccountUser(proxyNS, "draproxy")
-	proxy := cluster.ServiceAccountSubject(proxyNS, "draproxy")
-	c.CreateRole(t, e.ns, "draproxy-impersonate", rbacv1.PolicyRule{
-		APIGroups: []string{""}, Resources: []string{"serviceaccounts"}, Verbs: []string{"impersonate"}, ResourceNames: []string{"driver", "driver2"},
-	})
-	c.BindRole(t, e.ns, "draproxy-impersonate", proxy)
-	proxyRole := cluster.UniqueName("draproxy")
-	var extraResources []string
-	for _, k := range extraKeys {
-		extraResources = append(extraResources, "userextras/"+k)
-	}
-	c.CreateClusterRole(t, proxyRole,
-		rbacv1.PolicyRule{APIGroups: []string{""}, Resources: []string{"groups"}, Verbs: []string{"impersonate"}, ResourceNames: []string{"system:serviceaccounts", "system:serviceaccounts:" + e.ns}},
-		rbacv1.PolicyRule{APIGroups: []string{"authentication.k8s.io"}, Resources: []string{"uids"}, Verbs: []string{"impersonate"}, ResourceNames: []string{string(sa.UID), string(sa2.UID)}},
-		rbacv1.PolicyRule{APIGroups: []string{"authentication.k8s.io"}, Resources: extraResources, Verbs: []string{"impersonate"}},
-		rbacv1.PolicyRule{APIGroups: []string{"resource.k8s.io"}, Resources: []string{"resourceslices", "resourceclaims"}, Verbs: []string{"get"}},
-		rbacv1.PolicyRule{APIGroups: []string{""}, Resources: []string{"pods"}, Verbs: []string{"get"}},
-		rbacv1.PolicyRule{APIGroups: []string{"admissionregistration.k8s.io"}, Resources: []string{"validatingadmissionpolicies", "validatingadmissionpolicybindings"}, Verbs: []string{"get"}, ResourceNames: []string{draProxyPolicy}},
-	)
-	c.BindClusterRole(t, "", proxyRole, proxy)
-	c.CreateRole(t, draProxyNamespace, proxyRole+"-parameters", rbacv1.PolicyRule{APIGroups: []string{""}, Resources: []string{"configmaps"}, Verbs: []string{"get", "list"}})
-	c.BindRole(t, draProxyNamespace, proxyRole+"-parameters", proxy)
-	for _, ra := range []authorizationv1.ResourceAttributes{
-		{Verb: "impersonate", Resource: "serviceaccounts", Namespace: e.ns, Name: "driver2"},
-		{Verb: "impersonate", Group: "authentication.k8s.io", Resource: "userextras", Subresource: extraKeys[0], Name: e.nodeA.Name},
-		{Verb: "get", Resource: "pods", Namespace: e.ns, Name: "x"},
-		{Verb: "list", Resource: "configmaps", Namespace: draProxyNamespace},
-		{Verb: "get", Group: "admissionregistration.k8s.io", Resource: "validatingadmissionpolicybindings", Name: draProxyPolicy},
-	} {
-		c.WaitForAccess(t, authorizationv1.SubjectAccessReviewSpec{User: e.proxyUser, ResourceAttributes: &ra}, true)
-	}
-	c.WaitForAccess(t, authorizationv1.SubjectAccessReviewSpec{User: e.driverUser, ResourceAttributes: &authorizationv1.ResourceAttributes{
-		Verb: "create", Group: "resource.k8s.io", Resource: "resourceslices"}}, true)
-
-	args := []string{"--driver=" + e.driver + "=" + e.ns + "/driver", "--driver=" + e.driver2 + "=" + e.ns + "/driver2"}
+	e.ns = cluster.UniqueName("dra-driver")
+	drv1, sa := deployDriver(t, c, e.ns, e.driver, e.policy)
+	drv2, sa2 := deployDriver(t, c, e.ns, e.driver2, e.policy)
+	e.sa, e.sa2 = sa, sa2
+	e.driverUser = serviceAccountUser(e.ns, sa)
+	e.podA = c.CreatePodFromTemplate(t, drv1, "DaemonSet", driverWorkload, cluster.PodOptions{NodeName: e.nodeA.Name})
+	e.podB = c.CreatePodFromTemplate(t, drv1, "DaemonSet", driverWorkload, cluster.PodOptions{NodeName: e.nodeB.Name})
+	e.pod2A = c.CreatePodFromTemplate(t, drv2, "DaemonSet", driverWorkload, cluster.PodOptions{NodeName: e.nodeA.Name})
 	if e.policy {
-		e.listIdentity(t, "driver", e.driver)
-		e.listIdentity(t, "driver2", e.driver2)
-	} else {
-		args = append(args, "--require-admission-policy=false")
+		e.waitPolicy(t, sa, e.podA, e.driver)
+		e.waitPolicy(t, sa2, e.pod2A, e.driver2)
 	}
 
-	e.audience = cluster.UniqueName("draproxy") + ".example.com"
-	e.socket = filepath.Join(shortTempDir(t), "draproxy.sock")
+	// draproxy for node A: the DaemonSet's container on a pod of node A,
+	// with the drivers' identities in place of the example's, a loopback
+	// TLS port and metrics port of the test's own. Its socket is in its
+	// hostPath directory, which the drivers' pods of node A mount.
 	e.caFile = filepath.Join(t.TempDir(), "draproxy-ca.crt")
-	e.proxy = startExample(t, draProxyBin, append([]string{"--kubeconfig=" + kubeconfig, "--audience=" + e.audience, "--node-name=" + e.nodeA.Name,
-		"--socket=" + e.socket, "--tls-listen=127.0.0.1:0", "--self-signed-ca-file=" + e.caFile}, args...)...)
-	_, addr, ok := strings.Cut(e.proxy.stdout.String(), "serving https://")
-	if e.tlsAddr, _, _ = strings.Cut(addr, "\n"); !ok || e.tlsAddr == "" {
-		t.Fatalf("draproxy printed no TLS address: %q", e.proxy.stdout.String())
+	flags := []string{"--driver=" + e.driver + "=" + e.ns + "/" + sa, "--driver=" + e.driver2 + "=" + e.ns + "/" + sa2,
+		"--tls-listen=127.0.0.1:0", "--self-signed-ca-file=" + e.caFile, "--metrics-listen=127.0.0.1:0"}
+	if !e.policy {
+		flags = append(flags, "--require-admission-policy=false")
 	}
+	e.proxy = startServer(t, c, core, "DaemonSet", draProxyWorkload, e.nodeA.Name, flags...)
+	e.proxyUser = serviceAccountUser(e.proxy.pod.Namespace, e.proxy.pod.Spec.ServiceAccountName)
+	if got := e.proxy.arg(t, "node-name"); got != e.nodeA.Name {
+		t.Fatalf("--node-name=%q from the downward API; want the pod's node %q", got, e.nodeA.Name)
+	}
+	e.audience = e.proxy.arg(t, "audience")
+	e.socket = e.proxy.arg(t, "socket")
+	// The drivers of node A reach the socket through their own mount of
+	// the same host directory.
+	driverMounts := c.PrepareContainer(t, e.podA, e.podA.Spec.Containers[0].Name).Volumes
+	if !slices.Contains(slices.Collect(maps.Values(driverMounts)), filepath.Dir(e.socket)) {
+		t.Fatalf("draproxy's socket %s is in no directory the driver's pod on node A mounts (%v)", e.socket, driverMounts)
+	}
+	e.tlsAddr = strings.TrimPrefix(e.proxy.lineAfter(t, "serving "), "https://")
+	metrics := strings.TrimSuffix(strings.TrimPrefix(e.proxy.lineAfter(t, "metrics on "), "http://"), "/metrics")
+	e.proxy.checkProbes(t, map[int32]string{9090: metrics})
 	return e
 }
 
-// listIdentity adds the admission policy's parameter for the ServiceAccount
-// sa of e's namespace, publishing driver, as deploy/driver-identity.yaml
-// does for the example driver, and waits until the API server enforces it:
-// a create of a slice of node B by sa's token bound to node A is refused
-// by the policy (a dry run, which admission sees as a create).
-func (e *draEnv) listIdentity(t *testing.T, sa, driver string) {
+// waitPolicy waits until the API server enforces the admission policy's
+// parameter for the ServiceAccount sa of e's namespace (its driver part's
+// driver-identity.yaml), publishing driver: a create of a slice of node B
+// by sa's API token bound to pod, on node A, is refused by the policy (a
+// dry run, which admission sees as a create).
+func (e *draEnv) waitPolicy(t *testing.T, sa string, pod *corev1.Pod, driver string) {
 	t.Helper()
 	ctx, cancel := ctxFor(t, callTimeout)
 	defer cancel()
-	name := cluster.UniqueName("driver-identity")
-	cms := e.c.Clientset().CoreV1().ConfigMaps(draProxyNamespace)
-	_, err := cms.Create(ctx, &corev1.ConfigMap{
-		ObjectMeta: metav1.ObjectMeta{Name: name, Labels: map[string]string{driverIdentityLabel: "true"}},
-		Data:       map[string]string{"serviceAccount": e.ns + "/" + sa, "drivers": driver},
-	}, metav1.CreateOptions{})
-	if err != nil {
-		t.Fatalf("admin: create the policy's parameter for %s: %v", sa, err)
-	}
-	t.Cleanup(func() {
-		ctx, cancel := context.WithTimeout(context.Background(), callTimeout)
-		defer cancel()
-		_ = cms.Delete(ctx, name, metav1.DeleteOptions{})
-	})
-	pod := e.podA
-	if sa == "driver2" {
-		pod = e.pod2A
-	}
 	direct := e.direct(t, e.c.RequestToken(t, e.ns, sa, cluster.TokenOptions{BoundPod: pod}))
 	s := e.slice("", e.nodeB.Name, "dev")
 	s.Spec.Driver = driver
 	var last error
-	err = wait.PollUntilContextTimeout(ctx, 100*time.Millisecond, callTimeout, true, func(ctx context.Context) (bool, error) {
+	err := wait.PollUntilContextTimeout(ctx, 100*time.Millisecond, callTimeout, true, func(ctx context.Context) (bool, error) {
 		_, last = direct.ResourceV1().ResourceSlices().Create(ctx, s, metav1.CreateOptions{DryRun: []string{metav1.DryRunAll}})
 		return last != nil && strings.Contains(last.Error(), "ValidatingAdmissionPolicy"), nil
 	})
@@ -253,36 +213,13 @@ func (e *draEnv) direct(t testing.TB, token string) *kubernetes.Clientset {
 	return cs
 }
 
-// proxyNamespace reads the namespace of the ServiceAccount whose token a
-// reviewerKubeconfig holds, from the kubeconfig's user name.
-func proxyNamespace(t testing.TB, kubeconfig string) string {
-	t.Helper()
-	cfg, err := clientcmd.BuildConfigFromFlags("", kubeconfig)
-	if err != nil {
-		t.Fatal(err)
-	}
-	cs, err := kubernetes.NewForConfig(cfg)
-	if err != nil {
-		t.Fatal(err)
-	}
-	ctx, cancel := ctxFor(t, callTimeout)
-	defer cancel()
-	ssr, err := cs.AuthenticationV1().SelfSubjectReviews().Create(ctx, &authenticationv1.SelfSubjectReview{}, metav1.CreateOptions{})
-	if err != nil {
-		t.Fatal(err)
-	}
-	parts := strings.Split(ssr.Status.UserInfo.Username, ":") // system:serviceaccount:NS:NAME
-	if len(parts) != 4 {
-		t.Fatalf("reviewer user %q is not a ServiceAccount", ssr.Status.UserInfo.Username)
-	}
-	return parts[2]
-}
-
-// token is a token of the driver ServiceAccount bound to pod, for
-// draproxy's audience.
+// token is a token for draproxy, as the kubelet projects it into the
+// driver's container of pod (the driver part's DaemonSet): for the pod's
+// ServiceAccount, with the audience and lifetime the manifest asks for,
+// bound to the pod. Each call is a new token.
 func (e *draEnv) token(t testing.TB, pod *corev1.Pod) string {
 	t.Helper()
-	return e.c.RequestToken(t, e.ns, "driver", cluster.TokenOptions{Audiences: []string{e.audience}, BoundPod: pod})
+	return podProjectedToken(t, e.c, pod, driverTokenMount)
 }
 
 // socketConfig is the rest.Config a driver uses to reach draproxy's
