@@ -427,9 +427,15 @@ func (a *Authenticator) authenticate(ctx context.Context, token string) (_ *auth
 		// Forged tokens stop here. Any other error means the verifier
 		// cannot tell, and the TokenReview decides.
 		var rej *reviewauth.RejectedError
-		if err := a.opts.PreVerifier.Verify(ctx, token); errors.As(err, &rej) {
+		err := a.opts.PreVerifier.Verify(ctx, token)
+		if errors.As(err, &rej) {
 			a.rejected.Set(key, rej, a.opts.FailureTTL)
 			return nil, false, rej, false
+		}
+		if err == nil {
+			// Its signature verified: reviewed ahead of tokens that
+			// could not be verified (internal/review's fair queue).
+			ctx = review.WithVerified(ctx)
 		}
 	}
 	res, _, err := a.group.Do(ctx, key, func(ctx context.Context) (result, error) {

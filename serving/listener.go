@@ -1,113 +1,833 @@
 package serving
 
 import (
+	"context"
+	"crypto/tls"
 	"net"
+	"net/netip"
+	"os"
+	"strconv"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"k8s.io/klog/v2"
 	"k8s.io/utils/clock"
 
 	"github.com/reviewauth/reviewauth/internal/loglimit"
+	"github.com/reviewauth/reviewauth/internal/review"
+)
+
+// Defaults of [AdmissionOptions]. Each is used when its field is zero.
+const (
+	// DefaultEvictionGrace is how long a connection may stay in one stage
+	// before it may be closed to make room for a new one. It bounds how
+	// fast clients that reconnect at once can make the server churn
+	// (at most MaxConnections per grace), so that a legitimate client's
+	// handshake and first request, which take a few milliseconds, finish
+	// before its connection could be chosen; and it is short enough that a
+	// new connection never waits long for room.
+	DefaultEvictionGrace = 250 * time.Millisecond
+
+	// DefaultPressureTimeout is what the handshake, header, HTTP/2 preface
+	// and first-message timeouts shrink to when the connection budget is
+	// full: a legitimate client sends its request within a round trip or
+	// two of connecting, and one second leaves room for a slow network.
+	DefaultPressureTimeout = time.Second
+
+	// DefaultPressureIdleTimeout is what the idle timeout of connections
+	// that completed a request shrinks to when the budget is full.
+	DefaultPressureIdleTimeout = 5 * time.Second
+
+	// DefaultHandshakeRate and DefaultHandshakeBurst bound the TLS
+	// handshakes one source (see [AdmissionOptions].Source) may start: a
+	// burst of 64 at once, then 256 a second. A handshake costs the server
+	// a signature and a key exchange (about 0.3 ms of CPU with the default
+	// ECDSA P-256 certificate, more with RSA); a source past its rate has
+	// its handshakes queued, first come, first served, while other
+	// sources' handshakes go ahead. The rate is high enough that a
+	// legitimate client sharing an address with a flood waits behind at
+	// most a few hundred handshakes queued before it (0.5 s for 128).
+	DefaultHandshakeRate  = 256
+	DefaultHandshakeBurst = 64
+
+	// DefaultRapidResetLimit and DefaultRapidResetRate bound the streams
+	// a gRPC client may open and then cancel (RST_STREAM before the
+	// server's answer) on one connection: 200 at once, then 20 a second;
+	// past that the connection is closed. A client that cancels a call
+	// now and then never comes near it; an HTTP/2 rapid-reset attack
+	// passes it within a second.
+	DefaultRapidResetLimit = 200
+	DefaultRapidResetRate  = 20
+)
+
+// AdmissionOptions tune how a server admits connections once its budget
+// (MaxConnections) is full, and how it treats clients that hold
+// connections without using them (see [LimitListener]). Every zero value
+// means the default named on the field.
+type AdmissionOptions struct {
+	// EvictionGrace: zero means [DefaultEvictionGrace].
+	EvictionGrace time.Duration
+	// PressureTimeout bounds the handshake, the request header, the
+	// HTTP/2 preface and a gRPC connection's first message when the
+	// budget is full (see [LimitListener]). Zero means
+	// [DefaultPressureTimeout]; negative means the timeouts do not shrink.
+	PressureTimeout time.Duration
+	// PressureIdleTimeout bounds an idle connection that completed a
+	// request when the budget is full. Zero means
+	// [DefaultPressureIdleTimeout]; negative means it does not shrink.
+	PressureIdleTimeout time.Duration
+	// HandshakeRate and HandshakeBurst bound the TLS handshakes each source
+	// starts. Zero means [DefaultHandshakeRate] and [DefaultHandshakeBurst];
+	// a negative HandshakeRate means no bound.
+	HandshakeRate  float64
+	HandshakeBurst int
+	// Source maps a client's address to the source that fairness is kept
+	// between: the handshake rate, the choice of which connection makes
+	// room, and the review queue's turns. Nil means [SourceAddress]: the
+	// IP address, IPv6 addresses by /64. A function that returns "" for
+	// every address turns fairness between sources off (behind a proxy or
+	// a NAT that hides clients' addresses, say).
+	Source func(net.Addr) string
+}
+
+// SourceAddress is the default [AdmissionOptions].Source: the IP address of
+// a TCP client, its /64 for IPv6 (a host is usually given a whole /64), and
+// "" for any other address (a Unix socket's peers share one source).
+func SourceAddress(addr net.Addr) string {
+	var ap netip.AddrPort
+	switch a := addr.(type) {
+	case *net.TCPAddr:
+		ap = a.AddrPort()
+	default:
+		return ""
+	}
+	ip := ap.Addr().Unmap()
+	if ip.Is6() {
+		p, _ := ip.Prefix(64)
+		return p.String()
+	}
+	return ip.String()
+}
+
+// stage is what a connection has done so far: the eviction order, first
+// to go first.
+type stage uint8
+
+const (
+	// stageSilent: accepted; the client has sent nothing.
+	stageSilent stage = iota
+	// stageWaiting: the handshake is done (or there is none), and the
+	// client has not made a request: HTTP/1 headers not complete, an
+	// HTTP/2 connection with its preface and no request, a gRPC
+	// connection whose streams have not sent a message.
+	stageWaiting
+	// stageHandshake: the client has sent its first bytes and the TLS
+	// handshake is not finished.
+	stageHandshake
+	// stageIdle: the connection completed a request and has none in
+	// progress (a keep-alive connection).
+	stageIdle
+	// stageFirst: the connection's first request is in progress.
+	stageFirst
+	// stageBusy: the connection completed a request and has one in
+	// progress.
+	stageBusy
+	numStages
+)
+
+var stageNames = [numStages]string{"silent", "waiting", "handshake", "idle", "first-request", "busy"}
+
+func (s stage) String() string { return stageNames[s] }
+
+// reasons a connection is closed by admission, for the log.
+const (
+	closeEvicted = iota
+	closeTimeout
+	closeRapidReset
+	closeReasons
 )
 
 // LimitOptions configures [LimitListener].
 type LimitOptions struct {
-	// Logger receives the line that says the limit is reached, at most
-	// one per ten seconds. Its zero value discards it.
+	AdmissionOptions
+
+	// Logger receives the line that says the budget is full and which
+	// connections were closed for it, at most one per ten seconds. Its
+	// zero value discards it.
 	Logger klog.Logger
-	// Clock paces that line. Nil means the real clock.
-	Clock clock.PassiveClock
+	// Clock tells the time of every stage and timeout. Nil means the
+	// real clock.
+	Clock clock.Clock
 }
 
-// limitLogInterval paces the "limit reached" line.
+// limitLogInterval paces the "budget full" line.
 const limitLogInterval = 10 * time.Second
 
 // LimitListener returns a listener that keeps at most max connections from
-// ln open at once. When max are open, Accept waits for one to close before
-// it takes the next from the kernel's queue, and logs (at most once per ten
-// seconds) that the limit is reached: a connection over the limit is
-// delayed, not refused, so that a legitimate client that connects while an
-// attacker holds every slot is served as soon as the server's idle, header
-// and body timeouts free one, ahead of any connection made after it. It is
-// golang.org/x/net/netutil.LimitListener's algorithm, written here because
-// that one cannot say when it is full. A max of zero or less means no
-// limit, and ln is returned as is.
+// ln open at once, and makes room for a new connection by closing the one
+// that has done the least for the longest, rather than making the new one
+// wait. Each connection is in one stage, and when max are open the next
+// connection from ln is admitted after closing one, chosen in this order:
+//
+//  1. silent: accepted, nothing received;
+//  2. waiting: handshake done (or none), no request yet: HTTP/1 headers
+//     incomplete (slowloris), an HTTP/2 preface without a request, gRPC
+//     streams open with no message sent;
+//  3. handshake: TLS handshake begun, not finished;
+//  4. idle: completed a request, none in progress (keep-alive);
+//  5. first request: its first request in progress;
+//  6. busy: completed a request, one in progress: the last to go.
+//
+// Within a stage, the connection of the source holding the most
+// connections goes first, then the one that entered the stage the
+// longest ago. A connection is not closed before it has spent
+// EvictionGrace in its stage: when every connection is that young, the new
+// one waits in the kernel's queue until one is old enough (at most
+// EvictionGrace) or closes. With HTTP and gRPC servers of this package the
+// stages follow the protocol (http.Server.ConnState and the handler;
+// grpc's stats handler and tap); a plain listener knows only silent and
+// waiting (a byte received).
+//
+// The timeouts of the first stages shrink as the budget fills: from half
+// full they go linearly from their configured value to PressureTimeout
+// (handshake, header, preface, first message) and PressureIdleTimeout
+// (idle) when full, and relax again as it empties. They are checked when
+// a connection is accepted, so they cost nothing while the server is not
+// under pressure. A plain listener has no timeouts of its own.
+//
+// TLS servers of this package also bound the handshakes each source
+// starts (HandshakeRate).
+//
+// A max of zero or less means no limit, and ln is returned as is. The
+// budget should stay below the process's open-file limit
+// ([MaxConnectionsFor]). While one connection is being swapped for another,
+// the process holds one more file than max.
 func LimitListener(ln net.Listener, max int, opts LimitOptions) net.Listener {
 	if max <= 0 {
 		return ln
 	}
-	return &limitListener{
-		Listener: ln,
-		sem:      make(chan struct{}, max),
-		done:     make(chan struct{}),
-		max:      max,
-		logger:   opts.Logger,
-		log:      loglimit.New(1, limitLogInterval, opts.Clock),
+	return newAdmission(max, admissionConfig{LimitOptions: opts}).listener(ln, nil)
+}
+
+// admissionConfig is what a server of this package adds to LimitOptions.
+type admissionConfig struct {
+	LimitOptions
+	// handshake is the relaxed timeout of the silent and handshake
+	// stages, waiting that of the waiting stage, idle that of the idle
+	// stage; zero means none.
+	handshake, waiting, idle time.Duration
+	// tls: connections do a TLS handshake (the handshake stage, and the
+	// handshake rate apply).
+	tls bool
+	// join: connections are found by their remote address for grpc's
+	// stats handler (see connByAddr).
+	join bool
+	// rapidReset bounds the streams a client cancels, per connection.
+	resetBurst    int
+	resetInterval time.Duration
+}
+
+// admission is the state behind LimitListener, HTTPServer and ServeGRPC.
+type admission struct {
+	max           int
+	clock         clock.Clock
+	logger        klog.Logger
+	log           *loglimit.Limiter
+	grace         time.Duration
+	relaxed       [numStages]time.Duration
+	tight         [numStages]time.Duration
+	source        func(net.Addr) string
+	hsInterval    time.Duration
+	hsBurst       int
+	tls           bool
+	join          bool
+	resetBurst    int
+	resetInterval time.Duration
+
+	mu       sync.Mutex
+	lists    [numStages]connList
+	open     int
+	sources  map[string]*sourceState
+	nextID   uint64
+	closed   [closeReasons][numStages]int // since the last log line
+	room     chan struct{}                // a connection closed
+	done     chan struct{}                // the listener closed
+	doneOnce sync.Once
+}
+
+// sourceState is what admission keeps per source, while it has
+// connections.
+type sourceState struct {
+	key   string
+	conns int
+	hs    *loglimit.Limiter // handshakes; nil: no bound
+}
+
+func newAdmission(max int, c admissionConfig) *admission {
+	o := c.AdmissionOptions
+	clk := c.Clock
+	if clk == nil {
+		clk = clock.RealClock{}
 	}
+	if o.EvictionGrace <= 0 {
+		o.EvictionGrace = DefaultEvictionGrace
+	}
+	if o.PressureTimeout == 0 {
+		o.PressureTimeout = DefaultPressureTimeout
+	}
+	if o.PressureIdleTimeout == 0 {
+		o.PressureIdleTimeout = DefaultPressureIdleTimeout
+	}
+	if o.HandshakeRate == 0 {
+		o.HandshakeRate = DefaultHandshakeRate
+	}
+	if o.HandshakeBurst <= 0 {
+		o.HandshakeBurst = DefaultHandshakeBurst
+	}
+	if o.Source == nil {
+		o.Source = SourceAddress
+	}
+	a := &admission{
+		max: max, clock: clk, logger: c.Logger, log: loglimit.New(1, limitLogInterval, clk),
+		grace: o.EvictionGrace, source: o.Source, tls: c.tls, join: c.join,
+		resetBurst: c.resetBurst, resetInterval: c.resetInterval,
+		sources: map[string]*sourceState{}, room: make(chan struct{}, 1), done: make(chan struct{}),
+	}
+	if o.HandshakeRate > 0 {
+		a.hsInterval = time.Duration(float64(time.Second) / o.HandshakeRate)
+		a.hsBurst = o.HandshakeBurst
+	}
+	a.relaxed[stageSilent], a.relaxed[stageHandshake] = c.handshake, c.handshake
+	a.relaxed[stageWaiting] = c.waiting
+	a.relaxed[stageIdle] = c.idle
+	for _, s := range []stage{stageSilent, stageHandshake, stageWaiting} {
+		a.tight[s] = o.PressureTimeout
+	}
+	a.tight[stageIdle] = o.PressureIdleTimeout
+	for s := range a.lists {
+		a.lists[s].init()
+	}
+	return a
 }
 
-type limitListener struct {
+// listener wraps ln. With tlsConfig, connections are returned as TLS
+// server connections (the handshake stage then ends when the handshake
+// does).
+func (a *admission) listener(ln net.Listener, tlsConfig *tls.Config) net.Listener {
+	return &admListener{Listener: ln, a: a, tlsConfig: tlsConfig}
+}
+
+type admListener struct {
 	net.Listener
-	sem       chan struct{}
-	done      chan struct{}
-	closeOnce sync.Once
-	max       int
-	logger    klog.Logger
-	log       *loglimit.Limiter
+	a         *admission
+	tlsConfig *tls.Config
 }
 
-func (l *limitListener) Accept() (net.Conn, error) {
-	select {
-	case l.sem <- struct{}{}:
-	default:
-		if ok, suppressed := l.log.Allow(); ok {
-			kv := []any{"address", l.Addr().String(), "limit", l.max}
-			if suppressed > 0 {
-				kv = append(kv, "timesSinceLastLine", suppressed+1)
-			}
-			l.logger.Info("serving: connection limit reached; new connections wait until one closes", kv...)
+func (l *admListener) Accept() (net.Conn, error) {
+	for {
+		if err := l.a.waitForRoom(); err != nil {
+			return nil, err
 		}
-		select {
-		case l.sem <- struct{}{}:
-		case <-l.done:
+		c, err := l.Listener.Accept()
+		if err != nil {
+			return nil, err
+		}
+		ac := l.a.admit(c)
+		if ac == nil {
 			return nil, net.ErrClosed
 		}
+		if l.tlsConfig != nil {
+			return tls.Server(ac, ac.tlsConfig(l.tlsConfig)), nil
+		}
+		return ac, nil
 	}
-	c, err := l.Listener.Accept()
-	if err != nil {
-		<-l.sem
-		return nil, err
-	}
-	return &limitConn{Conn: c, l: l}, nil
 }
 
-func (l *limitListener) Close() error {
+func (l *admListener) Close() error {
 	err := l.Listener.Close()
-	l.closeOnce.Do(func() { close(l.done) })
+	l.a.doneOnce.Do(func() { close(l.a.done) })
 	return err
 }
 
-type limitConn struct {
+// waitForRoom returns once a new connection can be admitted at once: fewer
+// than max are open, or one may be closed to make room.
+func (a *admission) waitForRoom() error {
+	for {
+		a.mu.Lock()
+		now := a.clock.Now()
+		expired := a.sweep(now)
+		if a.open < a.max {
+			a.mu.Unlock()
+			closeAll(expired)
+			return nil
+		}
+		v, wake := a.victim(now)
+		a.mu.Unlock()
+		closeAll(expired)
+		if v != nil {
+			return nil
+		}
+		if err := a.sleep(wake.Sub(now)); err != nil {
+			return err
+		}
+	}
+}
+
+// sleep waits d, or until a connection closes or the listener does.
+func (a *admission) sleep(d time.Duration) error {
+	t := a.clock.NewTimer(d)
+	defer t.Stop()
+	select {
+	case <-t.C():
+	case <-a.room:
+	case <-a.done:
+		return net.ErrClosed
+	}
+	return nil
+}
+
+// admit registers c, first closing the connection that makes room for it
+// when the budget is full. It returns nil, with c closed, if the listener
+// closes meanwhile.
+func (a *admission) admit(c net.Conn) *admConn {
+	ac := &admConn{Conn: c, a: a, raddr: uniqueAddr(c.RemoteAddr()), closedCh: make(chan struct{})}
+	key := a.source(ac.raddr)
+	for {
+		a.mu.Lock()
+		now := a.clock.Now()
+		expired := a.sweep(now)
+		var victim *admConn
+		wake := now
+		if a.open >= a.max {
+			victim, wake = a.victim(now)
+			if victim != nil {
+				a.unlink(victim, closeEvicted)
+			}
+		}
+		if a.open < a.max {
+			a.nextID++
+			ac.id = a.nextID
+			src := a.sources[key]
+			if src == nil {
+				src = &sourceState{key: key}
+				if a.tls && a.hsInterval > 0 {
+					src.hs = loglimit.New(a.hsBurst, a.hsInterval, a.clock)
+				}
+				a.sources[key] = src
+			}
+			src.conns++
+			ac.src = src
+			ac.stage, ac.since = stageSilent, now
+			a.lists[stageSilent].pushBack(ac)
+			a.open++
+			a.logLocked()
+			a.mu.Unlock()
+			closeAll(expired)
+			if victim != nil {
+				victim.Close()
+			}
+			if a.join {
+				connByAddr.Store(ac.raddr, ac)
+			}
+			return ac
+		}
+		a.mu.Unlock()
+		closeAll(expired)
+		if err := a.sleep(wake.Sub(now)); err != nil {
+			c.Close()
+			return nil
+		}
+	}
+}
+
+// victim returns the connection to close to make room (see LimitListener),
+// or nil and when the oldest connection will be old enough. Under a.mu.
+func (a *admission) victim(now time.Time) (*admConn, time.Time) {
+	wake := now.Add(a.grace)
+	for s := range a.lists {
+		var best *admConn
+		for c := a.lists[s].oldest(); c != nil; c = a.lists[s].next(c) {
+			if ready := c.since.Add(a.grace); ready.After(now) {
+				if ready.Before(wake) {
+					wake = ready
+				}
+				break // the rest of the list is younger
+			}
+			if best == nil || c.src.conns > best.src.conns {
+				best = c
+			}
+		}
+		if best != nil {
+			return best, now
+		}
+	}
+	return nil, wake
+}
+
+// sweep unlinks the connections that have spent longer in their stage
+// than its timeout allows at the current fill, and returns them to be
+// closed once a.mu is released. Under a.mu.
+func (a *admission) sweep(now time.Time) []*admConn {
+	var expired []*admConn
+	for s := range a.lists {
+		timeout := a.timeout(stage(s))
+		if timeout <= 0 {
+			continue
+		}
+		for c := a.lists[s].oldest(); c != nil && now.Sub(c.since) >= timeout; c = a.lists[s].oldest() {
+			a.unlink(c, closeTimeout)
+			expired = append(expired, c)
+		}
+	}
+	return expired
+}
+
+// timeout is the timeout of stage s at the current fill: its relaxed value
+// up to half the budget, then shrinking linearly to its tight value at a
+// full budget. Under a.mu.
+func (a *admission) timeout(s stage) time.Duration {
+	relaxed, tight := a.relaxed[s], a.tight[s]
+	if relaxed <= 0 || tight <= 0 || tight >= relaxed || 2*a.open <= a.max {
+		return relaxed
+	}
+	over := min(2*a.open-a.max, a.max)
+	return relaxed - (relaxed-tight)*time.Duration(over)/time.Duration(a.max)
+}
+
+func closeAll(cs []*admConn) {
+	for _, c := range cs {
+		c.Close()
+	}
+}
+
+// unlink removes c from the budget: it no longer counts and is no longer
+// a candidate; the caller closes it. Under a.mu.
+func (a *admission) unlink(c *admConn, reason int) {
+	if c.gone {
+		return
+	}
+	c.gone = true
+	a.lists[c.stage].remove(c)
+	a.open--
+	if c.src.conns--; c.src.conns == 0 {
+		delete(a.sources, c.src.key)
+	}
+	if reason >= 0 {
+		a.closed[reason][c.stage]++
+	}
+	select {
+	case a.room <- struct{}{}:
+	default:
+	}
+}
+
+// logLocked writes the paced line saying what admission closed since the
+// last one. Under a.mu.
+func (a *admission) logLocked() {
+	n := 0
+	for r := range a.closed {
+		for s := range a.closed[r] {
+			n += a.closed[r][s]
+		}
+	}
+	if n == 0 {
+		return
+	}
+	if ok, _ := a.log.Allow(); !ok {
+		return
+	}
+	kv := []any{"limit", a.max, "open", a.open}
+	for r, name := range [closeReasons]string{"evicted", "timedOut", "rapidReset"} {
+		for s, k := range a.closed[r] {
+			if k > 0 {
+				kv = append(kv, name+"."+stageNames[s], k)
+			}
+		}
+	}
+	a.closed = [closeReasons][numStages]int{}
+	a.logger.Info("serving: connection budget full; closed the connections that had done the least", kv...)
+}
+
+// set updates c under a.mu with f, and moves it to the stage its state
+// says, entering it now if it changed (or if progress is true: a
+// milestone within its stage).
+func (a *admission) set(c *admConn, progress bool, f func(c *admConn)) {
+	a.mu.Lock()
+	defer a.mu.Unlock()
+	f(c)
+	if c.gone {
+		return
+	}
+	s := c.derive()
+	if s == c.stage && !progress {
+		return
+	}
+	a.lists[c.stage].remove(c)
+	c.stage, c.since = s, a.clock.Now()
+	a.lists[s].pushBack(c)
+}
+
+// evict closes c for reason, outside the budget's order (a rapid reset).
+func (a *admission) evict(c *admConn, reason int) {
+	a.mu.Lock()
+	a.unlink(c, reason)
+	a.logLocked()
+	a.mu.Unlock()
+	c.Close()
+}
+
+// admConn is a connection admitted by an admission.
+type admConn struct {
 	net.Conn
-	l    *limitListener
-	once sync.Once
+	a        *admission
+	raddr    net.Addr
+	src      *sourceState
+	id       uint64
+	closedCh chan struct{}
+
+	readOnce  atomic.Bool
+	closeOnce sync.Once
+	deadline  atomic.Int64 // read deadline, Unix nanoseconds; 0: none
+
+	// Under a.mu.
+	prev, next *admConn
+	stage      stage
+	since      time.Time
+	gone       bool
+	sawByte    bool
+	handshaken bool
+	served     bool
+	working    int
+	resets     *loglimit.Limiter // streams the client cancelled (gRPC)
 }
 
-func (c *limitConn) Close() error {
-	err := c.Conn.Close()
-	c.once.Do(func() { <-c.l.sem })
-	return err
+// derive is the stage c's state says it is in. Under a.mu.
+func (c *admConn) derive() stage {
+	switch {
+	case c.served && c.working > 0:
+		return stageBusy
+	case c.served:
+		return stageIdle
+	case c.working > 0:
+		return stageFirst
+	case !c.sawByte:
+		return stageSilent
+	case c.a.tls && !c.handshaken:
+		return stageHandshake
+	default:
+		return stageWaiting
+	}
+}
+
+// RemoteAddr returns a copy of the connection's remote address made at
+// accept, whose pointer identifies the connection (see connByAddr).
+func (c *admConn) RemoteAddr() net.Addr { return c.raddr }
+
+func (c *admConn) Read(p []byte) (int, error) {
+	n, err := c.Conn.Read(p)
+	if n > 0 && !c.readOnce.Load() && c.readOnce.CompareAndSwap(false, true) {
+		c.a.set(c, false, func(c *admConn) { c.sawByte = true })
+		if werr := c.handshakeTurn(); werr != nil {
+			return n, werr
+		}
+	}
+	return n, err
+}
+
+// handshakeTurn waits, when c's source has started more TLS handshakes
+// than its rate allows, for c's turn; the bytes just read (the client's
+// hello) are handed to TLS after it.
+func (c *admConn) handshakeTurn() error {
+	if c.src.hs == nil {
+		return nil
+	}
+	d := c.src.hs.Reserve()
+	if d <= 0 {
+		return nil
+	}
+	if dl := c.deadline.Load(); dl != 0 {
+		if left := time.Unix(0, dl).Sub(c.a.clock.Now()); left < d {
+			c.src.hs.Unreserve()
+			return os.ErrDeadlineExceeded
+		}
+	}
+	t := c.a.clock.NewTimer(d)
+	defer t.Stop()
+	select {
+	case <-t.C():
+		return nil
+	case <-c.closedCh:
+		c.src.hs.Unreserve()
+		return net.ErrClosed
+	}
+}
+
+func (c *admConn) SetDeadline(t time.Time) error {
+	c.storeDeadline(t)
+	return c.Conn.SetDeadline(t)
+}
+
+func (c *admConn) SetReadDeadline(t time.Time) error {
+	c.storeDeadline(t)
+	return c.Conn.SetReadDeadline(t)
+}
+
+func (c *admConn) storeDeadline(t time.Time) {
+	if t.IsZero() {
+		c.deadline.Store(0)
+	} else {
+		c.deadline.Store(t.UnixNano())
+	}
+}
+
+func (c *admConn) Close() error {
+	c.closeOnce.Do(func() {
+		close(c.closedCh)
+		c.a.mu.Lock()
+		c.a.unlink(c, -1)
+		c.a.mu.Unlock()
+		if c.a.join {
+			connByAddr.CompareAndDelete(c.raddr, c)
+		}
+	})
+	return c.Conn.Close()
 }
 
 // CloseWrite half-closes the connection when it can, as net/http does
 // before closing a connection whose request body it did not read, so that
 // the client reads the answer rather than a reset.
-func (c *limitConn) CloseWrite() error {
+func (c *admConn) CloseWrite() error {
 	if cw, ok := c.Conn.(interface{ CloseWrite() error }); ok {
 		return cw.CloseWrite()
 	}
 	return nil
+}
+
+// handshakeDone records that c's TLS handshake finished.
+func (c *admConn) handshakeDone() {
+	c.a.set(c, false, func(c *admConn) { c.sawByte, c.handshaken = true, true })
+}
+
+// progress records a milestone within c's stage (an HTTP/2 preface).
+func (c *admConn) progress() { c.a.set(c, true, func(*admConn) {}) }
+
+// workStart records a request in progress on c.
+func (c *admConn) workStart() {
+	c.a.set(c, false, func(c *admConn) { c.sawByte, c.handshaken = true, true; c.working++ })
+}
+
+// workEnd records the end of a request on c; served says it was answered
+// and not refused.
+func (c *admConn) workEnd(served bool) {
+	c.a.set(c, false, func(c *admConn) {
+		c.working--
+		c.served = c.served || served
+	})
+}
+
+// hijacked records that c left its HTTP server (a protocol upgrade): it is
+// busy until it closes.
+func (c *admConn) hijacked() {
+	c.a.set(c, false, func(c *admConn) { c.served = true; c.working++ })
+}
+
+// source is c's review.Source.
+func (c *admConn) reviewSource() review.Source {
+	return review.Source{Address: c.src.key, Conn: "#" + strconv.FormatUint(c.id, 10)}
+}
+
+// tlsConfig returns the configuration of c's TLS handshake: base's, with
+// a hook that records when the handshake is done.
+func (c *admConn) tlsConfig(base *tls.Config) *tls.Config {
+	return &tls.Config{GetConfigForClient: func(hello *tls.ClientHelloInfo) (*tls.Config, error) {
+		cfg := base
+		if base.GetConfigForClient != nil {
+			got, err := base.GetConfigForClient(hello)
+			if err != nil {
+				return nil, err
+			}
+			if got != nil {
+				cfg = got
+			}
+		}
+		cfg = cfg.Clone()
+		verify := cfg.VerifyConnection
+		cfg.VerifyConnection = func(cs tls.ConnectionState) error {
+			if verify != nil {
+				if err := verify(cs); err != nil {
+					return err
+				}
+			}
+			// The server's last step before the client's Finished.
+			c.handshakeDone()
+			return nil
+		}
+		return cfg, nil
+	}}
+}
+
+// connByAddr finds an admitted connection by the pointer its RemoteAddr
+// returns, for grpc's stats handler, which is told a connection's address
+// and nothing else that identifies it (TLS and grpc's other credentials
+// return the raw connection's address as is). Only connections of
+// admissions with join set are in it.
+var connByAddr sync.Map // net.Addr -> *admConn
+
+// uniqueAddr returns a copy of addr, so that its pointer is this
+// connection's alone.
+func uniqueAddr(addr net.Addr) net.Addr {
+	switch a := addr.(type) {
+	case *net.TCPAddr:
+		cp := *a
+		return &cp
+	case *net.UnixAddr:
+		cp := *a
+		return &cp
+	}
+	return addr
+}
+
+type connKey struct{}
+
+// withConn returns ctx carrying c, and c's review source.
+func withConn(ctx context.Context, c *admConn) context.Context {
+	ctx = context.WithValue(ctx, connKey{}, c)
+	if _, ok := review.SourceFrom(ctx); !ok {
+		ctx = review.WithSource(ctx, c.reviewSource())
+	}
+	return ctx
+}
+
+func connFrom(ctx context.Context) *admConn {
+	c, _ := ctx.Value(connKey{}).(*admConn)
+	return c
+}
+
+// connList is an intrusive doubly linked list of connections in the order
+// they entered a stage.
+type connList struct{ root admConn }
+
+func (l *connList) init() { l.root.next, l.root.prev = &l.root, &l.root }
+
+func (l *connList) oldest() *admConn { return l.next(&l.root) }
+
+func (l *connList) next(c *admConn) *admConn {
+	if c.next == &l.root {
+		return nil
+	}
+	return c.next
+}
+
+func (l *connList) pushBack(c *admConn) {
+	c.prev, c.next = l.root.prev, &l.root
+	l.root.prev.next = c
+	l.root.prev = c
+}
+
+func (l *connList) remove(c *admConn) {
+	c.prev.next, c.next.prev = c.next, c.prev
+	c.prev, c.next = nil, nil
 }
 
 // MaxConnectionsFor returns max capped to half of the process's open-file

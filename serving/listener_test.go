@@ -2,8 +2,11 @@ package serving_test
 
 import (
 	"errors"
+	"io"
 	"net"
+	"os"
 	"strings"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -16,6 +19,7 @@ import (
 type chanListener struct {
 	conns  chan net.Conn
 	closed chan struct{}
+	port   atomic.Int32
 }
 
 func newChanListener() *chanListener {
@@ -33,78 +37,160 @@ func (l *chanListener) Accept() (net.Conn, error) {
 func (l *chanListener) Close() error   { close(l.closed); return nil }
 func (l *chanListener) Addr() net.Addr { return &net.TCPAddr{IP: net.IPv4(127, 0, 0, 1), Port: 1} }
 
-func (l *chanListener) push() net.Conn {
+// push queues a connection from 127.0.0.1 and returns the client's end.
+func (l *chanListener) push() net.Conn { return l.pushFrom("127.0.0.1") }
+
+// pushFrom queues a connection from ip and returns the client's end.
+func (l *chanListener) pushFrom(ip string) net.Conn {
 	a, b := net.Pipe()
-	l.conns <- a
+	l.conns <- addrConn{a, &net.TCPAddr{IP: net.ParseIP(ip), Port: int(l.port.Add(1))}}
 	return b
 }
 
-// TestLimitListenerEdge: at the limit Accept hands out connections; at
-// limit+1 it logs and waits, without taking the next connection from the
-// kernel (the inner listener), until one closes; the line is paced.
-func TestLimitListenerEdge(t *testing.T) {
+// addrConn is a pipe with a TCP remote address.
+type addrConn struct {
+	net.Conn
+	remote net.Addr
+}
+
+func (c addrConn) RemoteAddr() net.Addr { return c.remote }
+
+// isClosed reports whether the server closed the connection whose client
+// end is peer, without waiting: net.Pipe reports the other end's close
+// before a deadline that has passed.
+func isClosed(t testing.TB, peer net.Conn) bool {
+	t.Helper()
+	_ = peer.SetReadDeadline(time.Unix(1, 0))
+	_, err := peer.Read(make([]byte, 1))
+	switch {
+	case errors.Is(err, io.EOF):
+		return true
+	case errors.Is(err, os.ErrDeadlineExceeded):
+		return false
+	}
+	t.Fatalf("reading a client end: %v", err)
+	return false
+}
+
+// sendByte makes the server's end c read one byte from the client end
+// peer (a net.Pipe write waits for the read).
+func sendByte(t testing.TB, c, peer net.Conn) {
+	t.Helper()
+	go func() { _, _ = peer.Write([]byte{'x'}) }()
+	if _, err := io.ReadFull(c, make([]byte, 1)); err != nil {
+		t.Fatal(err)
+	}
+}
+
+// admitted is a connection the listener accepted: the server's end and
+// the client's.
+type admitted struct{ c, peer net.Conn }
+
+func accept(t testing.TB, inner *chanListener, ln net.Listener, ip string) admitted {
+	t.Helper()
+	peer := inner.pushFrom(ip)
+	c, err := ln.Accept()
+	if err != nil {
+		t.Fatal(err)
+	}
+	return admitted{c, peer}
+}
+
+const testGrace = serving.DefaultEvictionGrace
+
+// TestLimitListenerEvictionOrder: with the budget full of connections in
+// every stage, each new connection is admitted at once by closing one, in
+// the documented order: silent, waiting, handshake, idle, first request,
+// busy.
+func TestLimitListenerEvictionOrder(t *testing.T) {
 	t.Parallel()
-	const max = 3
+	clk := clocktesting.NewFakeClock(time.Unix(1000, 0))
 	inner := newChanListener()
 	var logs lines
-	clk := clocktesting.NewFakePassiveClock(time.Unix(1000, 0))
-	ln := serving.LimitListener(inner, max, serving.LimitOptions{Logger: logs.logger(), Clock: clk})
-	var open []net.Conn
-	for i := range max {
-		inner.push()
-		c, err := ln.Accept()
-		if err != nil {
-			t.Fatalf("Accept() #%d at the limit: %v", i, err)
+	ln := serving.AdmissionListener(inner, 6, serving.LimitOptions{Logger: logs.logger(), Clock: clk}, serving.AdmissionTestConfig{TLS: true})
+	defer ln.Close()
+	// Made in the reverse of the order they go, so that age alone would
+	// choose the opposite.
+	busy := accept(t, inner, ln, "127.0.0.1")
+	serving.WorkStart(busy.c)
+	serving.WorkEnd(busy.c, true)
+	serving.WorkStart(busy.c)
+	first := accept(t, inner, ln, "127.0.0.1")
+	serving.WorkStart(first.c)
+	idle := accept(t, inner, ln, "127.0.0.1")
+	serving.WorkStart(idle.c)
+	serving.WorkEnd(idle.c, true)
+	handshake := accept(t, inner, ln, "127.0.0.1")
+	sendByte(t, handshake.c, handshake.peer)
+	waiting := accept(t, inner, ln, "127.0.0.1")
+	sendByte(t, waiting.c, waiting.peer)
+	serving.HandshakeDone(waiting.c)
+	silent := accept(t, inner, ln, "127.0.0.1")
+	for _, tt := range []struct {
+		conn  admitted
+		stage string
+	}{{silent, "silent"}, {waiting, "waiting"}, {handshake, "handshake"}, {idle, "idle"}, {first, "first-request"}, {busy, "busy"}} {
+		if got := serving.StageOf(tt.conn.c); got != tt.stage {
+			t.Fatalf("stage = %q; want %q", got, tt.stage)
 		}
-		open = append(open, c)
 	}
-	limitLines := func() int {
-		n := 0
-		for _, l := range logs.snapshot() {
-			if strings.Contains(l, "connection limit reached") {
-				n++
+	clk.Step(testGrace)
+	order := []admitted{silent, waiting, handshake, idle, first, busy}
+	for i := range order {
+		accept(t, inner, ln, "127.0.0.1")
+		for j, c := range order {
+			if got, want := isClosed(t, c.peer), j <= i; got != want {
+				t.Fatalf("after %d new connections, connection %d closed = %v; want %v", i+1, j, got, want)
 			}
 		}
-		return n
 	}
-	if n := limitLines(); n != 0 {
-		t.Fatalf("limit logged at the limit; want only past it")
+	found := false
+	for _, l := range logs.snapshot() {
+		if strings.Contains(l, "connection budget full") && strings.Contains(l, `"evicted.silent"=1`) {
+			found = true
+		}
 	}
-	inner.push() // limit+1, queued in the "kernel"
-	accepted := make(chan net.Conn)
+	if !found {
+		t.Errorf("no log line saying a silent connection was closed:\n%s", strings.Join(logs.snapshot(), "\n"))
+	}
+}
+
+// TestLimitListenerGrace: a connection is not closed to make room before
+// it has spent EvictionGrace in its stage (at grace-1ns it is kept, and
+// the new connection waits in the kernel's queue); at the grace it is.
+// A connection entering a new stage starts its grace again. Closing the
+// listener releases a waiting Accept.
+func TestLimitListenerGrace(t *testing.T) {
+	t.Parallel()
+	clk := clocktesting.NewFakeClock(time.Unix(1000, 0))
+	inner := newChanListener()
+	ln := serving.LimitListener(inner, 2, serving.LimitOptions{Clock: clk})
+	a := accept(t, inner, ln, "127.0.0.1")
+	b := accept(t, inner, ln, "127.0.0.1")
+	clk.Step(testGrace - time.Nanosecond)
+	sendByte(t, b.c, b.peer) // b: waiting, its grace starts again
+	inner.push()
+	accepted := make(chan net.Conn, 1)
 	go func() {
 		c, err := ln.Accept()
 		if err != nil {
-			t.Errorf("Accept() after a slot freed: %v", err)
+			c = nil
 		}
 		accepted <- c
 	}()
-	waitFor(t, 10*time.Second, "the limit to be logged", func() bool { return limitLines() == 1 })
-	if len(inner.conns) != 1 {
-		t.Fatal("the connection past the limit was taken from the inner listener; want it left queued")
+	waitFor(t, 10*time.Second, "Accept to wait for a grace to pass", clk.HasWaiters)
+	if len(inner.conns) != 1 || isClosed(t, a.peer) || isClosed(t, b.peer) {
+		t.Fatal("a connection younger than the grace was closed, or the new one taken from the kernel's queue")
 	}
-	open[0].Close()
-	open[0].Close() // a second Close frees nothing more
-	c := <-accepted
-	open = append(open[1:], c)
-
-	// Over the limit again within the interval: waits, not logged again.
+	clk.Step(time.Nanosecond) // a (silent) reaches the grace
+	if c := <-accepted; c == nil {
+		t.Fatal("Accept failed")
+	}
+	if !isClosed(t, a.peer) || isClosed(t, b.peer) {
+		t.Fatal("want the silent connection closed at its grace, the waiting one kept")
+	}
+	// Full again, every connection young: Close releases Accept.
 	inner.push()
-	go func() {
-		c, err := ln.Accept()
-		if err == nil {
-			accepted <- c
-		} else {
-			accepted <- nil
-		}
-	}()
-	waitFor(t, 10*time.Second, "the second wait to start", func() bool { return len(inner.conns) == 1 })
-	open[0].Close()
-	<-accepted
-	if n := limitLines(); n > 2 {
-		t.Errorf("limit lines = %d; want it paced", n)
-	}
-	// Closing the listener releases a waiting Accept.
 	go func() {
 		_, err := ln.Accept()
 		if !errors.Is(err, net.ErrClosed) {
@@ -112,8 +198,141 @@ func TestLimitListenerEdge(t *testing.T) {
 		}
 		accepted <- nil
 	}()
+	waitFor(t, 10*time.Second, "Accept to wait", clk.HasWaiters)
 	ln.Close()
 	<-accepted
+}
+
+// TestLimitListenerFairness: within a stage the source that holds the
+// most connections loses one first, even when another source's
+// connection is older; connections closed by their clients make room
+// without closing any other.
+func TestLimitListenerFairness(t *testing.T) {
+	t.Parallel()
+	clk := clocktesting.NewFakeClock(time.Unix(1000, 0))
+	inner := newChanListener()
+	ln := serving.LimitListener(inner, 4, serving.LimitOptions{Clock: clk})
+	defer ln.Close()
+	legit := accept(t, inner, ln, "10.0.0.1")
+	var flood []admitted
+	for range 3 {
+		flood = append(flood, accept(t, inner, ln, "10.0.0.2"))
+	}
+	clk.Step(testGrace)
+	accept(t, inner, ln, "10.0.0.2")
+	if isClosed(t, legit.peer) {
+		t.Fatal("the connection of the source with one connection was closed; want one of the source with three")
+	}
+	if !isClosed(t, flood[0].peer) {
+		t.Fatal("want the oldest connection of the source with the most closed")
+	}
+	flood[1].c.Close()
+	accept(t, inner, ln, "10.0.0.3") // room: nothing else closed
+	if isClosed(t, legit.peer) || isClosed(t, flood[2].peer) {
+		t.Fatal("a connection was closed while there was room")
+	}
+
+	// Fairness off: one source for every address, the oldest goes.
+	inner2 := newChanListener()
+	ln2 := serving.LimitListener(inner2, 2, serving.LimitOptions{Clock: clk,
+		AdmissionOptions: serving.AdmissionOptions{Source: func(net.Addr) string { return "" }}})
+	defer ln2.Close()
+	old := accept(t, inner2, ln2, "10.0.0.1")
+	accept(t, inner2, ln2, "10.0.0.2")
+	clk.Step(testGrace)
+	accept(t, inner2, ln2, "10.0.0.2")
+	if !isClosed(t, old.peer) {
+		t.Fatal("without fairness the oldest connection was kept")
+	}
+}
+
+// TestLimitListenerPressureTimeouts: the waiting stage's timeout is its
+// configured value up to half the budget, then shrinks linearly to
+// PressureTimeout at a full budget; each edge is exact (checked when a
+// connection is accepted, at the timeout and 1ns before).
+func TestLimitListenerPressureTimeouts(t *testing.T) {
+	t.Parallel()
+	const max, relaxed, tight = 8, 10 * time.Second, 2 * time.Second
+	for _, tt := range []struct {
+		open    int // connections open when the probe is checked
+		timeout time.Duration
+	}{
+		{2, relaxed},
+		{4, relaxed},                    // half full
+		{6, relaxed - (relaxed-tight)/2}, // three quarters: halfway down
+		{8, tight},                      // full
+	} {
+		for _, early := range []bool{true, false} {
+			clk := clocktesting.NewFakeClock(time.Unix(1000, 0))
+			inner := newChanListener()
+			ln := serving.AdmissionListener(inner, max, serving.LimitOptions{Clock: clk,
+				AdmissionOptions: serving.AdmissionOptions{PressureTimeout: tight}}, serving.AdmissionTestConfig{Waiting: relaxed})
+			probe := accept(t, inner, ln, "10.0.0.1")
+			sendByte(t, probe.c, probe.peer) // waiting
+			var silent []admitted
+			for range tt.open - 1 {
+				silent = append(silent, accept(t, inner, ln, "10.0.0.2"))
+			}
+			age := tt.timeout
+			if early {
+				age -= time.Nanosecond
+			}
+			clk.Step(age)
+			accept(t, inner, ln, "10.0.0.3")
+			if got := isClosed(t, probe.peer); got == early {
+				t.Errorf("%d of %d open, a waiting connection aged %v: closed = %v; want %v (timeout %v)", tt.open, max, age, got, !early, tt.timeout)
+			}
+			for _, s := range silent {
+				s.c.Close()
+			}
+			ln.Close()
+		}
+	}
+}
+
+// TestLimitListenerHandshakeRate: a source past its handshake rate has its
+// next handshake (its first bytes) held for its turn, first come, first
+// served, while another source's goes ahead; a connection closed while
+// waiting gives its turn back.
+func TestLimitListenerHandshakeRate(t *testing.T) {
+	t.Parallel()
+	clk := clocktesting.NewFakeClock(time.Unix(1000, 0))
+	inner := newChanListener()
+	ln := serving.AdmissionListener(inner, 10, serving.LimitOptions{Clock: clk,
+		AdmissionOptions: serving.AdmissionOptions{HandshakeRate: 1, HandshakeBurst: 1}}, serving.AdmissionTestConfig{TLS: true})
+	defer ln.Close()
+	first := accept(t, inner, ln, "10.0.0.1")
+	sendByte(t, first.c, first.peer) // the burst
+	read := func(c admitted) chan error {
+		done := make(chan error, 1)
+		go func() { _, _ = c.peer.Write([]byte{'x'}) }()
+		go func() { _, err := c.c.Read(make([]byte, 1)); done <- err }()
+		return done
+	}
+	gone := accept(t, inner, ln, "10.0.0.1")
+	goneRead := read(gone)
+	waitFor(t, 10*time.Second, "the second handshake to wait", clk.HasWaiters)
+	other := accept(t, inner, ln, "10.0.0.2")
+	if err := <-read(other); err != nil {
+		t.Fatalf("another source's handshake: %v; want it to go ahead", err)
+	}
+	gone.c.Close()
+	if err := <-goneRead; !errors.Is(err, net.ErrClosed) {
+		t.Fatalf("a waiting handshake whose connection closed = %v; want net.ErrClosed", err)
+	}
+	// The closed connection gave its turn back: the next is due in 1s
+	// (not 2s), exactly.
+	next := accept(t, inner, ln, "10.0.0.1")
+	nextRead := read(next)
+	waitFor(t, 10*time.Second, "the next handshake to wait", clk.HasWaiters)
+	clk.Step(time.Second - time.Nanosecond)
+	if !clk.HasWaiters() {
+		t.Fatal("a handshake past the rate went ahead 1ns before its turn")
+	}
+	clk.Step(time.Nanosecond)
+	if err := <-nextRead; err != nil {
+		t.Fatalf("handshake at its turn: %v", err)
+	}
 }
 
 func TestLimitListenerNoLimit(t *testing.T) {
@@ -121,6 +340,23 @@ func TestLimitListenerNoLimit(t *testing.T) {
 	inner := newChanListener()
 	if ln := serving.LimitListener(inner, 0, serving.LimitOptions{}); ln != net.Listener(inner) {
 		t.Error("LimitListener(ln, 0) wrapped ln; want ln itself")
+	}
+}
+
+func TestSourceAddress(t *testing.T) {
+	t.Parallel()
+	for _, tt := range []struct {
+		addr net.Addr
+		want string
+	}{
+		{&net.TCPAddr{IP: net.ParseIP("10.1.2.3"), Port: 5}, "10.1.2.3"},
+		{&net.TCPAddr{IP: net.ParseIP("::ffff:10.1.2.3"), Port: 5}, "10.1.2.3"},
+		{&net.TCPAddr{IP: net.ParseIP("2001:db8:1:2:3:4:5:6"), Port: 5}, "2001:db8:1:2::/64"},
+		{&net.UnixAddr{Name: "@", Net: "unix"}, ""},
+	} {
+		if got := serving.SourceAddress(tt.addr); got != tt.want {
+			t.Errorf("SourceAddress(%v) = %q; want %q", tt.addr, got, tt.want)
+		}
 	}
 }
 

@@ -2,6 +2,7 @@ package serving
 
 import (
 	"context"
+	"crypto/tls"
 	"errors"
 	"fmt"
 	"io"
@@ -83,6 +84,9 @@ type ServerOptions struct {
 	// means [DefaultMaxConnections], capped by the open-file limit
 	// ([MaxConnectionsFor]); negative means no cap.
 	MaxConnections int
+	// Admission tunes how connections past MaxConnections make room,
+	// and the timeouts under pressure (see [LimitListener]).
+	Admission AdmissionOptions
 	// ReadHeaderTimeout, ReadTimeout (per read of a body), WriteTimeout
 	// (per write of a response) and IdleTimeout: zero means
 	// DefaultReadHeaderTimeout, DefaultReadTimeout, DefaultWriteTimeout
@@ -116,15 +120,21 @@ type ServerOptions struct {
 	// ready once it starts shutting down.
 	Health *Health
 
-	// Clock paces the server's own log lines. Nil means the real clock.
-	Clock clock.PassiveClock
+	// Clock paces the server's own log lines and tells the time of
+	// connections' stages. Nil means the real clock.
+	Clock clock.Clock
 }
 
 // HTTPServer is a net/http server hardened against clients that hold
 // connections:
 //
-//   - at most MaxConnections connections are open ([LimitListener]); the
-//     next waits, and the limit being reached is logged;
+//   - at most MaxConnections connections are open ([LimitListener]); when
+//     they are, a new connection makes room by closing the one that has
+//     done the least for the longest (a silent one first, a connection
+//     that completed a request and is in use last), logged; the
+//     handshake, header and idle timeouts shrink as the budget fills; and
+//     each client address starts at most HandshakeRate TLS handshakes a
+//     second;
 //   - headers must arrive within ReadHeaderTimeout, each read of a body
 //     must complete within ReadTimeout (a per-read deadline, so that
 //     uploads and client streams may last while the client sends), and
@@ -227,13 +237,37 @@ func (s *HTTPServer) Serve(ctx context.Context, ln net.Listener) error {
 	}
 	srv.Protocols = protocols
 
-	ln = LimitListener(ln, s.maxConn, LimitOptions{Logger: logger, Clock: s.opts.Clock})
 	if c := s.opts.Certificates; c != nil {
 		protos := []string{"http/1.1"}
 		if !s.opts.DisableHTTP2 {
 			protos = []string{"h2", "http/1.1"}
 		}
 		srv.TLSConfig = c.ServerConfig(protos...)
+	}
+	if s.maxConn > 0 {
+		adm := newAdmission(s.maxConn, admissionConfig{
+			LimitOptions: LimitOptions{AdmissionOptions: s.opts.Admission, Logger: logger, Clock: s.opts.Clock},
+			handshake:    s.opts.ReadHeaderTimeout, waiting: s.opts.ReadHeaderTimeout, idle: s.opts.IdleTimeout,
+			tls: s.opts.Certificates != nil,
+		})
+		// The admission listener does the TLS handshake itself, to see it
+		// end; net/http serves its *tls.Conns as ServeTLS would.
+		ln = adm.listener(ln, srv.TLSConfig)
+		srv.ConnContext = func(ctx context.Context, c net.Conn) context.Context {
+			if ac := admConnOf(c); ac != nil {
+				return withConn(ctx, ac)
+			}
+			return ctx
+		}
+		srv.ConnState = func(c net.Conn, st http.ConnState) {
+			if ac := admConnOf(c); ac != nil && st == http.StateHijacked {
+				ac.hijacked()
+			}
+		}
+	} else if srv.TLSConfig != nil {
+		ln = tls.NewListener(ln, srv.TLSConfig)
+	}
+	if c := s.opts.Certificates; c != nil {
 		certCtx, stopCerts := context.WithCancel(ctx)
 		certsDone := make(chan struct{})
 		go func() { defer close(certsDone); c.Run(certCtx) }()
@@ -241,13 +275,7 @@ func (s *HTTPServer) Serve(ctx context.Context, ln net.Listener) error {
 	}
 
 	errc := make(chan error, 1)
-	go func() {
-		if s.opts.Certificates != nil {
-			errc <- srv.ServeTLS(ln, "", "")
-			return
-		}
-		errc <- srv.Serve(ln)
-	}()
+	go func() { errc <- srv.Serve(ln) }()
 	if s.opts.Health != nil {
 		s.opts.Health.SetReady(true)
 	}
@@ -300,6 +328,12 @@ type deadliner interface {
 
 func (g *guard) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	gw := guardedWriter{ResponseWriter: w, timeout: g.writeTimeout, http1: r.ProtoMajor == 1}
+	if ac := connFrom(r.Context()); ac != nil {
+		// The connection's admission stage: a request in progress, then
+		// one completed unless refused.
+		ac.workStart()
+		defer func() { ac.workEnd(gw.code < 400) }()
+	}
 	gw.d, _ = w.(deadliner)
 	gw.extend()
 	if r.ContentLength != 0 && r.Body != nil && r.Body != http.NoBody && gw.d != nil && g.readTimeout > 0 {
@@ -337,6 +371,7 @@ type guardedWriter struct {
 	http1       bool
 	wroteHeader bool
 	refused     bool
+	code        int // the status sent; 0 before the header
 }
 
 func (g *guardedWriter) extend() {
@@ -348,6 +383,7 @@ func (g *guardedWriter) extend() {
 func (g *guardedWriter) WriteHeader(code int) {
 	if !g.wroteHeader && code >= 200 {
 		g.wroteHeader = true
+		g.code = code
 		if code >= 400 && g.http1 {
 			// Only on HTTP/1: on HTTP/2 net/http turns this header into a
 			// GOAWAY for the whole connection, whose other streams may be
@@ -361,7 +397,7 @@ func (g *guardedWriter) WriteHeader(code int) {
 
 func (g *guardedWriter) Write(p []byte) (int, error) {
 	if !g.wroteHeader {
-		g.wroteHeader = true
+		g.wroteHeader, g.code = true, http.StatusOK
 	}
 	g.extend()
 	return g.ResponseWriter.Write(p)
@@ -380,6 +416,16 @@ func (g *guardedWriter) Flush() { _ = g.FlushError() }
 // Unwrap lets http.ResponseController reach the underlying writer (for
 // Hijack, EnableFullDuplex, deadlines).
 func (g *guardedWriter) Unwrap() http.ResponseWriter { return g.ResponseWriter }
+
+// admConnOf returns the admitted connection under c, a connection of an
+// admission listener, TLS or not.
+func admConnOf(c net.Conn) *admConn {
+	if tc, ok := c.(*tls.Conn); ok {
+		c = tc.NetConn()
+	}
+	ac, _ := c.(*admConn)
+	return ac
+}
 
 // pacedWriter turns net/http's ErrorLog lines into paced log lines.
 type pacedWriter struct {

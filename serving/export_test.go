@@ -1,0 +1,35 @@
+package serving
+
+import (
+	"net"
+	"time"
+)
+
+// AdmissionTestConfig sets what an HTTP or gRPC server of this package
+// sets on its admission.
+type AdmissionTestConfig struct {
+	// Handshake, Waiting and Idle are the relaxed timeouts of the silent
+	// and handshake, waiting, and idle stages.
+	Handshake, Waiting, Idle time.Duration
+	TLS                      bool
+	ResetBurst               int
+	ResetInterval            time.Duration
+}
+
+// AdmissionListener is LimitListener with what a server adds.
+func AdmissionListener(ln net.Listener, max int, opts LimitOptions, c AdmissionTestConfig) net.Listener {
+	return newAdmission(max, admissionConfig{LimitOptions: opts, handshake: c.Handshake, waiting: c.Waiting, idle: c.Idle,
+		tls: c.TLS, resetBurst: c.ResetBurst, resetInterval: c.ResetInterval}).listener(ln, nil)
+}
+
+// The events servers report on their connections.
+func HandshakeDone(c net.Conn)        { admConnOf(c).handshakeDone() }
+func WorkStart(c net.Conn)            { admConnOf(c).workStart() }
+func WorkEnd(c net.Conn, served bool) { admConnOf(c).workEnd(served) }
+func Reset(c net.Conn)                { admConnOf(c).reset() }
+func StageOf(c net.Conn) string {
+	ac := admConnOf(c)
+	ac.a.mu.Lock()
+	defer ac.a.mu.Unlock()
+	return ac.stage.String()
+}
