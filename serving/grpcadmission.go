@@ -137,7 +137,9 @@ func (c *admConn) closing() bool {
 }
 
 // handshakeCreds tells admission when a connection's handshake is done.
-type handshakeCreds struct{ credentials.TransportCredentials }
+type handshakeCreds struct {
+	credentials.TransportCredentials
+}
 
 func (h handshakeCreds) ServerHandshake(raw net.Conn) (net.Conn, credentials.AuthInfo, error) {
 	conn, info, err := h.TransportCredentials.ServerHandshake(raw)

@@ -258,9 +258,9 @@ func TestLimitListenerPressureTimeouts(t *testing.T) {
 		timeout time.Duration
 	}{
 		{2, relaxed},
-		{4, relaxed},                    // half full
+		{4, relaxed},                     // half full
 		{6, relaxed - (relaxed-tight)/2}, // three quarters: halfway down
-		{8, tight},                      // full
+		{8, tight},                       // full
 	} {
 		for _, early := range []bool{true, false} {
 			clk := clocktesting.NewFakeClock(time.Unix(1000, 0))
