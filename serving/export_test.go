@@ -19,7 +19,7 @@ type AdmissionTestConfig struct {
 // AdmissionListener is LimitListener with what a server adds.
 func AdmissionListener(ln net.Listener, max int, opts LimitOptions, c AdmissionTestConfig) net.Listener {
 	return newAdmission(max, admissionConfig{LimitOptions: opts, handshake: c.Handshake, waiting: c.Waiting, idle: c.Idle,
-		tls: c.TLS, resetBurst: c.ResetBurst, resetInterval: c.ResetInterval}).listener(ln, nil)
+		tls: c.TLS, resetBurst: c.ResetBurst, resetInterval: c.ResetInterval}).listener(ln)
 }
 
 // The events servers report on their connections.
@@ -33,3 +33,10 @@ func StageOf(c net.Conn) string {
 	defer ac.a.mu.Unlock()
 	return ac.stage.String()
 }
+
+// HandshakeTurn is what a TLS handshake does once the client's hello is
+// read.
+func HandshakeTurn(c net.Conn) error { return admConnOf(c).handshakeTurn() }
+
+// HandshakesWaiting is the number of handshakes waiting for a slot.
+func HandshakesWaiting(ln net.Listener) int { return ln.(*admListener).a.hsSlots.Waiting() }

@@ -180,7 +180,7 @@ func GRPCServerOptions(opts GRPCOptions) []grpc.ServerOption {
 func (o GRPCOptions) credentials() credentials.TransportCredentials {
 	switch {
 	case o.Certificates != nil:
-		return credentials.NewTLS(o.Certificates.ServerConfig("h2"))
+		return credentials.NewTLS(admissionTLS(o.Certificates.ServerConfig("h2")))
 	case o.Credentials != nil:
 		return o.Credentials
 	}
@@ -206,7 +206,7 @@ func ServeGRPC(ctx context.Context, srv *grpc.Server, ln net.Listener, opts GRPC
 		if o.RapidResetLimit > 0 {
 			c.resetBurst, c.resetInterval = o.RapidResetLimit, time.Duration(float64(time.Second)/o.RapidResetRate)
 		}
-		ln = newAdmission(o.MaxConnections, c).listener(ln, nil)
+		ln = newAdmission(o.MaxConnections, c).listener(ln)
 	}
 	if c := o.Certificates; c != nil {
 		certCtx, stopCerts := context.WithCancel(ctx)

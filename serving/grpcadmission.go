@@ -127,14 +127,7 @@ func grpcTap(next tap.ServerInHandle) tap.ServerInHandle {
 }
 
 // closing reports whether c was closed or is being closed.
-func (c *admConn) closing() bool {
-	select {
-	case <-c.closedCh:
-		return true
-	default:
-		return false
-	}
-}
+func (c *admConn) closing() bool { return c.ctx.Err() != nil }
 
 // handshakeCreds tells admission when a connection's handshake is done.
 type handshakeCreds struct {

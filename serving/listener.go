@@ -6,6 +6,7 @@ import (
 	"net"
 	"net/netip"
 	"os"
+	"runtime"
 	"strconv"
 	"sync"
 	"sync/atomic"
@@ -82,6 +83,14 @@ type AdmissionOptions struct {
 	// a negative HandshakeRate means no bound.
 	HandshakeRate  float64
 	HandshakeBurst int
+	// HandshakeConcurrency bounds the TLS handshakes the server computes
+	// at once, all sources together; the others wait their turn, first
+	// come, first served. Zero means GOMAXPROCS: the handshakes of a
+	// flood never take more than the CPUs, so that calls on established
+	// connections, and the handshake of a legitimate client queued among
+	// them, are served without waiting behind hundreds of computations.
+	// Negative means no bound.
+	HandshakeConcurrency int
 	// Source maps a client's address to the source that fairness is kept
 	// between: the handshake rate, the choice of which connection makes
 	// room, and the review queue's turns. Nil means [SourceAddress]: the
@@ -207,7 +216,7 @@ func LimitListener(ln net.Listener, max int, opts LimitOptions) net.Listener {
 	if max <= 0 {
 		return ln
 	}
-	return newAdmission(max, admissionConfig{LimitOptions: opts}).listener(ln, nil)
+	return newAdmission(max, admissionConfig{LimitOptions: opts}).listener(ln)
 }
 
 // admissionConfig is what a server of this package adds to LimitOptions.
@@ -240,6 +249,8 @@ type admission struct {
 	source        func(net.Addr) string
 	hsInterval    time.Duration
 	hsBurst       int
+	hsSlots       *review.Queue // handshakes computing; nil: no bound
+	hsConcurrency int
 	tls           bool
 	join          bool
 	resetBurst    int
@@ -298,6 +309,12 @@ func newAdmission(max int, c admissionConfig) *admission {
 		a.hsInterval = time.Duration(float64(time.Second) / o.HandshakeRate)
 		a.hsBurst = o.HandshakeBurst
 	}
+	if o.HandshakeConcurrency == 0 {
+		o.HandshakeConcurrency = runtime.GOMAXPROCS(0)
+	}
+	if o.HandshakeConcurrency > 0 {
+		a.hsSlots, a.hsConcurrency = review.NewQueue(o.HandshakeConcurrency), o.HandshakeConcurrency
+	}
 	a.relaxed[stageSilent], a.relaxed[stageHandshake] = c.handshake, c.handshake
 	a.relaxed[stageWaiting] = c.waiting
 	a.relaxed[stageIdle] = c.idle
@@ -311,17 +328,14 @@ func newAdmission(max int, c admissionConfig) *admission {
 	return a
 }
 
-// listener wraps ln. With tlsConfig, connections are returned as TLS
-// server connections (the handshake stage then ends when the handshake
-// does).
-func (a *admission) listener(ln net.Listener, tlsConfig *tls.Config) net.Listener {
-	return &admListener{Listener: ln, a: a, tlsConfig: tlsConfig}
+// listener wraps ln.
+func (a *admission) listener(ln net.Listener) net.Listener {
+	return &admListener{Listener: ln, a: a}
 }
 
 type admListener struct {
 	net.Listener
-	a         *admission
-	tlsConfig *tls.Config
+	a *admission
 }
 
 func (l *admListener) Accept() (net.Conn, error) {
@@ -336,9 +350,6 @@ func (l *admListener) Accept() (net.Conn, error) {
 		ac := l.a.admit(c)
 		if ac == nil {
 			return nil, net.ErrClosed
-		}
-		if l.tlsConfig != nil {
-			return tls.Server(ac, ac.tlsConfig(l.tlsConfig)), nil
 		}
 		return ac, nil
 	}
@@ -365,7 +376,7 @@ func (a *admission) waitForRoom() error {
 		v, wake := a.victim(now)
 		a.mu.Unlock()
 		closeAll(expired)
-		if v != nil {
+		if v != nil && !a.handshakesBacklogged() {
 			return nil
 		}
 		if err := a.sleep(wake.Sub(now)); err != nil {
@@ -391,7 +402,8 @@ func (a *admission) sleep(d time.Duration) error {
 // when the budget is full. It returns nil, with c closed, if the listener
 // closes meanwhile.
 func (a *admission) admit(c net.Conn) *admConn {
-	ac := &admConn{Conn: c, a: a, raddr: uniqueAddr(c.RemoteAddr()), closedCh: make(chan struct{})}
+	ac := &admConn{Conn: c, a: a, raddr: uniqueAddr(c.RemoteAddr())}
+	ac.ctx, ac.cancel = context.WithCancel(context.Background())
 	key := a.source(ac.raddr)
 	for {
 		a.mu.Lock()
@@ -399,7 +411,7 @@ func (a *admission) admit(c net.Conn) *admConn {
 		expired := a.sweep(now)
 		var victim *admConn
 		wake := now
-		if a.open >= a.max {
+		if a.open >= a.max && !a.handshakesBacklogged() {
 			victim, wake = a.victim(now)
 			if victim != nil {
 				a.unlink(victim, closeEvicted)
@@ -441,6 +453,15 @@ func (a *admission) admit(c net.Conn) *admConn {
 	}
 }
 
+// handshakesBacklogged reports whether as many handshakes wait for a slot
+// as can be computed at once: then a full budget admits no one (closing a
+// connection for a newcomer whose handshake would only queue behind
+// them), so that clients reconnecting at once never make the server start
+// more handshakes than it finishes.
+func (a *admission) handshakesBacklogged() bool {
+	return a.hsSlots != nil && a.hsSlots.Waiting() >= a.hsConcurrency
+}
+
 // victim returns the connection to close to make room (see LimitListener),
 // or nil and when the oldest connection will be old enough. Under a.mu.
 func (a *admission) victim(now time.Time) (*admConn, time.Time) {
@@ -453,6 +474,9 @@ func (a *admission) victim(now time.Time) (*admConn, time.Time) {
 					wake = ready
 				}
 				break // the rest of the list is younger
+			}
+			if c.queued {
+				continue // the server owes it a handshake
 			}
 			if best == nil || c.src.conns > best.src.conns {
 				best = c
@@ -516,6 +540,11 @@ func (a *admission) unlink(c *admConn, reason int) {
 	if reason >= 0 {
 		a.closed[reason][c.stage]++
 	}
+	a.signalRoom()
+}
+
+// signalRoom wakes an Accept waiting for room.
+func (a *admission) signalRoom() {
 	select {
 	case a.room <- struct{}{}:
 	default:
@@ -584,9 +613,12 @@ type admConn struct {
 	raddr    net.Addr
 	src      *sourceState
 	id       uint64
-	closedCh chan struct{}
+	// ctx is cancelled when the connection closes.
+	ctx    context.Context
+	cancel context.CancelFunc
 
 	readOnce  atomic.Bool
+	hsSlot    atomic.Bool // holds one of the admission's handshake slots
 	closeOnce sync.Once
 	deadline  atomic.Int64 // read deadline, Unix nanoseconds; 0: none
 
@@ -599,6 +631,7 @@ type admConn struct {
 	handshaken bool
 	served     bool
 	working    int
+	queued     bool              // waiting for its handshake's turn
 	resets     *loglimit.Limiter // streams the client cancelled (gRPC)
 }
 
@@ -628,27 +661,69 @@ func (c *admConn) Read(p []byte) (int, error) {
 	n, err := c.Conn.Read(p)
 	if n > 0 && !c.readOnce.Load() && c.readOnce.CompareAndSwap(false, true) {
 		c.a.set(c, false, func(c *admConn) { c.sawByte = true })
-		if werr := c.handshakeTurn(); werr != nil {
-			return n, werr
-		}
 	}
 	return n, err
 }
 
-// handshakeTurn waits, when c's source has started more TLS handshakes
-// than its rate allows, for c's turn; the bytes just read (the client's
-// hello) are handed to TLS after it.
+func (c *admConn) Write(p []byte) (int, error) {
+	if c.hsSlot.Load() {
+		// The server's first flight: its share of the handshake's work
+		// (key exchange, signature) is done.
+		c.releaseSlot()
+	}
+	return c.Conn.Write(p)
+}
+
+// handshakeTurn is called once the client's hello is read: it waits, when
+// c's source has started more TLS handshakes than its rate allows, for
+// c's turn, then for one of the handshake slots (released by the
+// server's first flight, see Write). It fails when c closes or its read
+// deadline would pass first.
 func (c *admConn) handshakeTurn() error {
-	if c.src.hs == nil {
+	a := c.a
+	a.setQueued(c, true)
+	defer a.setQueued(c, false)
+	if c.src.hs != nil {
+		if d := c.src.hs.Reserve(); d > 0 {
+			if err := c.wait(d); err != nil {
+				c.src.hs.Unreserve()
+				return err
+			}
+		}
+	}
+	if a.hsSlots == nil {
 		return nil
 	}
-	d := c.src.hs.Reserve()
-	if d <= 0 {
-		return nil
+	// Shared fairly: the sources waiting take turns, and a source's
+	// connections come first come, first served.
+	ctx := review.WithSource(c.ctx, c.reviewSource())
+	if dl := c.deadline.Load(); dl != 0 {
+		var cancel context.CancelFunc
+		ctx, cancel = context.WithDeadline(ctx, time.Unix(0, dl))
+		defer cancel()
 	}
+	if err := a.hsSlots.Acquire(ctx); err != nil {
+		if c.closing() {
+			return net.ErrClosed
+		}
+		return os.ErrDeadlineExceeded
+	}
+	c.hsSlot.Store(true)
+	return nil
+}
+
+// setQueued marks c as waiting for its handshake's turn, which spares it
+// from being closed to make room.
+func (a *admission) setQueued(c *admConn, q bool) {
+	a.mu.Lock()
+	c.queued = q
+	a.mu.Unlock()
+}
+
+// wait waits d, or fails when c closes or its read deadline passes first.
+func (c *admConn) wait(d time.Duration) error {
 	if dl := c.deadline.Load(); dl != 0 {
 		if left := time.Unix(0, dl).Sub(c.a.clock.Now()); left < d {
-			c.src.hs.Unreserve()
 			return os.ErrDeadlineExceeded
 		}
 	}
@@ -657,9 +732,16 @@ func (c *admConn) handshakeTurn() error {
 	select {
 	case <-t.C():
 		return nil
-	case <-c.closedCh:
-		c.src.hs.Unreserve()
+	case <-c.ctx.Done():
 		return net.ErrClosed
+	}
+}
+
+// releaseSlot gives back c's handshake slot, if it holds one.
+func (c *admConn) releaseSlot() {
+	if c.hsSlot.CompareAndSwap(true, false) {
+		c.a.hsSlots.Release()
+		c.a.signalRoom()
 	}
 }
 
@@ -683,7 +765,8 @@ func (c *admConn) storeDeadline(t time.Time) {
 
 func (c *admConn) Close() error {
 	c.closeOnce.Do(func() {
-		close(c.closedCh)
+		c.cancel()
+		c.releaseSlot()
 		c.a.mu.Lock()
 		c.a.unlink(c, -1)
 		c.a.mu.Unlock()
@@ -706,6 +789,7 @@ func (c *admConn) CloseWrite() error {
 
 // handshakeDone records that c's TLS handshake finished.
 func (c *admConn) handshakeDone() {
+	c.releaseSlot()
 	c.a.set(c, false, func(c *admConn) { c.sawByte, c.handshaken = true, true })
 }
 
@@ -737,34 +821,50 @@ func (c *admConn) reviewSource() review.Source {
 	return review.Source{Address: c.src.key, Conn: "#" + strconv.FormatUint(c.id, 10)}
 }
 
-// tlsConfig returns the configuration of c's TLS handshake: base's, with
-// a hook that records when the handshake is done.
-func (c *admConn) tlsConfig(base *tls.Config) *tls.Config {
-	return &tls.Config{GetConfigForClient: func(hello *tls.ClientHelloInfo) (*tls.Config, error) {
-		cfg := base
+// admissionTLS returns base with the hooks through which admission
+// follows and paces TLS handshakes: once a client's hello is read, its
+// connection's turn (handshakeTurn); when the server verified the
+// connection, its last step before the client's Finished, the end of the
+// handshake stage. Connections that are not an admission's are handed to
+// base as they are.
+func admissionTLS(base *tls.Config) *tls.Config {
+	cfg := base.Clone()
+	cfg.GetConfigForClient = func(hello *tls.ClientHelloInfo) (*tls.Config, error) {
+		got := base
 		if base.GetConfigForClient != nil {
-			got, err := base.GetConfigForClient(hello)
+			g, err := base.GetConfigForClient(hello)
 			if err != nil {
 				return nil, err
 			}
-			if got != nil {
-				cfg = got
+			if g != nil {
+				got = g
 			}
 		}
-		cfg = cfg.Clone()
-		verify := cfg.VerifyConnection
-		cfg.VerifyConnection = func(cs tls.ConnectionState) error {
+		c, ok := hello.Conn.(*admConn)
+		if !ok {
+			if got == base {
+				return nil, nil
+			}
+			return got, nil
+		}
+		if err := c.handshakeTurn(); err != nil {
+			return nil, err
+		}
+		got = got.Clone()
+		got.GetConfigForClient = nil
+		verify := got.VerifyConnection
+		got.VerifyConnection = func(cs tls.ConnectionState) error {
 			if verify != nil {
 				if err := verify(cs); err != nil {
 					return err
 				}
 			}
-			// The server's last step before the client's Finished.
 			c.handshakeDone()
 			return nil
 		}
-		return cfg, nil
-	}}
+		return got, nil
+	}
+	return cfg
 }
 
 // connByAddr finds an admitted connection by the pointer its RemoteAddr

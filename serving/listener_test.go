@@ -5,6 +5,7 @@ import (
 	"io"
 	"net"
 	"os"
+	"slices"
 	"strings"
 	"sync/atomic"
 	"testing"
@@ -291,47 +292,94 @@ func TestLimitListenerPressureTimeouts(t *testing.T) {
 }
 
 // TestLimitListenerHandshakeRate: a source past its handshake rate has its
-// next handshake (its first bytes) held for its turn, first come, first
-// served, while another source's goes ahead; a connection closed while
-// waiting gives its turn back.
+// next handshake held for its turn, first come, first served, while
+// another source's goes ahead; a connection closed while waiting gives its
+// turn back; each turn comes exactly on time.
 func TestLimitListenerHandshakeRate(t *testing.T) {
 	t.Parallel()
 	clk := clocktesting.NewFakeClock(time.Unix(1000, 0))
 	inner := newChanListener()
 	ln := serving.AdmissionListener(inner, 10, serving.LimitOptions{Clock: clk,
-		AdmissionOptions: serving.AdmissionOptions{HandshakeRate: 1, HandshakeBurst: 1}}, serving.AdmissionTestConfig{TLS: true})
+		AdmissionOptions: serving.AdmissionOptions{HandshakeRate: 1, HandshakeBurst: 1, HandshakeConcurrency: -1}}, serving.AdmissionTestConfig{TLS: true})
 	defer ln.Close()
-	first := accept(t, inner, ln, "10.0.0.1")
-	sendByte(t, first.c, first.peer) // the burst
-	read := func(c admitted) chan error {
+	turn := func(c admitted) chan error {
 		done := make(chan error, 1)
-		go func() { _, _ = c.peer.Write([]byte{'x'}) }()
-		go func() { _, err := c.c.Read(make([]byte, 1)); done <- err }()
+		go func() { done <- serving.HandshakeTurn(c.c) }()
 		return done
 	}
+	if err := <-turn(accept(t, inner, ln, "10.0.0.1")); err != nil { // the burst
+		t.Fatal(err)
+	}
 	gone := accept(t, inner, ln, "10.0.0.1")
-	goneRead := read(gone)
+	goneTurn := turn(gone)
 	waitFor(t, 10*time.Second, "the second handshake to wait", clk.HasWaiters)
-	other := accept(t, inner, ln, "10.0.0.2")
-	if err := <-read(other); err != nil {
+	if err := <-turn(accept(t, inner, ln, "10.0.0.2")); err != nil {
 		t.Fatalf("another source's handshake: %v; want it to go ahead", err)
 	}
 	gone.c.Close()
-	if err := <-goneRead; !errors.Is(err, net.ErrClosed) {
+	if err := <-goneTurn; !errors.Is(err, net.ErrClosed) {
 		t.Fatalf("a waiting handshake whose connection closed = %v; want net.ErrClosed", err)
 	}
 	// The closed connection gave its turn back: the next is due in 1s
 	// (not 2s), exactly.
-	next := accept(t, inner, ln, "10.0.0.1")
-	nextRead := read(next)
+	next := turn(accept(t, inner, ln, "10.0.0.1"))
 	waitFor(t, 10*time.Second, "the next handshake to wait", clk.HasWaiters)
 	clk.Step(time.Second - time.Nanosecond)
 	if !clk.HasWaiters() {
 		t.Fatal("a handshake past the rate went ahead 1ns before its turn")
 	}
 	clk.Step(time.Nanosecond)
-	if err := <-nextRead; err != nil {
+	if err := <-next; err != nil {
 		t.Fatalf("handshake at its turn: %v", err)
+	}
+}
+
+// TestLimitListenerHandshakeSlots: at most HandshakeConcurrency handshakes
+// are computed at once; the next waits, first come, first served, until
+// one ends: at the server's first flight (its first write), when the
+// handshake is done, or when the connection closes.
+func TestLimitListenerHandshakeSlots(t *testing.T) {
+	t.Parallel()
+	clk := clocktesting.NewFakeClock(time.Unix(1000, 0))
+	inner := newChanListener()
+	ln := serving.AdmissionListener(inner, 10, serving.LimitOptions{Clock: clk,
+		AdmissionOptions: serving.AdmissionOptions{HandshakeRate: -1, HandshakeConcurrency: 1}}, serving.AdmissionTestConfig{TLS: true})
+	defer ln.Close()
+	var order []int
+	var conns []admitted
+	for range 4 {
+		conns = append(conns, accept(t, inner, ln, "10.0.0.1"))
+	}
+	if err := serving.HandshakeTurn(conns[0].c); err != nil {
+		t.Fatal(err)
+	}
+	done := make(chan int, 3)
+	for i := 1; i < 4; i++ {
+		go func() {
+			if err := serving.HandshakeTurn(conns[i].c); err != nil {
+				done <- -i
+				return
+			}
+			done <- i
+		}()
+		waitFor(t, 10*time.Second, "the handshake to queue", func() bool { return serving.HandshakesWaiting(ln) == i })
+	}
+	// The first flight frees the slot: the next in line gets it.
+	go func() { _, _ = io.ReadAll(conns[0].peer) }()
+	if _, err := conns[0].c.Write([]byte("server hello")); err != nil {
+		t.Fatal(err)
+	}
+	defer conns[0].c.Close()
+	order = append(order, <-done)
+	serving.HandshakeDone(conns[1].c)
+	order = append(order, <-done)
+	conns[3].c.Close() // gives up waiting
+	order = append(order, <-done)
+	if n := serving.HandshakesWaiting(ln); n != 0 {
+		t.Errorf("handshakes waiting = %d; want 0", n)
+	}
+	if want := []int{1, 2, -3}; !slices.Equal(order, want) {
+		t.Errorf("handshakes got their slots in the order %v; want %v", order, want)
 	}
 }
 

@@ -250,9 +250,10 @@ func (s *HTTPServer) Serve(ctx context.Context, ln net.Listener) error {
 			handshake:    s.opts.ReadHeaderTimeout, waiting: s.opts.ReadHeaderTimeout, idle: s.opts.IdleTimeout,
 			tls: s.opts.Certificates != nil,
 		})
-		// The admission listener does the TLS handshake itself, to see it
-		// end; net/http serves its *tls.Conns as ServeTLS would.
-		ln = adm.listener(ln, srv.TLSConfig)
+		ln = adm.listener(ln)
+		if srv.TLSConfig != nil {
+			srv.TLSConfig = admissionTLS(srv.TLSConfig)
+		}
 		srv.ConnContext = func(ctx context.Context, c net.Conn) context.Context {
 			if ac := admConnOf(c); ac != nil {
 				return withConn(ctx, ac)
@@ -264,8 +265,6 @@ func (s *HTTPServer) Serve(ctx context.Context, ln net.Listener) error {
 				ac.hijacked()
 			}
 		}
-	} else if srv.TLSConfig != nil {
-		ln = tls.NewListener(ln, srv.TLSConfig)
 	}
 	if c := s.opts.Certificates; c != nil {
 		certCtx, stopCerts := context.WithCancel(ctx)
@@ -275,7 +274,13 @@ func (s *HTTPServer) Serve(ctx context.Context, ln net.Listener) error {
 	}
 
 	errc := make(chan error, 1)
-	go func() { errc <- srv.Serve(ln) }()
+	go func() {
+		if s.opts.Certificates != nil {
+			errc <- srv.ServeTLS(ln, "", "")
+			return
+		}
+		errc <- srv.Serve(ln)
+	}()
 	if s.opts.Health != nil {
 		s.opts.Health.SetReady(true)
 	}

@@ -35,6 +35,7 @@ func TestNamesFollowConventions(t *testing.T) {
 	m := observe.NewRecorder()
 	m.ReviewAttempt("TokenReview", 201, 3*time.Millisecond)
 	m.CredentialRefusal("TokenReview")
+	m.JWKSAvailable(false)
 	c := cache.New[int](cache.Options{})
 	c.Get(cache.Key{1})
 	c.Counters().AddCoalesced(2)

@@ -56,7 +56,8 @@ const (
 	classes
 )
 
-// fairQueue hands out a fixed number of slots (the reviews in flight).
+// Queue hands out a fixed number of slots (the reviews in flight; package
+// serving's TLS handshakes computing at once).
 // While a slot is free, Acquire takes it at once. When none is, callers
 // wait, and each freed slot goes to the next waiter in this order:
 //
@@ -71,8 +72,9 @@ const (
 // by at most one review per address (per connection, when they share an
 // address) waiting ahead of it, and never delays a verified token. Waiters
 // cost a small record each and no goroutine of their own; a waiter whose
-// context ends leaves the queue. A fairQueue is safe for concurrent use.
-type fairQueue struct {
+// context ends leaves the queue. A Queue is safe for concurrent use; make
+// one with [NewQueue].
+type Queue struct {
 	mu      sync.Mutex
 	free    int
 	waiting int
@@ -95,17 +97,18 @@ type connQueue struct {
 
 type waiter struct {
 	ready   chan struct{} // closed when granted a slot
-	granted bool          // under fairQueue.mu
+	granted bool          // under Queue.mu
 	class   int
 	addr    *addrQueue
 	conn    *connQueue
 }
 
-func newFairQueue(slots int) *fairQueue { return &fairQueue{free: slots} }
+// NewQueue returns a Queue of slots slots (at least one).
+func NewQueue(slots int) *Queue { return &Queue{free: max(slots, 1)} }
 
-// Acquire takes a slot, waiting its turn (see fairQueue) within ctx. It
+// Acquire takes a slot, waiting its turn (see Queue) within ctx. It
 // returns ctx's error if ctx ends first.
-func (q *fairQueue) Acquire(ctx context.Context) error {
+func (q *Queue) Acquire(ctx context.Context) error {
 	q.mu.Lock()
 	if q.free > 0 && q.waiting == 0 {
 		q.free--
@@ -131,8 +134,15 @@ func (q *fairQueue) Acquire(ctx context.Context) error {
 	return ctx.Err()
 }
 
+// Waiting returns the number of callers waiting for a slot.
+func (q *Queue) Waiting() int {
+	q.mu.Lock()
+	defer q.mu.Unlock()
+	return q.waiting
+}
+
 // Release frees a slot taken by Acquire, handing it to the next waiter.
-func (q *fairQueue) Release() {
+func (q *Queue) Release() {
 	q.mu.Lock()
 	defer q.mu.Unlock()
 	for c := range q.classes {
@@ -159,7 +169,7 @@ func (q *fairQueue) Release() {
 }
 
 // enqueue adds a waiter for ctx's class and source. Under q.mu.
-func (q *fairQueue) enqueue(ctx context.Context) *waiter {
+func (q *Queue) enqueue(ctx context.Context) *waiter {
 	class := classOther
 	if Verified(ctx) {
 		class = classVerified
@@ -189,7 +199,7 @@ func (q *fairQueue) enqueue(ctx context.Context) *waiter {
 
 // remove takes w out of the queue, dropping its connection and address
 // when they have no waiter left. Under q.mu.
-func (q *fairQueue) remove(w *waiter) {
+func (q *Queue) remove(w *waiter) {
 	cq, a := w.conn, w.addr
 	for i, x := range cq.waiters {
 		if x == w {

@@ -74,7 +74,7 @@ type Retrier struct {
 	backoff        wait.Backoff
 	clock          clock.Clock
 	attemptTimeout time.Duration
-	queue          *fairQueue // the MaxInFlight bound, shared fairly
+	queue          *Queue // the MaxInFlight bound, shared fairly
 	obs            Observer
 
 	mu          sync.Mutex
@@ -132,7 +132,7 @@ func New(kind string, o Options) *Retrier {
 	if at == 0 {
 		at = DefaultAttemptTimeout
 	}
-	return &Retrier{kind: kind, backoff: b, clock: clk, attemptTimeout: at, queue: newFairQueue(maxInFlight), obs: o.Observer}
+	return &Retrier{kind: kind, backoff: b, clock: clk, attemptTimeout: at, queue: NewQueue(maxInFlight), obs: o.Observer}
 }
 
 // MaxInFlightSeen returns the largest number of concurrent requests seen.
@@ -144,11 +144,7 @@ func (r *Retrier) MaxInFlightSeen() int {
 
 // Waiting returns the number of reviews waiting for one of the MaxInFlight
 // slots.
-func (r *Retrier) Waiting() int {
-	r.queue.mu.Lock()
-	defer r.queue.mu.Unlock()
-	return r.queue.waiting
-}
+func (r *Retrier) Waiting() int { return r.queue.Waiting() }
 
 // errAttemptTimeout is the cause of an attempt cut by the attempt timeout.
 var errAttemptTimeout = errors.New("attempt timed out")
@@ -289,7 +285,7 @@ func (r *Retrier) refused(ctx context.Context, err error) {
 }
 
 // acquire takes one of the MaxInFlight slots. When none is free, the
-// caller waits its turn in the fair queue (see fairQueue): verified tokens
+// caller waits its turn in the fair queue (see [Queue]): verified tokens
 // first ([WithVerified]), then round robin over the [Source] addresses and
 // their connections, so that one client's flood of reviews never holds
 // another's behind it.
