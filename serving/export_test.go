@@ -23,10 +23,9 @@ func AdmissionListener(ln net.Listener, max int, opts LimitOptions, c AdmissionT
 }
 
 // The events servers report on their connections.
-func HandshakeDone(c net.Conn)        { admConnOf(c).handshakeDone() }
-func WorkStart(c net.Conn)            { admConnOf(c).workStart() }
-func WorkEnd(c net.Conn, served bool) { admConnOf(c).workEnd(served) }
-func Reset(c net.Conn)                { admConnOf(c).reset() }
+func HandshakeDone(c net.Conn) { admConnOf(c).handshakeDone() }
+func WorkStart(c net.Conn)     { admConnOf(c).workStart() }
+func Reset(c net.Conn)         { admConnOf(c).reset() }
 func StageOf(c net.Conn) string {
 	ac := admConnOf(c)
 	ac.a.mu.Lock()
@@ -40,3 +39,12 @@ func HandshakeTurn(c net.Conn) error { return admConnOf(c).handshakeTurn() }
 
 // HandshakesWaiting is the number of handshakes waiting for a slot.
 func HandshakesWaiting(ln net.Listener) int { return ln.(*admListener).a.hsSlots.Waiting() }
+
+// WorkEnd ends a request on c: served, or refused.
+func WorkEnd(c net.Conn, served bool) {
+	o := outcomeRefused
+	if served {
+		o = outcomeServed
+	}
+	admConnOf(c).workEnd(o)
+}

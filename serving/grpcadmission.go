@@ -69,7 +69,7 @@ func (grpcStats) HandleRPC(ctx context.Context, s stats.RPCStats) {
 		st.trailer.Store(true)
 	case *stats.End:
 		if st.message.Load() {
-			st.c.workEnd(answered(s.Error))
+			st.c.workEnd(grpcOutcome(s.Error))
 		}
 		// grpc writes no status for a stream the client reset (nor for
 		// one whose deadline passed, which is not the client's doing).
@@ -79,15 +79,15 @@ func (grpcStats) HandleRPC(ctx context.Context, s stats.RPCStats) {
 	}
 }
 
-// answered reports whether a call that ended with err was answered and
-// not refused.
-func answered(err error) bool {
+// grpcOutcome is the outcome of a call that ended with err.
+func grpcOutcome(err error) outcome {
 	switch status.Code(err) {
-	case codes.Unauthenticated, codes.PermissionDenied, codes.ResourceExhausted, codes.Canceled,
-		codes.DeadlineExceeded, codes.Unimplemented:
-		return false
+	case codes.Unauthenticated, codes.PermissionDenied:
+		return outcomeRefused
+	case codes.ResourceExhausted, codes.Canceled, codes.DeadlineExceeded, codes.Unimplemented:
+		return outcomeOther
 	}
-	return true
+	return outcomeServed
 }
 
 // reset counts a stream c's client cancelled, and closes c past the

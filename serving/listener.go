@@ -126,6 +126,10 @@ type stage uint8
 const (
 	// stageSilent: accepted; the client has sent nothing.
 	stageSilent stage = iota
+	// stageRefused: every request the connection completed was refused
+	// (401, 403; Unauthenticated, PermissionDenied), none served: junk
+	// tokens on a kept HTTP/2 or gRPC connection.
+	stageRefused
 	// stageWaiting: the handshake is done (or there is none), and the
 	// client has not made a request: HTTP/1 headers not complete, an
 	// HTTP/2 connection with its preface and no request, a gRPC
@@ -145,7 +149,7 @@ const (
 	numStages
 )
 
-var stageNames = [numStages]string{"silent", "waiting", "handshake", "idle", "first-request", "busy"}
+var stageNames = [numStages]string{"silent", "refused", "waiting", "handshake", "idle", "first-request", "busy"}
 
 func (s stage) String() string { return stageNames[s] }
 
@@ -180,20 +184,28 @@ const limitLogInterval = 10 * time.Second
 // connection from ln is admitted after closing one, chosen in this order:
 //
 //  1. silent: accepted, nothing received;
-//  2. waiting: handshake done (or none), no request yet: HTTP/1 headers
+//  2. refused: every request it completed was refused (401, 403,
+//     Unauthenticated, PermissionDenied), none served;
+//  3. waiting: handshake done (or none), no request yet: HTTP/1 headers
 //     incomplete (slowloris), an HTTP/2 preface without a request, gRPC
 //     streams open with no message sent;
-//  3. handshake: TLS handshake begun, not finished;
-//  4. idle: completed a request, none in progress (keep-alive);
-//  5. first request: its first request in progress;
-//  6. busy: completed a request, one in progress: the last to go.
+//  4. handshake: TLS handshake begun, not finished;
+//  5. idle: completed a request, none in progress (keep-alive);
+//  6. first request: its first request in progress;
+//  7. busy: completed a request, one in progress: the last to go.
 //
 // Within a stage, the connection of the source holding the most
 // connections goes first, then the one that entered the stage the
-// longest ago. A connection is not closed before it has spent
-// EvictionGrace in its stage: when every connection is that young, the new
-// one waits in the kernel's queue until one is old enough (at most
-// EvictionGrace) or closes. With HTTP and gRPC servers of this package the
+// longest ago. A connection is not closed before it has spent its grace
+// in its stage: EvictionGrace, or, when connections that moved on from
+// that stage recently needed longer (a slow network, a loaded machine),
+// four times their average, up to ten times EvictionGrace. When every
+// connection is that young, the new one waits in the kernel's queue until
+// one is old enough or closes; it also waits while as many TLS handshakes
+// wait for their turn as can be computed at once (HandshakeConcurrency),
+// so that clients reconnecting at once never make the server start more
+// handshakes than it finishes. A connection waiting for its handshake's
+// turn is not closed to make room. With HTTP and gRPC servers of this package the
 // stages follow the protocol (http.Server.ConnState and the handler;
 // grpc's stats handler and tap); a plain listener knows only silent and
 // waiting (a byte received).
@@ -258,6 +270,10 @@ type admission struct {
 
 	mu       sync.Mutex
 	lists    [numStages]connList
+	// stay is the average time connections that moved on from a stage
+	// to a later one spent in it (an exponentially weighted moving
+	// average), for the grace.
+	stay     [numStages]time.Duration
 	open     int
 	sources  map[string]*sourceState
 	nextID   uint64
@@ -462,14 +478,30 @@ func (a *admission) handshakesBacklogged() bool {
 	return a.hsSlots != nil && a.hsSlots.Waiting() >= a.hsConcurrency
 }
 
+// Bounds of the adaptive grace (see LimitListener).
+const (
+	graceStayFactor = 4
+	graceMaxFactor  = 10
+	// stayWeight is the weight of each new stay in the average, as a
+	// fraction 1/stayWeight.
+	stayWeight = 8
+)
+
+// graceOf is the grace of stage s. Under a.mu.
+func (a *admission) graceOf(s int) time.Duration {
+	g := min(graceStayFactor*a.stay[s], graceMaxFactor*a.grace)
+	return max(g, a.grace)
+}
+
 // victim returns the connection to close to make room (see LimitListener),
 // or nil and when the oldest connection will be old enough. Under a.mu.
 func (a *admission) victim(now time.Time) (*admConn, time.Time) {
-	wake := now.Add(a.grace)
+	wake := now.Add(graceMaxFactor * a.grace)
 	for s := range a.lists {
 		var best *admConn
+		grace := a.graceOf(s)
 		for c := a.lists[s].oldest(); c != nil; c = a.lists[s].next(c) {
-			if ready := c.since.Add(a.grace); ready.After(now) {
+			if ready := c.since.Add(grace); ready.After(now) {
 				if ready.Before(wake) {
 					wake = ready
 				}
@@ -499,9 +531,13 @@ func (a *admission) sweep(now time.Time) []*admConn {
 		if timeout <= 0 {
 			continue
 		}
-		for c := a.lists[s].oldest(); c != nil && now.Sub(c.since) >= timeout; c = a.lists[s].oldest() {
-			a.unlink(c, closeTimeout)
-			expired = append(expired, c)
+		for c := a.lists[s].oldest(); c != nil && now.Sub(c.since) >= timeout; {
+			next := a.lists[s].next(c)
+			if !c.queued { // the server owes it a handshake
+				a.unlink(c, closeTimeout)
+				expired = append(expired, c)
+			}
+			c = next
 		}
 	}
 	return expired
@@ -592,8 +628,13 @@ func (a *admission) set(c *admConn, progress bool, f func(c *admConn)) {
 	if s == c.stage && !progress {
 		return
 	}
+	now := a.clock.Now()
+	if s > c.stage {
+		// Moved on: how long it took feeds the stage's grace.
+		a.stay[c.stage] += (now.Sub(c.since) - a.stay[c.stage]) / stayWeight
+	}
 	a.lists[c.stage].remove(c)
-	c.stage, c.since = s, a.clock.Now()
+	c.stage, c.since = s, now
 	a.lists[s].pushBack(c)
 }
 
@@ -630,6 +671,7 @@ type admConn struct {
 	sawByte    bool
 	handshaken bool
 	served     bool
+	refused    bool // a request was refused (and none served)
 	working    int
 	queued     bool              // waiting for its handshake's turn
 	resets     *loglimit.Limiter // streams the client cancelled (gRPC)
@@ -642,6 +684,8 @@ func (c *admConn) derive() stage {
 		return stageBusy
 	case c.served:
 		return stageIdle
+	case c.refused:
+		return stageRefused
 	case c.working > 0:
 		return stageFirst
 	case !c.sawByte:
@@ -801,12 +845,26 @@ func (c *admConn) workStart() {
 	c.a.set(c, false, func(c *admConn) { c.sawByte, c.handshaken = true, true; c.working++ })
 }
 
-// workEnd records the end of a request on c; served says it was answered
-// and not refused.
-func (c *admConn) workEnd(served bool) {
+// outcome is how a request ended, for its connection's stage.
+type outcome int8
+
+const (
+	// outcomeOther: neither answered nor refused (a deadline, a
+	// cancellation, a resource limit).
+	outcomeOther outcome = iota
+	// outcomeServed: answered, not refused.
+	outcomeServed
+	// outcomeRefused: refused for its credentials (401, 403;
+	// Unauthenticated, PermissionDenied).
+	outcomeRefused
+)
+
+// workEnd records the end of a request on c.
+func (c *admConn) workEnd(o outcome) {
 	c.a.set(c, false, func(c *admConn) {
 		c.working--
-		c.served = c.served || served
+		c.served = c.served || o == outcomeServed
+		c.refused = c.refused || o == outcomeRefused
 	})
 }
 

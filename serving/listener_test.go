@@ -101,14 +101,14 @@ const testGrace = serving.DefaultEvictionGrace
 
 // TestLimitListenerEvictionOrder: with the budget full of connections in
 // every stage, each new connection is admitted at once by closing one, in
-// the documented order: silent, waiting, handshake, idle, first request,
-// busy.
+// the documented order: silent, refused, waiting, handshake, idle, first
+// request, busy.
 func TestLimitListenerEvictionOrder(t *testing.T) {
 	t.Parallel()
 	clk := clocktesting.NewFakeClock(time.Unix(1000, 0))
 	inner := newChanListener()
 	var logs lines
-	ln := serving.AdmissionListener(inner, 6, serving.LimitOptions{Logger: logs.logger(), Clock: clk}, serving.AdmissionTestConfig{TLS: true})
+	ln := serving.AdmissionListener(inner, 7, serving.LimitOptions{Logger: logs.logger(), Clock: clk}, serving.AdmissionTestConfig{TLS: true})
 	defer ln.Close()
 	// Made in the reverse of the order they go, so that age alone would
 	// choose the opposite.
@@ -126,17 +126,21 @@ func TestLimitListenerEvictionOrder(t *testing.T) {
 	waiting := accept(t, inner, ln, "127.0.0.1")
 	sendByte(t, waiting.c, waiting.peer)
 	serving.HandshakeDone(waiting.c)
+	refused := accept(t, inner, ln, "127.0.0.1")
+	serving.WorkStart(refused.c)
+	serving.WorkEnd(refused.c, false)
+	serving.WorkStart(refused.c) // junk, again: still refused
 	silent := accept(t, inner, ln, "127.0.0.1")
 	for _, tt := range []struct {
 		conn  admitted
 		stage string
-	}{{silent, "silent"}, {waiting, "waiting"}, {handshake, "handshake"}, {idle, "idle"}, {first, "first-request"}, {busy, "busy"}} {
+	}{{silent, "silent"}, {refused, "refused"}, {waiting, "waiting"}, {handshake, "handshake"}, {idle, "idle"}, {first, "first-request"}, {busy, "busy"}} {
 		if got := serving.StageOf(tt.conn.c); got != tt.stage {
 			t.Fatalf("stage = %q; want %q", got, tt.stage)
 		}
 	}
 	clk.Step(testGrace)
-	order := []admitted{silent, waiting, handshake, idle, first, busy}
+	order := []admitted{silent, refused, waiting, handshake, idle, first, busy}
 	for i := range order {
 		accept(t, inner, ln, "127.0.0.1")
 		for j, c := range order {
@@ -202,6 +206,45 @@ func TestLimitListenerGrace(t *testing.T) {
 	waitFor(t, 10*time.Second, "Accept to wait", clk.HasWaiters)
 	ln.Close()
 	<-accepted
+}
+
+// TestLimitListenerAdaptiveGrace: when connections that moved on from a
+// stage needed longer than EvictionGrace there, the stage's grace grows to
+// four times their average, up to ten times EvictionGrace: a connection
+// is kept at that grace less 1ns, and closed at it.
+func TestLimitListenerAdaptiveGrace(t *testing.T) {
+	t.Parallel()
+	clk := clocktesting.NewFakeClock(time.Unix(1000, 0))
+	inner := newChanListener()
+	ln := serving.LimitListener(inner, 2, serving.LimitOptions{Clock: clk})
+	defer ln.Close()
+	for range 40 { // each waits 1s before its request: the average nears 1s
+		c := accept(t, inner, ln, "10.0.0.1")
+		sendByte(t, c.c, c.peer)
+		clk.Step(time.Second)
+		serving.WorkStart(c.c)
+		c.c.Close()
+	}
+	const grace = 10 * testGrace // 4 × ~1s, capped at 10 × EvictionGrace
+	a := accept(t, inner, ln, "10.0.0.1")
+	sendByte(t, a.c, a.peer)
+	b := accept(t, inner, ln, "10.0.0.1")
+	sendByte(t, b.c, b.peer)
+	clk.Step(grace - time.Nanosecond)
+	inner.push()
+	accepted := make(chan error, 1)
+	go func() { _, err := ln.Accept(); accepted <- err }()
+	waitFor(t, 10*time.Second, "Accept to wait for the grace", clk.HasWaiters)
+	if isClosed(t, a.peer) {
+		t.Fatal("a waiting connection was closed 1ns before its stage's grace")
+	}
+	clk.Step(time.Nanosecond)
+	if err := <-accepted; err != nil {
+		t.Fatal(err)
+	}
+	if !isClosed(t, a.peer) || isClosed(t, b.peer) {
+		t.Fatal("want the oldest waiting connection closed at the grace")
+	}
 }
 
 // TestLimitListenerFairness: within a stage the source that holds the

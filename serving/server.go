@@ -337,7 +337,7 @@ func (g *guard) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 		// The connection's admission stage: a request in progress, then
 		// one completed unless refused.
 		ac.workStart()
-		defer func() { ac.workEnd(gw.code < 400) }()
+		defer func() { ac.workEnd(httpOutcome(gw.code)) }()
 	}
 	gw.d, _ = w.(deadliner)
 	gw.extend()
@@ -421,6 +421,17 @@ func (g *guardedWriter) Flush() { _ = g.FlushError() }
 // Unwrap lets http.ResponseController reach the underlying writer (for
 // Hijack, EnableFullDuplex, deadlines).
 func (g *guardedWriter) Unwrap() http.ResponseWriter { return g.ResponseWriter }
+
+// httpOutcome is the outcome of a request answered with code.
+func httpOutcome(code int) outcome {
+	switch {
+	case code < 400:
+		return outcomeServed
+	case code == http.StatusUnauthorized || code == http.StatusForbidden:
+		return outcomeRefused
+	}
+	return outcomeOther
+}
 
 // admConnOf returns the admitted connection under c, a connection of an
 // admission listener, TLS or not.
