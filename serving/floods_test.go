@@ -347,7 +347,6 @@ func debugAdmission() serving.AdmissionOptions {
 	return o
 }
 
-
 // junkTokens returns the i-th token of a junk flood: every other one a
 // JWT naming a key id the cluster does not publish (it cannot be verified
 // locally and is reviewed), the others forgeries naming the cluster's key

@@ -268,8 +268,8 @@ type admission struct {
 	resetBurst    int
 	resetInterval time.Duration
 
-	mu       sync.Mutex
-	lists    [numStages]connList
+	mu    sync.Mutex
+	lists [numStages]connList
 	// stay is the average time connections that moved on from a stage
 	// to a later one spent in it (an exponentially weighted moving
 	// average), for the grace.
@@ -650,10 +650,10 @@ func (a *admission) evict(c *admConn, reason int) {
 // admConn is a connection admitted by an admission.
 type admConn struct {
 	net.Conn
-	a        *admission
-	raddr    net.Addr
-	src      *sourceState
-	id       uint64
+	a     *admission
+	raddr net.Addr
+	src   *sourceState
+	id    uint64
 	// ctx is cancelled when the connection closes.
 	ctx    context.Context
 	cancel context.CancelFunc
