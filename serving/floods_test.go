@@ -3,16 +3,12 @@ package serving_test
 import (
 	"context"
 	"crypto/tls"
-	"encoding/base64"
-	"encoding/json"
-	"fmt"
 	"io"
 	"net"
 	"net/http"
 	"os"
 	"runtime"
 	"strconv"
-	"strings"
 	"sync"
 	"sync/atomic"
 	"testing"
@@ -35,24 +31,13 @@ import (
 	"github.com/reviewauth/reviewauth/serving"
 )
 
-// The scale of the flood goals (issue #22): a budget of 64 connections,
-// 112 attackers (1.75 times the budget) of each kind, all from 127.0.0.1
-// like the legitimate client, reopening at once; a legitimate client on a
-// new connection every 100ms and one on a connection opened before the
-// attack, each call answered within 1s.
+// The scale of the flood goals: see internal/reliability.
 const (
-	floodBudget    = 64
-	floodAttackers = 112
-	floodInterval  = 100 * time.Millisecond
-	floodBound     = time.Second
-	// floodRamp lets the attackers fill the budget before the clients
-	// are measured; floodRun is how long they are measured.
-	floodRamp = time.Second
-	floodRun  = 4 * time.Second
-	// floodNewGoal and floodExistingGoal are the shares of calls that
-	// must be answered within floodBound.
-	floodNewGoal      = 0.95
-	floodExistingGoal = 1.0
+	floodBudget       = reliability.Budget
+	floodAttackers    = reliability.Attackers
+	floodBound        = reliability.Bound
+	floodNewGoal      = reliability.NewGoal
+	floodExistingGoal = reliability.ExistingGoal
 )
 
 // countingListener counts the client connections open at once, below any
@@ -98,31 +83,13 @@ type floodResult struct {
 	attackerConns     int64
 }
 
-// runFlood measures the two legitimate clients, newCall and existingCall,
-// while attack runs: the existing connection's client calls from before
-// the attack, the new-connection client from when the attackers had
-// floodRamp to fill the budget; both for floodRun.
+// runFlood is reliability.Measure for reliability.Run.
 func runFlood(t *testing.T, attack func(ctx context.Context), newCall, existingCall func(ctx context.Context) error) (newTries, existingTries *reliability.Tries) {
 	t.Helper()
 	if err := existingCall(t.Context()); err != nil {
 		t.Fatalf("the existing connection's first call: %v", err)
 	}
-	ctx, stop := context.WithCancel(t.Context())
-	defer stop()
-	var wg sync.WaitGroup
-	measureFrom := time.Now().Add(floodRamp)
-	mctx, mstop := context.WithDeadline(ctx, measureFrom.Add(floodRun))
-	defer mstop()
-	wg.Go(func() { existingTries = reliability.Every(mctx, floodInterval, 5*time.Second, existingCall) })
-	attacked := make(chan struct{})
-	go func() { defer close(attacked); attack(ctx) }()
-	time.Sleep(time.Until(measureFrom)) // the attackers fill the budget: a wait for load, not for a timer
-	wg.Go(func() { newTries = reliability.Every(mctx, floodInterval, 5*time.Second, newCall) })
-	wg.Wait()
-	stop()
-	<-attacked
-	existingTries.Since(measureFrom)
-	return newTries, existingTries
+	return reliability.Measure(t.Context(), reliability.Run, attack, newCall, existingCall)
 }
 
 // checkFlood checks the goals of one attack and logs its figures.
@@ -347,44 +314,6 @@ func debugAdmission() serving.AdmissionOptions {
 	return o
 }
 
-// junkTokens returns the i-th token of a junk flood: every other one a
-// JWT naming a key id the cluster does not publish (it cannot be verified
-// locally and is reviewed), the others forgeries naming the cluster's key
-// (refused without a review).
-func junkTokens(genuine string) func(i int) string {
-	parts := strings.Split(genuine, ".")
-	enc := base64.RawURLEncoding
-	return func(i int) string {
-		payload := enc.EncodeToString([]byte(fmt.Sprintf(`{"sub":"system:serviceaccount:flood:junk-%d","aud":["svc.example"]}`, i)))
-		if i%2 == 0 {
-			return enc.EncodeToString([]byte(`{"alg":"RS256","kid":"unknown-key"}`)) + "." + payload + "." + enc.EncodeToString([]byte(strconv.Itoa(i)+" not a signature"))
-		}
-		return parts[0] + "." + payload + "." + parts[2]
-	}
-}
-
-// reviewedJunk counts the TokenReviews the API server received of tokens
-// that are not legit's, by kind: unverifiable (unknown key id) and forged
-// (the cluster's key id), and the most reviews of one token.
-func reviewedJunk(api *authtest.Server, genuineKid string) (unverifiable, forged, maxPerToken int) {
-	per := map[string]int{}
-	for _, r := range api.TokenReviews() {
-		tok := r.Spec.Token
-		raw, _ := base64.RawURLEncoding.DecodeString(strings.Split(tok, ".")[0])
-		switch {
-		case strings.Contains(string(raw), "unknown-key"):
-			unverifiable++
-		case strings.Contains(string(raw), genuineKid) && strings.Contains(tok, "flood"):
-			forged++
-		default:
-			continue
-		}
-		per[tok]++
-		maxPerToken = max(maxPerToken, per[tok])
-	}
-	return unverifiable, forged, maxPerToken
-}
-
 // junkEnv is an API server, the parts serving.Flags builds against it, and
 // a legitimate user with a fresh token for every call.
 type junkEnv struct {
@@ -405,10 +334,7 @@ func newJunkEnv(t *testing.T, rule authtest.Rule) *junkEnv {
 	}
 	e := &junkEnv{api: api, built: b}
 	e.genuine = e.token()
-	raw, _ := base64.RawURLEncoding.DecodeString(strings.Split(e.genuine, ".")[0])
-	var h struct{ Kid string }
-	_ = json.Unmarshal(raw, &h)
-	e.kid = h.Kid
+	e.kid = reliability.KeyID(e.genuine)
 	return e
 }
 
@@ -422,7 +348,7 @@ func (e *junkEnv) token() string {
 // junk token, none for forged ones, and the legitimate client's p95.
 func (e *junkEnv) check(t *testing.T, sent int64, newTries, existingTries *reliability.Tries) {
 	t.Helper()
-	unverifiable, forged, maxPer := reviewedJunk(e.api, e.kid)
+	unverifiable, forged, maxPer := reliability.JunkReviews(e.api.TokenReviews(), e.kid)
 	n, x := newTries.Summary(floodBound), existingTries.Summary(floodBound)
 	t.Logf("junk tokens: %d sent, TokenReviews of unverifiable ones %d (at most %d per token), of forged ones %d", sent, unverifiable, maxPer, forged)
 	t.Logf("junk tokens: new connection, fresh token: %v", n)
@@ -477,7 +403,7 @@ func TestFloodJunkTokens(t *testing.T) {
 		}
 		var sent int64
 		newTries, existingTries := runFlood(t, func(ctx context.Context) {
-			sent = reliability.JunkHTTP(ctx, url, floodAttackers, junkTokens(e.genuine))
+			sent = reliability.JunkHTTP(ctx, url, floodAttackers, reliability.JunkTokens(e.genuine))
 		}, call(newClient), call(keepAlive))
 		e.check(t, sent, newTries, existingTries)
 	})
@@ -505,10 +431,12 @@ func TestFloodJunkTokens(t *testing.T) {
 			_, err := healthpb.NewHealthClient(cc).Check(withToken(ctx, tok), &healthpb.HealthCheckRequest{})
 			return err
 		}
-		junk := junkTokens(e.genuine)
+		junk := reliability.JunkTokens(e.genuine)
 		var sent int64
 		newTries, existingTries := runFlood(t, func(ctx context.Context) {
-			sent = reliability.JunkGRPC(ctx, floodAttackers, 4, func() (*grpc.ClientConn, error) { return grpc.NewClient(addr, grpcTLS) },
+			sent = reliability.JunkGRPC(ctx, floodAttackers, 4, func() (*grpc.ClientConn, error) {
+				return grpc.NewClient(addr, grpc.WithTransportCredentials(credentials.NewTLS(reliability.AttackerTLS("h2"))))
+			},
 				func(ctx context.Context, cc *grpc.ClientConn, i int) error { return check(ctx, cc, junk(i)) })
 		}, func(ctx context.Context) error {
 			cc, err := grpc.NewClient(addr, grpcTLS)

@@ -213,7 +213,8 @@ const limitLogInterval = 10 * time.Second
 // The timeouts of the first stages shrink as the budget fills: from half
 // full they go linearly from their configured value to PressureTimeout
 // (handshake, header, preface, first message) and PressureIdleTimeout
-// (idle) when full, and relax again as it empties. They are checked when
+// (idle) when full, but never below the stage's grace, and relax again as
+// it empties. They are checked when
 // a connection is accepted, so they cost nothing while the server is not
 // under pressure. A plain listener has no timeouts of its own.
 //
@@ -545,14 +546,17 @@ func (a *admission) sweep(now time.Time) []*admConn {
 
 // timeout is the timeout of stage s at the current fill: its relaxed value
 // up to half the budget, then shrinking linearly to its tight value at a
-// full budget. Under a.mu.
+// full budget, but never below the stage's grace (so that on a slow
+// network or a loaded machine, where connections that get through need
+// longer, they are given it). Under a.mu.
 func (a *admission) timeout(s stage) time.Duration {
 	relaxed, tight := a.relaxed[s], a.tight[s]
 	if relaxed <= 0 || tight <= 0 || tight >= relaxed || 2*a.open <= a.max {
 		return relaxed
 	}
 	over := min(2*a.open-a.max, a.max)
-	return relaxed - (relaxed-tight)*time.Duration(over)/time.Duration(a.max)
+	t := relaxed - (relaxed-tight)*time.Duration(over)/time.Duration(a.max)
+	return min(max(t, a.graceOf(int(s))), relaxed)
 }
 
 func closeAll(cs []*admConn) {

@@ -5,11 +5,15 @@ import (
 	"bytes"
 	"context"
 	"crypto/tls"
+	"encoding/base64"
+	"encoding/json"
 	"fmt"
 	"io"
 	"net"
 	"net/http"
+	"os"
 	"slices"
+	"strconv"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -20,6 +24,7 @@ import (
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/status"
+	authenticationv1 "k8s.io/api/authentication/v1"
 )
 
 // Attack is a kind of connection an attacker holds against a server.
@@ -109,7 +114,7 @@ func attackOnce(ctx context.Context, d *net.Dialer, addr string, a Attack, path 
 	if a == HTTPIdle || a == HTTPSlowloris || a == HTTPBodylessPost {
 		proto = "http/1.1"
 	}
-	tc := tls.Client(c, &tls.Config{InsecureSkipVerify: true, NextProtos: []string{proto}})
+	tc := tls.Client(c, attackerTLS(proto))
 	if err := tc.HandshakeContext(ctx); err != nil {
 		return
 	}
@@ -137,6 +142,13 @@ func attackOnce(ctx context.Context, d *net.Dialer, addr string, a Attack, path 
 	case PrefaceOnly, EmptyStreams, RapidReset:
 		h2Attack(ctx, tc, a, path, st)
 	}
+}
+
+// attackerTLS is the attackers' TLS: X25519 alone, the cheapest key
+// exchange for the attacker (Go's default adds ML-KEM, which costs the
+// client, here in the same process as the server, more than the server).
+func attackerTLS(proto string) *tls.Config {
+	return &tls.Config{InsecureSkipVerify: true, NextProtos: []string{proto}, CurvePreferences: []tls.CurveID{tls.X25519}}
 }
 
 // h2Attack runs the HTTP/2 attacks on an established TLS connection.
@@ -367,7 +379,7 @@ func JunkHTTP(ctx context.Context, url string, n int, token func(i int) string) 
 	var wg sync.WaitGroup
 	for range n {
 		wg.Go(func() {
-			client := &http.Client{Transport: &http.Transport{TLSClientConfig: &tls.Config{InsecureSkipVerify: true}, DisableKeepAlives: true}}
+			client := &http.Client{Transport: &http.Transport{TLSClientConfig: attackerTLS("http/1.1"), DisableKeepAlives: true}}
 			defer client.CloseIdleConnections()
 			for ctx.Err() == nil {
 				i := int(sent.Add(1))
@@ -386,6 +398,10 @@ func JunkHTTP(ctx context.Context, url string, n int, token func(i int) string) 
 	wg.Wait()
 	return sent.Load()
 }
+
+// AttackerTLS is the attackers' TLS configuration for proto (an ALPN
+// name): X25519 alone, the cheapest handshake for the attacker.
+func AttackerTLS(proto string) *tls.Config { return attackerTLS(proto) }
 
 // JunkGRPC runs n attackers that each keep a gRPC connection (dial) and
 // run perConn calls at a time on it, each call(ctx, conn, i) with a new i,
@@ -421,4 +437,163 @@ func JunkGRPC(ctx context.Context, n, perConn int, dial func() (*grpc.ClientConn
 	}
 	wg.Wait()
 	return sent.Load()
+}
+
+// The scale of the flood goals of issue #22, for CI: a budget of 64
+// connections, 112 attackers (1.75 times the budget) of each kind, all from
+// the legitimate clients' address and reopening at once; a legitimate
+// client on a new connection every 100ms, and one on a connection opened
+// before the attack, each call answered within 1s: at least 95% of the
+// first, all of the second.
+const (
+	Budget       = 64
+	Attackers    = 112
+	Interval     = 100 * time.Millisecond
+	Bound        = time.Second
+	NewGoal      = 0.95
+	ExistingGoal = 1.0
+	// Ramp lets the attackers fill the budget before the new-connection
+	// client is measured; Run is how long both clients are measured.
+	Ramp = time.Second
+	Run  = 4 * time.Second
+	// CallTimeout bounds each legitimate call (a failure past Bound is
+	// still measured).
+	CallTimeout = 5 * time.Second
+)
+
+// Measure runs attack until run has passed after Ramp, with the two
+// legitimate clients calling every Interval: existingCall from before the
+// attack starts (so that its connection is in use, as a real client's
+// would be), newCall from when the attackers had Ramp to fill the budget;
+// only calls started after Ramp are kept. It returns once the attack has
+// stopped.
+func Measure(ctx context.Context, run time.Duration, attack func(ctx context.Context), newCall, existingCall func(ctx context.Context) error) (newTries, existingTries *Tries) {
+	ctx, stop := context.WithCancel(ctx)
+	defer stop()
+	measureFrom := time.Now().Add(Ramp)
+	mctx, mstop := context.WithDeadline(ctx, measureFrom.Add(run))
+	defer mstop()
+	var wg sync.WaitGroup
+	wg.Go(func() { existingTries = Every(mctx, Interval, CallTimeout, existingCall) })
+	attacked := make(chan struct{})
+	go func() { defer close(attacked); attack(ctx) }()
+	// The attackers fill the budget: a wait for load, not for a timer.
+	sleepCtx(ctx, time.Until(measureFrom))
+	wg.Go(func() { newTries = Every(mctx, Interval, CallTimeout, newCall) })
+	wg.Wait()
+	stop()
+	<-attacked
+	existingTries.Since(measureFrom)
+	return newTries, existingTries
+}
+
+// Sampler calls sample every 100ms until stopped and keeps the largest
+// value.
+type Sampler struct {
+	peak atomic.Int64
+	stop context.CancelFunc
+	done chan struct{}
+}
+
+// Sample starts a Sampler.
+func Sample(sample func() int64) *Sampler {
+	ctx, stop := context.WithCancel(context.Background())
+	s := &Sampler{stop: stop, done: make(chan struct{})}
+	go func() {
+		defer close(s.done)
+		for {
+			if v := sample(); v > s.peak.Load() {
+				s.peak.Store(v)
+			}
+			if !sleepCtx(ctx, 100*time.Millisecond) {
+				return
+			}
+		}
+	}()
+	return s
+}
+
+// Stop stops the sampler and returns the largest value sampled.
+func (s *Sampler) Stop() int64 {
+	s.stop()
+	<-s.done
+	return s.peak.Load()
+}
+
+// OpenFiles returns how many files the process pid has open.
+func OpenFiles(pid int) (int, error) {
+	ents, err := os.ReadDir(fmt.Sprintf("/proc/%d/fd", pid))
+	return len(ents), err
+}
+
+// ResidentBytes returns the resident memory of the process pid.
+func ResidentBytes(pid int) (int64, error) {
+	b, err := os.ReadFile(fmt.Sprintf("/proc/%d/status", pid))
+	if err != nil {
+		return 0, err
+	}
+	for _, line := range strings.Split(string(b), "\n") {
+		if v, ok := strings.CutPrefix(line, "VmRSS:"); ok {
+			kb, err := strconv.ParseInt(strings.TrimSpace(strings.TrimSuffix(strings.TrimSpace(v), "kB")), 10, 64)
+			return kb << 10, err
+		}
+	}
+	return 0, fmt.Errorf("no VmRSS in /proc/%d/status", pid)
+}
+
+// JunkTokens returns the i-th token of a junk flood modelled on genuine, a
+// token of the cluster: every other one a JWT naming a key id the cluster
+// does not publish (it cannot be verified locally, and is reviewed), the
+// others forgeries naming the cluster's key id (refused without a
+// review). Each is distinct.
+func JunkTokens(genuine string) func(i int) string {
+	header, rest, _ := strings.Cut(genuine, ".")
+	_, sig, _ := strings.Cut(rest, ".")
+	enc := base64.RawURLEncoding
+	return func(i int) string {
+		payload := enc.EncodeToString(fmt.Appendf(nil, `{"sub":"system:serviceaccount:flood:junk-%d","aud":["flood"]}`, i))
+		if i%2 == 0 {
+			return enc.EncodeToString([]byte(`{"alg":"RS256","kid":"unknown-key"}`)) + "." + payload + "." + enc.EncodeToString(fmt.Appendf(nil, "%d not a signature", i))
+		}
+		return header + "." + payload + "." + sig
+	}
+}
+
+// KeyID returns the key id in a JWT's header, or "".
+func KeyID(token string) string {
+	header, _, _ := strings.Cut(token, ".")
+	raw, _ := base64.RawURLEncoding.DecodeString(header)
+	var h struct {
+		Kid string `json:"kid"`
+	}
+	_ = json.Unmarshal(raw, &h)
+	return h.Kid
+}
+
+// JunkReviews counts, among reviews, those of [JunkTokens]' tokens:
+// of unverifiable ones (an unknown key id) and of forged ones (kid, the
+// cluster's key id), and the most reviews of one token.
+func JunkReviews(reviews []authenticationv1.TokenReview, kid string) (unverifiable, forged, maxPerToken int) {
+	per := map[string]int{}
+	for _, r := range reviews {
+		tok := r.Spec.Token
+		if !strings.Contains(tok, ".") {
+			continue
+		}
+		_, rest, _ := strings.Cut(tok, ".")
+		payload, _, _ := strings.Cut(rest, ".")
+		raw, _ := base64.RawURLEncoding.DecodeString(payload)
+		if !strings.Contains(string(raw), "system:serviceaccount:flood:junk-") {
+			continue
+		}
+		switch KeyID(tok) {
+		case "unknown-key":
+			unverifiable++
+		case kid:
+			forged++
+		}
+		per[tok]++
+		maxPerToken = max(maxPerToken, per[tok])
+	}
+	return unverifiable, forged, maxPerToken
 }
