@@ -48,3 +48,11 @@ func WorkEnd(c net.Conn, served bool) {
 	}
 	admConnOf(c).workEnd(o)
 }
+
+// Pending is the number of connections waiting to be admitted.
+func Pending(ln net.Listener) int {
+	a := ln.(*admListener).a
+	a.mu.Lock()
+	defer a.mu.Unlock()
+	return a.npending
+}

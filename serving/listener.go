@@ -54,12 +54,20 @@ const (
 
 	// DefaultRapidResetLimit and DefaultRapidResetRate bound the streams
 	// a gRPC client may open and then cancel (RST_STREAM before the
-	// server's answer) on one connection: 200 at once, then 20 a second;
+	// server's answer) on one connection: 32 at once, then 8 a second;
 	// past that the connection is closed. A client that cancels a call
 	// now and then never comes near it; an HTTP/2 rapid-reset attack
-	// passes it within a second.
-	DefaultRapidResetLimit = 200
-	DefaultRapidResetRate  = 20
+	// passes it within milliseconds, so that each of its connections
+	// costs the server a handshake (paced per source) and a few dozen
+	// streams.
+	DefaultRapidResetLimit = 32
+	DefaultRapidResetRate  = 8
+
+	// DefaultMaxPending bounds the connections accepted from the kernel
+	// and not admitted yet (or the budget, if smaller): they hold a file
+	// each and cost nothing else (nothing is read from them); past it, new
+	// connections wait in the kernel's queue.
+	DefaultMaxPending = 64
 )
 
 // AdmissionOptions tune how a server admits connections once its budget
@@ -180,8 +188,21 @@ const limitLogInterval = 10 * time.Second
 // LimitListener returns a listener that keeps at most max connections from
 // ln open at once, and makes room for a new connection by closing the one
 // that has done the least for the longest, rather than making the new one
-// wait. Each connection is in one stage, and when max are open the next
-// connection from ln is admitted after closing one, chosen in this order:
+// wait.
+//
+// Connections are taken from ln as they come (by a goroutine the listener
+// runs until it is closed), up to [DefaultMaxPending] (or max, if smaller)
+// waiting to be admitted, from which nothing is read; past that, they wait
+// in the kernel's queue. When there is room, the newest waiting connection
+// of the source with the fewest connections admitted is admitted: under a
+// flood the oldest waiting connections are those whose clients are
+// likeliest to have given up, and a client that reconnects as soon as it
+// is closed does not push a newcomer back behind its retries (adaptive
+// LIFO). A connection waiting longer than the handshake timeout (10s
+// without one) is closed.
+//
+// Each admitted connection is in one stage, and when max are admitted the
+// next is admitted after closing one, chosen in this order:
 //
 //  1. silent: accepted, nothing received;
 //  2. refused: every request it completed was refused (401, 403,
@@ -200,8 +221,8 @@ const limitLogInterval = 10 * time.Second
 // in its stage: EvictionGrace, or, when connections that moved on from
 // that stage recently needed longer (a slow network, a loaded machine),
 // four times their average, up to ten times EvictionGrace. When every
-// connection is that young, the new one waits in the kernel's queue until
-// one is old enough or closes; it also waits while as many TLS handshakes
+// connection is that young, the new one waits until one is old enough or
+// closes; it also waits while as many TLS handshakes
 // wait for their turn as can be computed at once (HandshakeConcurrency),
 // so that clients reconnecting at once never make the server start more
 // handshakes than it finishes. A connection waiting for its handshake's
@@ -223,8 +244,9 @@ const limitLogInterval = 10 * time.Second
 //
 // A max of zero or less means no limit, and ln is returned as is. The
 // budget should stay below the process's open-file limit
-// ([MaxConnectionsFor]). While one connection is being swapped for another,
-// the process holds one more file than max.
+// ([MaxConnectionsFor]): the process holds at most max admitted
+// connections, DefaultMaxPending waiting ones, and one being swapped in
+// for another.
 func LimitListener(ln net.Listener, max int, opts LimitOptions) net.Listener {
 	if max <= 0 {
 		return ln
@@ -279,9 +301,16 @@ type admission struct {
 	sources  map[string]*sourceState
 	nextID   uint64
 	closed   [closeReasons][numStages]int // since the last log line
-	room     chan struct{}                // a connection closed
 	done     chan struct{}                // the listener closed
 	doneOnce sync.Once
+	// pending are the connections accepted and not admitted yet, by
+	// source, oldest first; at most maxPending.
+	pending    map[string][]*pendingConn
+	npending   int
+	maxPending int
+	acceptErr  error         // the listener's, once it failed
+	wake       chan struct{} // for next: a connection closed, arrived or a slot freed
+	space      chan struct{} // for acceptLoop: a pending connection left
 }
 
 // sourceState is what admission keeps per source, while it has
@@ -320,7 +349,9 @@ func newAdmission(max int, c admissionConfig) *admission {
 		max: max, clock: clk, logger: c.Logger, log: loglimit.New(1, limitLogInterval, clk),
 		grace: o.EvictionGrace, source: o.Source, tls: c.tls, join: c.join,
 		resetBurst: c.resetBurst, resetInterval: c.resetInterval,
-		sources: map[string]*sourceState{}, room: make(chan struct{}, 1), done: make(chan struct{}),
+		sources: map[string]*sourceState{}, done: make(chan struct{}),
+		pending: map[string][]*pendingConn{}, maxPending: min(max, DefaultMaxPending),
+		wake: make(chan struct{}, 1), space: make(chan struct{}, 1),
 	}
 	if o.HandshakeRate > 0 {
 		a.hsInterval = time.Duration(float64(time.Second) / o.HandshakeRate)
@@ -352,122 +383,218 @@ func (a *admission) listener(ln net.Listener) net.Listener {
 
 type admListener struct {
 	net.Listener
-	a *admission
+	a     *admission
+	start sync.Once
 }
 
+// Accept returns the next connection admitted: once there is room (see
+// LimitListener), the newest connection waiting, taken from the source
+// with the fewest connections admitted.
 func (l *admListener) Accept() (net.Conn, error) {
-	for {
-		if err := l.a.waitForRoom(); err != nil {
-			return nil, err
-		}
-		c, err := l.Listener.Accept()
-		if err != nil {
-			return nil, err
-		}
-		ac := l.a.admit(c)
-		if ac == nil {
-			return nil, net.ErrClosed
-		}
-		return ac, nil
-	}
+	l.start.Do(func() { go l.a.acceptLoop(l.Listener) })
+	return l.a.next()
 }
 
 func (l *admListener) Close() error {
 	err := l.Listener.Close()
 	l.a.doneOnce.Do(func() { close(l.a.done) })
+	l.a.mu.Lock()
+	var pending []*pendingConn
+	for _, q := range l.a.pending {
+		pending = append(pending, q...)
+	}
+	l.a.pending, l.a.npending = map[string][]*pendingConn{}, 0
+	l.a.mu.Unlock()
+	for _, pc := range pending {
+		pc.Close()
+	}
 	return err
 }
 
-// waitForRoom returns once a new connection can be admitted at once: fewer
-// than max are open, or one may be closed to make room.
-func (a *admission) waitForRoom() error {
+// pendingConn is a connection accepted from the kernel and not admitted
+// yet: nothing is read from it.
+type pendingConn struct {
+	net.Conn
+	raddr net.Addr
+	key   string
+	at    time.Time
+}
+
+// acceptLoop takes connections from ln as they come, as long as fewer
+// than maxPending wait, so that admission can choose among them (newest
+// first, sources in turn) rather than take the kernel's oldest. It ends
+// when ln is closed.
+func (a *admission) acceptLoop(ln net.Listener) {
+	var delay time.Duration
+	for {
+		a.mu.Lock()
+		full := a.npending >= a.maxPending
+		a.mu.Unlock()
+		if full {
+			select {
+			case <-a.space:
+				continue
+			case <-a.done:
+				return
+			}
+		}
+		c, err := ln.Accept()
+		if err != nil {
+			if ne, ok := err.(interface{ Temporary() bool }); ok && ne.Temporary() {
+				// Out of files, say: back off as net/http does.
+				delay = min(max(2*delay, 5*time.Millisecond), time.Second)
+				if a.sleep(delay) != nil {
+					return
+				}
+				continue
+			}
+			a.mu.Lock()
+			a.acceptErr = err
+			a.mu.Unlock()
+			a.signal(a.wake)
+			return
+		}
+		delay = 0
+		pc := &pendingConn{Conn: c, raddr: uniqueAddr(c.RemoteAddr())}
+		pc.key = a.source(pc.raddr)
+		a.mu.Lock()
+		pc.at = a.clock.Now()
+		closed := a.acceptErr != nil || isDone(a.done)
+		if !closed {
+			a.pending[pc.key] = append(a.pending[pc.key], pc)
+			a.npending++
+		}
+		a.mu.Unlock()
+		if closed {
+			c.Close()
+			return
+		}
+		a.signal(a.wake)
+	}
+}
+
+func isDone(ch <-chan struct{}) bool {
+	select {
+	case <-ch:
+		return true
+	default:
+		return false
+	}
+}
+
+// next admits a waiting connection once there is room for it: fewer than
+// max admitted, or a connection may be closed to make room and the TLS
+// handshakes are not backlogged.
+func (a *admission) next() (net.Conn, error) {
 	for {
 		a.mu.Lock()
 		now := a.clock.Now()
 		expired := a.sweep(now)
-		if a.open < a.max {
+		if a.npending == 0 && a.acceptErr != nil {
+			err := a.acceptErr
 			a.mu.Unlock()
 			closeAll(expired)
-			return nil
+			return nil, err
 		}
-		v, wake := a.victim(now)
+		wake := now.Add(graceMaxFactor * a.grace)
+		var victim *admConn
+		admit := a.npending > 0 && a.open < a.max
+		if a.npending > 0 && !admit && !a.handshakesBacklogged() {
+			victim, wake = a.victim(now)
+			if victim != nil {
+				a.unlink(victim, closeEvicted)
+				admit = true
+			}
+		}
+		var ac *admConn
+		if admit {
+			ac = a.admitLocked(a.popLocked(), now)
+		}
 		a.mu.Unlock()
 		closeAll(expired)
-		if v != nil && !a.handshakesBacklogged() {
-			return nil
+		if victim != nil {
+			victim.Close()
+		}
+		if ac != nil {
+			if a.join {
+				connByAddr.Store(ac.raddr, ac)
+			}
+			a.signal(a.space)
+			return ac, nil
 		}
 		if err := a.sleep(wake.Sub(now)); err != nil {
-			return err
+			return nil, err
 		}
 	}
 }
 
-// sleep waits d, or until a connection closes or the listener does.
+// popLocked takes the connection to admit from the pending ones: of the
+// source with the fewest connections admitted (then the one whose
+// newest connection is the newest), its newest: under overload the oldest
+// waiting connections are the ones whose clients are likeliest to have
+// given up, and a client that keeps reconnecting does not push others
+// back. Under a.mu, with a.npending > 0.
+func (a *admission) popLocked() *pendingConn {
+	var best string
+	var bestConns int
+	var bestAt time.Time
+	found := false
+	for key, q := range a.pending {
+		conns := 0
+		if src := a.sources[key]; src != nil {
+			conns = src.conns
+		}
+		at := q[len(q)-1].at
+		if !found || conns < bestConns || (conns == bestConns && at.After(bestAt)) {
+			best, bestConns, bestAt, found = key, conns, at, true
+		}
+	}
+	q := a.pending[best]
+	pc := q[len(q)-1]
+	if len(q) == 1 {
+		delete(a.pending, best)
+	} else {
+		a.pending[best] = q[:len(q)-1]
+	}
+	a.npending--
+	return pc
+}
+
+// admitLocked registers pc as admitted. Under a.mu, with room.
+func (a *admission) admitLocked(pc *pendingConn, now time.Time) *admConn {
+	ac := &admConn{Conn: pc.Conn, a: a, raddr: pc.raddr}
+	ac.ctx, ac.cancel = context.WithCancel(context.Background())
+	a.nextID++
+	ac.id = a.nextID
+	src := a.sources[pc.key]
+	if src == nil {
+		src = &sourceState{key: pc.key}
+		if a.tls && a.hsInterval > 0 {
+			src.hs = loglimit.New(a.hsBurst, a.hsInterval, a.clock)
+		}
+		a.sources[pc.key] = src
+	}
+	src.conns++
+	ac.src = src
+	ac.stage, ac.since = stageSilent, now
+	a.lists[stageSilent].pushBack(ac)
+	a.open++
+	a.logLocked()
+	return ac
+}
+
+// sleep waits d, or until a connection closes, arrives or leaves the
+// pending ones, or the listener closes.
 func (a *admission) sleep(d time.Duration) error {
 	t := a.clock.NewTimer(d)
 	defer t.Stop()
 	select {
 	case <-t.C():
-	case <-a.room:
+	case <-a.wake:
 	case <-a.done:
 		return net.ErrClosed
 	}
 	return nil
-}
-
-// admit registers c, first closing the connection that makes room for it
-// when the budget is full. It returns nil, with c closed, if the listener
-// closes meanwhile.
-func (a *admission) admit(c net.Conn) *admConn {
-	ac := &admConn{Conn: c, a: a, raddr: uniqueAddr(c.RemoteAddr())}
-	ac.ctx, ac.cancel = context.WithCancel(context.Background())
-	key := a.source(ac.raddr)
-	for {
-		a.mu.Lock()
-		now := a.clock.Now()
-		expired := a.sweep(now)
-		var victim *admConn
-		wake := now
-		if a.open >= a.max && !a.handshakesBacklogged() {
-			victim, wake = a.victim(now)
-			if victim != nil {
-				a.unlink(victim, closeEvicted)
-			}
-		}
-		if a.open < a.max {
-			a.nextID++
-			ac.id = a.nextID
-			src := a.sources[key]
-			if src == nil {
-				src = &sourceState{key: key}
-				if a.tls && a.hsInterval > 0 {
-					src.hs = loglimit.New(a.hsBurst, a.hsInterval, a.clock)
-				}
-				a.sources[key] = src
-			}
-			src.conns++
-			ac.src = src
-			ac.stage, ac.since = stageSilent, now
-			a.lists[stageSilent].pushBack(ac)
-			a.open++
-			a.logLocked()
-			a.mu.Unlock()
-			closeAll(expired)
-			if victim != nil {
-				victim.Close()
-			}
-			if a.join {
-				connByAddr.Store(ac.raddr, ac)
-			}
-			return ac
-		}
-		a.mu.Unlock()
-		closeAll(expired)
-		if err := a.sleep(wake.Sub(now)); err != nil {
-			c.Close()
-			return nil
-		}
-	}
 }
 
 // handshakesBacklogged reports whether as many handshakes wait for a slot
@@ -522,11 +649,37 @@ func (a *admission) victim(now time.Time) (*admConn, time.Time) {
 	return nil, wake
 }
 
+// pendingTimeout bounds how long a connection waits to be admitted, when
+// the server sets no handshake timeout: its client has likely given up.
+const pendingTimeout = 10 * time.Second
+
 // sweep unlinks the connections that have spent longer in their stage
-// than its timeout allows at the current fill, and returns them to be
-// closed once a.mu is released. Under a.mu.
-func (a *admission) sweep(now time.Time) []*admConn {
-	var expired []*admConn
+// than its timeout allows at the current fill, and the pending ones that
+// waited longer than the handshake timeout, and returns them to be closed
+// once a.mu is released. Under a.mu.
+func (a *admission) sweep(now time.Time) []net.Conn {
+	var expired []net.Conn
+	limit := a.relaxed[stageSilent]
+	if limit <= 0 {
+		limit = pendingTimeout
+	}
+	for key, q := range a.pending {
+		n := 0
+		for n < len(q) && now.Sub(q[n].at) >= limit {
+			expired = append(expired, q[n])
+			n++
+		}
+		if n == 0 {
+			continue
+		}
+		a.npending -= n
+		if n == len(q) {
+			delete(a.pending, key)
+		} else {
+			a.pending[key] = q[n:]
+		}
+		a.signal(a.space)
+	}
 	for s := range a.lists {
 		timeout := a.timeout(stage(s))
 		if timeout <= 0 {
@@ -559,7 +712,7 @@ func (a *admission) timeout(s stage) time.Duration {
 	return min(max(t, a.graceOf(int(s))), relaxed)
 }
 
-func closeAll(cs []*admConn) {
+func closeAll(cs []net.Conn) {
 	for _, c := range cs {
 		c.Close()
 	}
@@ -580,13 +733,13 @@ func (a *admission) unlink(c *admConn, reason int) {
 	if reason >= 0 {
 		a.closed[reason][c.stage]++
 	}
-	a.signalRoom()
+	a.signal(a.wake)
 }
 
-// signalRoom wakes an Accept waiting for room.
-func (a *admission) signalRoom() {
+// signal wakes the goroutine waiting on ch, if any.
+func (a *admission) signal(ch chan struct{}) {
 	select {
-	case a.room <- struct{}{}:
+	case ch <- struct{}{}:
 	default:
 	}
 }
@@ -789,7 +942,7 @@ func (c *admConn) wait(d time.Duration) error {
 func (c *admConn) releaseSlot() {
 	if c.hsSlot.CompareAndSwap(true, false) {
 		c.a.hsSlots.Release()
-		c.a.signalRoom()
+		c.a.signal(c.a.wake)
 	}
 }
 
@@ -992,20 +1145,27 @@ func (l *connList) remove(c *admConn) {
 	c.prev, c.next = nil, nil
 }
 
+// reservedFiles are the files MaxConnectionsFor keeps out of the budget:
+// the process's own (listeners, API server connections, certificates,
+// logs: 64) and the connections waiting to be admitted
+// ([DefaultMaxPending]).
+const reservedFiles = 64 + DefaultMaxPending
+
 // MaxConnectionsFor returns max capped to half of the process's open-file
-// limit less 64 (and at least 1): each connection a proxy serves may need a
-// second one to its upstream, and the process needs files for the API
-// server, its certificates and its logs. (Go raises the soft limit to the
-// hard limit at start; this reads the limit in force.) Where the limit is
-// unknown, max is returned.
+// limit less 128 (and at least 1): each connection a proxy serves may need a
+// second one to its upstream, up to 64 more wait to be admitted
+// ([DefaultMaxPending]), and the process needs files for the API server, its
+// certificates and its logs. (Go raises the soft limit to the hard limit at
+// start; this reads the limit in force.) Where the limit is unknown, max is
+// returned.
 func MaxConnectionsFor(max int) int {
 	limit := openFileLimit()
 	if limit == 0 || max <= 0 {
 		return max
 	}
 	budget := int64(0)
-	if limit > 64 {
-		budget = int64(limit-64) / 2
+	if limit > reservedFiles {
+		budget = int64(limit-reservedFiles) / 2
 	}
 	if budget < 1 {
 		budget = 1

@@ -162,7 +162,7 @@ func TestLimitListenerEvictionOrder(t *testing.T) {
 
 // TestLimitListenerGrace: a connection is not closed to make room before
 // it has spent EvictionGrace in its stage (at grace-1ns it is kept, and
-// the new connection waits in the kernel's queue); at the grace it is.
+// the new connection waits); at the grace it is.
 // A connection entering a new stage starts its grace again. Closing the
 // listener releases a waiting Accept.
 func TestLimitListenerGrace(t *testing.T) {
@@ -184,8 +184,13 @@ func TestLimitListenerGrace(t *testing.T) {
 		accepted <- c
 	}()
 	waitFor(t, 10*time.Second, "Accept to wait for a grace to pass", clk.HasWaiters)
-	if len(inner.conns) != 1 || isClosed(t, a.peer) || isClosed(t, b.peer) {
-		t.Fatal("a connection younger than the grace was closed, or the new one taken from the kernel's queue")
+	if isClosed(t, a.peer) || isClosed(t, b.peer) {
+		t.Fatal("a connection younger than the grace was closed")
+	}
+	select {
+	case <-accepted:
+		t.Fatal("a connection was admitted while every one was younger than the grace")
+	default:
 	}
 	clk.Step(time.Nanosecond) // a (silent) reaches the grace
 	if c := <-accepted; c == nil {
@@ -206,6 +211,100 @@ func TestLimitListenerGrace(t *testing.T) {
 	waitFor(t, 10*time.Second, "Accept to wait", clk.HasWaiters)
 	ln.Close()
 	<-accepted
+}
+
+// acceptAll admits connections from ln in a goroutine until ln closes.
+func acceptAll(ln net.Listener) chan net.Conn {
+	accepted := make(chan net.Conn, 16)
+	go func() {
+		for {
+			c, err := ln.Accept()
+			if err != nil {
+				return
+			}
+			accepted <- c
+		}
+	}()
+	return accepted
+}
+
+// TestLimitListenerNewestFirst: connections waiting for room are admitted
+// newest first, from the source with the fewest connections admitted
+// first.
+func TestLimitListenerNewestFirst(t *testing.T) {
+	t.Parallel()
+	for _, tt := range []struct {
+		name    string
+		sources []string // of the waiting connections, in arrival order
+		want    []int    // their admission order
+	}{
+		{"newest first", []string{"10.0.0.1", "10.0.0.1"}, []int{1, 0}},
+		{"a source with none admitted first", []string{"10.0.0.2", "10.0.0.1"}, []int{0, 1}},
+	} {
+		t.Run(tt.name, func(t *testing.T) {
+			clk := clocktesting.NewFakeClock(time.Unix(1000, 0))
+			inner := newChanListener()
+			ln := serving.LimitListener(inner, 2, serving.LimitOptions{Clock: clk})
+			defer ln.Close()
+			accept(t, inner, ln, "10.0.0.1")
+			accept(t, inner, ln, "10.0.0.1")
+			accepted := acceptAll(ln)
+			ports := map[int]int{}
+			for i, src := range tt.sources {
+				inner.pushFrom(src)
+				ports[int(inner.port.Load())] = i
+				waitFor(t, 10*time.Second, "the connection to wait", func() bool { return serving.Pending(ln) == i+1 })
+			}
+			clk.Step(testGrace)
+			for _, want := range tt.want {
+				c := <-accepted
+				if got := ports[c.RemoteAddr().(*net.TCPAddr).Port]; got != want {
+					t.Fatalf("admitted waiting connection %d; want %d", got, want)
+				}
+			}
+		})
+	}
+}
+
+// TestLimitListenerPending: at most DefaultMaxPending connections (or the
+// budget, if smaller) wait to be admitted, the next in the kernel's queue;
+// one waiting longer than the handshake timeout is closed.
+func TestLimitListenerPending(t *testing.T) {
+	t.Parallel()
+	clk := clocktesting.NewFakeClock(time.Unix(1000, 0))
+	inner := newChanListener()
+	// One handshake at a time: x computes one, a waits for its turn; with
+	// the handshakes backlogged, no one is admitted.
+	ln := serving.AdmissionListener(inner, 2, serving.LimitOptions{Clock: clk,
+		AdmissionOptions: serving.AdmissionOptions{HandshakeConcurrency: 1, HandshakeRate: -1, PressureTimeout: -1}}, serving.AdmissionTestConfig{TLS: true, Handshake: 10 * time.Second})
+	defer ln.Close()
+	x := accept(t, inner, ln, "10.0.0.1")
+	a := accept(t, inner, ln, "10.0.0.1")
+	if err := serving.HandshakeTurn(x.c); err != nil {
+		t.Fatal(err)
+	}
+	go func() { _ = serving.HandshakeTurn(a.c) }()
+	waitFor(t, 10*time.Second, "the second handshake to wait", func() bool { return serving.HandshakesWaiting(ln) == 1 })
+	accepted := acceptAll(ln)
+	p1, p2 := inner.push(), inner.push() // the budget's worth wait
+	waitFor(t, 10*time.Second, "two connections to wait", func() bool { return serving.Pending(ln) == 2 })
+	inner.push()
+	if len(inner.conns) != 1 || serving.Pending(ln) != 2 {
+		t.Fatalf("connections left in the kernel's queue past the bound = %d, waiting %d; want 1, 2", len(inner.conns), serving.Pending(ln))
+	}
+	clk.Step(10*time.Second - time.Nanosecond)
+	if isClosed(t, p1) || isClosed(t, p2) {
+		t.Fatal("a waiting connection was closed 1ns before the handshake timeout")
+	}
+	select {
+	case c := <-accepted:
+		t.Fatalf("admitted %v while the handshakes were backlogged", c.RemoteAddr())
+	default:
+	}
+	clk.Step(time.Nanosecond)
+	waitFor(t, 10*time.Second, "the waiting connections to be closed at the timeout", func() bool { return isClosed(t, p1) && isClosed(t, p2) })
+	x.c.Close()
+	a.c.Close()
 }
 
 // TestLimitListenerAdaptiveGrace: when connections that moved on from a

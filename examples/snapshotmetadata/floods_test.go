@@ -1,0 +1,204 @@
+package main
+
+import (
+	"context"
+	"crypto/tls"
+	"fmt"
+	"net"
+	"os"
+	"path/filepath"
+	"testing"
+	"time"
+
+	"github.com/kubernetes-csi/external-snapshot-metadata/pkg/api"
+	snapshotfake "github.com/kubernetes-csi/external-snapshotter/client/v8/clientset/versioned/fake"
+	"google.golang.org/grpc"
+	"google.golang.org/grpc/credentials"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+
+	smsv1alpha1 "github.com/kubernetes-csi/external-snapshot-metadata/client/apis/snapshotmetadataservice/v1alpha1"
+	smsfake "github.com/kubernetes-csi/external-snapshot-metadata/client/clientset/versioned/fake"
+
+	"github.com/reviewauth/reviewauth/authtest"
+	"github.com/reviewauth/reviewauth/examples/internal/cli"
+	"github.com/reviewauth/reviewauth/examples/internal/clitest"
+	"github.com/reviewauth/reviewauth/internal/reliability"
+	"github.com/reviewauth/reviewauth/serving"
+)
+
+// fakeSnapshotsMain is main with the snapshot API of the unit tests
+// (testSnapshots, a SnapshotMetadataService naming testAudience) from fake
+// clientsets, for the process TestFloods runs: the fake API server serves
+// reviews, not snapshots.
+func fakeSnapshotsMain() {
+	cli.Main("snapshotmetadata", func(ctx context.Context) error {
+		services := smsfake.NewSimpleClientset(&smsv1alpha1.SnapshotMetadataService{
+			ObjectMeta: metav1.ObjectMeta{Name: testDriver},
+			Spec:       smsv1alpha1.SnapshotMetadataServiceSpec{Audience: testAudience, Address: "flood", CACert: []byte("flood")},
+		})
+		return run(ctx, os.Args[1:], deps{backend: FakeBackend{}, snapshots: snapshotfake.NewSimpleClientset(testSnapshots()...), services: services},
+			func(addr net.Addr) { fmt.Printf("listening on %s\n", addr) })
+	})
+}
+
+// Bounds of the sidecar's flood test.
+const (
+	// sidecarFloodRun is how long each attack is measured.
+	sidecarFloodRun = 3 * time.Second
+	// sidecarExtraFiles bounds the files the process holds beyond its
+	// client connections while attacked, counted from its files before
+	// (listeners, API server connections, log files): one connection being
+	// swapped in for another; and, as the fake API server speaks HTTP/1.1
+	// (a real one speaks HTTP/2, one connection), a connection per review
+	// in flight: 16 TokenReviews and 16 SubjectAccessReviews at most.
+	sidecarExtraFiles = 1 + 2*16
+	// sidecarRSSBound bounds the sidecar's resident memory during the
+	// rapid-reset attack (race detector included).
+	sidecarRSSBound = 512 << 20
+	// recoveryBound is how soon after an attack's end the sidecar's files
+	// are back to what they were.
+	recoveryBound = 5 * time.Second
+)
+
+// TestFloods (issue #22): the snapshot-metadata sidecar as a process, with
+// --max-connections=64 and every other serving default (JWKS
+// pre-verification on), attacked by 112 connections of each kind from the
+// backup client's own address, reopening at once: TCP without TLS, TLS
+// without the HTTP/2 preface, a preface without streams, 100 streams
+// without a request, HTTP/2 rapid reset, and calls with JWT-shaped junk
+// tokens. The backup client, minting a token for every call as the
+// upstream iterator does, is served within 1s at least 95% of the time on
+// a new connection and every time on one opened before; the process never
+// holds more files than before plus the budget (and sidecarExtraFiles);
+// during rapid reset its resident memory stays under sidecarRSSBound and
+// its files are back to what they were within 5s of the attack's end; each
+// unverifiable junk token costs at most one TokenReview and a forged one
+// none; and SIGTERM in the middle of rapid reset ends the process within
+// its shutdown grace.
+func TestFloods(t *testing.T) {
+	s := authtest.Start(t)
+	s.SetPolicy(authtest.Rules(authtest.Rule{
+		Users: []string{backupUser.Name}, Verbs: []string{"get"}, APIGroups: []string{snapshotGroup},
+		Resources: []string{snapshotResource}, Namespaces: []string{testNS}, Names: allowedSnapshots,
+	}))
+	dir := t.TempDir()
+	kubeconfig, caFile := filepath.Join(dir, "kubeconfig"), filepath.Join(dir, "ca.pem")
+	if err := s.WriteKubeconfig(kubeconfig); err != nil {
+		t.Fatal(err)
+	}
+	proc := clitest.Start(t, "--listen=127.0.0.1:0", "--kubeconfig="+kubeconfig, "--driver="+testDriver,
+		"--self-signed-ca-file="+caFile, fmt.Sprintf("--max-connections=%d", reliability.Budget))
+	caPEM, err := os.ReadFile(caFile)
+	if err != nil {
+		t.Fatal(err)
+	}
+	creds := grpc.WithTransportCredentials(credentials.NewTLS(&tls.Config{RootCAs: poolOf(caPEM)}))
+	token := func() string { return s.MintToken(backupUser, []string{testAudience}, time.Now().Add(time.Hour)) }
+	call := func(ctx context.Context, cc *grpc.ClientConn, tok string) error {
+		_, err := recvAll(api.NewSnapshotMetadataClient(cc).GetMetadataAllocated(ctx,
+			&api.GetMetadataAllocatedRequest{SecurityToken: tok, Namespace: testNS, SnapshotName: "snap-1"}))
+		return err
+	}
+	newConn := func(ctx context.Context) error {
+		cc, err := grpc.NewClient(proc.Addr, creds)
+		if err != nil {
+			return err
+		}
+		defer cc.Close()
+		return call(ctx, cc, token())
+	}
+	existing, err := grpc.NewClient(proc.Addr, creds)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer existing.Close()
+	existingCall := func(ctx context.Context) error { return call(ctx, existing, token()) }
+	if err := existingCall(t.Context()); err != nil {
+		t.Fatalf("a call before the attacks: %v", err)
+	}
+	pid := proc.Pid()
+	baseFiles, err := reliability.OpenFiles(pid)
+	if err != nil {
+		t.Skipf("cannot count the process's files: %v", err)
+	}
+	files := func() int64 { n, _ := reliability.OpenFiles(pid); return int64(n) }
+	check := func(name string, newTries, existingTries *reliability.Tries, peakFiles int64) {
+		t.Helper()
+		n, x := newTries.Summary(reliability.Bound), existingTries.Summary(reliability.Bound)
+		t.Logf("%s: new connection: %v", name, n)
+		t.Logf("%s: existing connection: %v", name, x)
+		t.Logf("%s: peak open files %d (before: %d, budget %d)", name, peakFiles, baseFiles, reliability.Budget)
+		if f := n.Fraction(); f < reliability.NewGoal {
+			t.Errorf("%s: new-connection calls served within %v: %.1f%%; want at least %.0f%%", name, reliability.Bound, 100*f, 100*reliability.NewGoal)
+		}
+		if f := x.Fraction(); f < reliability.ExistingGoal {
+			t.Errorf("%s: existing-connection calls served within %v: %.1f%%; want %.0f%%", name, reliability.Bound, 100*f, 100*reliability.ExistingGoal)
+		}
+		if limit := int64(baseFiles + reliability.Budget + sidecarExtraFiles); peakFiles > limit {
+			t.Errorf("%s: %d open files; want at most %d (before, plus the budget, plus %d)", name, peakFiles, limit, sidecarExtraFiles)
+		}
+	}
+	const method = "/snapshotmetadata.SnapshotMetadata/GetMetadataAllocated"
+	flood := func(a reliability.Attack) func(ctx context.Context) {
+		return func(ctx context.Context) {
+			reliability.Flood(ctx, proc.Addr, a, reliability.Attackers, reliability.FloodOptions{Path: method})
+		}
+	}
+	for _, a := range []reliability.Attack{reliability.NoTLS, reliability.NoPreface, reliability.PrefaceOnly, reliability.EmptyStreams} {
+		sampler := reliability.Sample(files)
+		newTries, existingTries := reliability.Measure(t.Context(), sidecarFloodRun, flood(a), newConn, existingCall)
+		check(string(a), newTries, existingTries, sampler.Stop())
+	}
+
+	// Rapid reset: memory during, files after.
+	sampler := reliability.Sample(files)
+	rss := reliability.Sample(func() int64 { n, _ := reliability.ResidentBytes(pid); return n })
+	newTries, existingTries := reliability.Measure(t.Context(), sidecarFloodRun, flood(reliability.RapidReset), newConn, existingCall)
+	end := time.Now()
+	check("rapid reset", newTries, existingTries, sampler.Stop())
+	peakRSS := rss.Stop()
+	t.Logf("rapid reset: peak resident memory %d MiB (bound %d MiB)", peakRSS>>20, sidecarRSSBound>>20)
+	if peakRSS > sidecarRSSBound {
+		t.Errorf("resident memory during rapid reset = %d MiB; want at most %d MiB", peakRSS>>20, sidecarRSSBound>>20)
+	}
+	for n := files(); n > int64(baseFiles); n = files() {
+		if time.Since(end) > recoveryBound {
+			t.Fatalf("%d open files %v after rapid reset; want back to %d", n, recoveryBound, baseFiles)
+		}
+		time.Sleep(50 * time.Millisecond)
+	}
+	t.Logf("rapid reset: files back to %d within %v of the attack's end", baseFiles, time.Since(end).Round(time.Millisecond))
+
+	// Junk tokens at full speed.
+	genuine := token()
+	junk := reliability.JunkTokens(genuine)
+	sampler = reliability.Sample(files)
+	var sent int64
+	newTries, existingTries = reliability.Measure(t.Context(), sidecarFloodRun, func(ctx context.Context) {
+		sent = reliability.JunkGRPC(ctx, reliability.Attackers, 4, func() (*grpc.ClientConn, error) {
+			return grpc.NewClient(proc.Addr, grpc.WithTransportCredentials(credentials.NewTLS(reliability.AttackerTLS("h2"))))
+		}, func(ctx context.Context, cc *grpc.ClientConn, i int) error { return call(ctx, cc, junk(i)) })
+	}, newConn, existingCall)
+	check("junk tokens", newTries, existingTries, sampler.Stop())
+	unverifiable, forged, maxPer := reliability.JunkReviews(s.TokenReviews(), reliability.KeyID(genuine))
+	t.Logf("junk tokens: %d sent; TokenReviews of unverifiable ones %d (at most %d per token), of forged ones %d", sent, unverifiable, maxPer, forged)
+	if forged != 0 || maxPer > 1 {
+		t.Errorf("TokenReviews of forged junk = %d (want 0); most reviews of one unverifiable junk token = %d (want at most 1)", forged, maxPer)
+	}
+	if p95 := newTries.Summary(reliability.Bound).P95; p95 > reliability.Bound {
+		t.Errorf("new-connection p95 with junk tokens = %v; want at most %v", p95, reliability.Bound)
+	}
+
+	// SIGTERM mid rapid reset.
+	ctx, stop := context.WithCancel(t.Context())
+	attacked := make(chan struct{})
+	go func() { defer close(attacked); flood(reliability.RapidReset)(ctx) }()
+	time.Sleep(reliability.Ramp) // the attack under way: a wait for load, not for a timer
+	took := proc.Terminate(t)
+	stop()
+	<-attacked
+	t.Logf("SIGTERM mid rapid reset: exited after %v", took.Round(time.Millisecond))
+	if took > serving.DefaultShutdownTimeout+2*time.Second {
+		t.Errorf("exit %v after SIGTERM mid-attack; want within the shutdown grace (%v)", took, serving.DefaultShutdownTimeout)
+	}
+}
