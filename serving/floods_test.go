@@ -8,13 +8,13 @@ import (
 	"net/http"
 	"os"
 	"runtime"
-	"strconv"
 	"sync"
 	"sync/atomic"
 	"testing"
 	"time"
 
 	"github.com/go-logr/logr"
+	"github.com/prometheus/client_golang/prometheus"
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/credentials"
 	"google.golang.org/grpc/health"
@@ -28,6 +28,7 @@ import (
 	"github.com/reviewauth/reviewauth/grpcauth"
 	"github.com/reviewauth/reviewauth/httpauth"
 	"github.com/reviewauth/reviewauth/internal/reliability"
+	"github.com/reviewauth/reviewauth/metrics"
 	"github.com/reviewauth/reviewauth/serving"
 )
 
@@ -79,8 +80,36 @@ func (c *countedConn) CloseWrite() error {
 // floodResult is what one attack measured.
 type floodResult struct {
 	newConn, existing reliability.Summary
-	peakConns         int64
+	peakConns         int64 // accepted from the kernel: admitted or waiting
+	peakAdmitted      int64
 	attackerConns     int64
+}
+
+// admittedGauge returns a sampler of reviewauth_connections{state="admitted"}
+// of m.
+func admittedGauge(t *testing.T, m *metrics.Metrics) func() int64 {
+	reg := prometheus.NewRegistry()
+	reg.MustRegister(m)
+	return func() int64 {
+		mfs, err := reg.Gather()
+		if err != nil {
+			t.Error(err)
+			return 0
+		}
+		for _, mf := range mfs {
+			if mf.GetName() != "reviewauth_connections" {
+				continue
+			}
+			for _, x := range mf.GetMetric() {
+				for _, l := range x.GetLabel() {
+					if l.GetName() == "state" && l.GetValue() == "admitted" {
+						return int64(x.GetGauge().GetValue())
+					}
+				}
+			}
+		}
+		return 0
+	}
 }
 
 // runFlood is reliability.Measure for reliability.Run.
@@ -97,16 +126,19 @@ func checkFlood(t *testing.T, name string, r floodResult) {
 	t.Helper()
 	t.Logf("%s: new connection: %v", name, r.newConn)
 	t.Logf("%s: existing connection: %v", name, r.existing)
-	t.Logf("%s: peak client connections %d (budget %d), attacker connections opened %d", name, r.peakConns, floodBudget, r.attackerConns)
+	t.Logf("%s: peak client connections admitted %d (budget %d), accepted %d; attacker connections opened %d", name, r.peakAdmitted, floodBudget, r.peakConns, r.attackerConns)
 	if f := r.newConn.Fraction(); f < floodNewGoal {
 		t.Errorf("%s: new-connection calls answered within %v: %.1f%%; want at least %.0f%%", name, floodBound, 100*f, 100*floodNewGoal)
 	}
 	if f := r.existing.Fraction(); f < floodExistingGoal {
 		t.Errorf("%s: existing-connection calls answered within %v: %.1f%%; want %.0f%%", name, floodBound, 100*f, 100*floodExistingGoal)
 	}
-	// One more while a connection is swapped for another.
-	if r.peakConns > floodBudget+1 {
-		t.Errorf("%s: %d client connections open at once; want at most the budget (%d) plus the one being swapped in", name, r.peakConns, floodBudget)
+	if r.peakAdmitted > floodBudget {
+		t.Errorf("%s: %d client connections admitted at once; want at most the budget (%d)", name, r.peakAdmitted, floodBudget)
+	}
+	// Plus those waiting to be admitted, and one being swapped in.
+	if limit := int64(floodBudget + min(floodBudget, serving.DefaultMaxPending) + 1); r.peakConns > limit {
+		t.Errorf("%s: %d client connections accepted at once; want at most %d", name, r.peakConns, limit)
 	}
 }
 
@@ -125,7 +157,8 @@ func quiet(t *testing.T) context.Context {
 func TestFloodsHTTP(t *testing.T) {
 	for _, a := range []reliability.Attack{reliability.HTTPIdle, reliability.HTTPSlowloris, reliability.HTTPBodylessPost} {
 		t.Run(string(a), func(t *testing.T) {
-			srv, err := serving.NewHTTPServer(refuseUnauthenticated, serving.ServerOptions{Certificates: selfSigned(t), MaxConnections: floodBudget, Admission: debugAdmission()})
+			m := metrics.New()
+			srv, err := serving.NewHTTPServer(refuseUnauthenticated, serving.ServerOptions{Certificates: selfSigned(t), MaxConnections: floodBudget, Metrics: m})
 			if err != nil {
 				t.Fatal(err)
 			}
@@ -142,11 +175,12 @@ func TestFloodsHTTP(t *testing.T) {
 			keepAlive := reliability.KeepAliveClient()
 			defer keepAlive.CloseIdleConnections()
 			var stats *reliability.FloodStats
+			admitted := reliability.Sample(admittedGauge(t, m))
 			newTries, existingTries := runFlood(t, func(ctx context.Context) {
 				stats = reliability.Flood(ctx, ln.Addr().String(), a, floodAttackers, reliability.FloodOptions{Path: "/metrics"})
 			}, reliability.HTTPGet(reliability.NewConnectionClient(), url, "Bearer x", 200), reliability.HTTPGet(keepAlive, url, "Bearer x", 200))
 			checkFlood(t, string(a), floodResult{newConn: newTries.Summary(floodBound), existing: existingTries.Summary(floodBound),
-				peakConns: cl.peak.Load(), attackerConns: stats.Conns.Load()})
+				peakConns: cl.peak.Load(), peakAdmitted: admitted.Stop(), attackerConns: stats.Conns.Load()})
 		})
 	}
 }
@@ -155,6 +189,9 @@ func TestFloodsHTTP(t *testing.T) {
 // test ends, and returns its address and the counting listener under it.
 func grpcFloodServer(t *testing.T, opts serving.GRPCOptions, extra ...grpc.ServerOption) (string, *countingListener) {
 	t.Helper()
+	if opts.Metrics == nil {
+		opts.Metrics = metrics.New()
+	}
 	srv := grpc.NewServer(append(serving.GRPCServerOptions(opts), extra...)...)
 	healthpb.RegisterHealthServer(srv, health.NewServer())
 	ln, err := net.Listen("tcp", "127.0.0.1:0")
@@ -211,13 +248,15 @@ func grpcExistingCheck(t *testing.T, addr string) func(ctx context.Context) erro
 func TestFloodsGRPC(t *testing.T) {
 	for _, a := range []reliability.Attack{reliability.NoTLS, reliability.NoPreface, reliability.PrefaceOnly, reliability.EmptyStreams} {
 		t.Run(string(a), func(t *testing.T) {
-			addr, cl := grpcFloodServer(t, serving.GRPCOptions{Certificates: selfSigned(t), MaxConnections: floodBudget})
+			m := metrics.New()
+			addr, cl := grpcFloodServer(t, serving.GRPCOptions{Certificates: selfSigned(t), MaxConnections: floodBudget, Metrics: m})
 			var stats *reliability.FloodStats
+			admitted := reliability.Sample(admittedGauge(t, m))
 			newTries, existingTries := runFlood(t, func(ctx context.Context) {
 				stats = reliability.Flood(ctx, addr, a, floodAttackers, reliability.FloodOptions{Path: "/grpc.health.v1.Health/Check"})
 			}, grpcNewConnCheck(addr), grpcExistingCheck(t, addr))
 			checkFlood(t, string(a), floodResult{newConn: newTries.Summary(floodBound), existing: existingTries.Summary(floodBound),
-				peakConns: cl.peak.Load(), attackerConns: stats.Conns.Load()})
+				peakConns: cl.peak.Load(), peakAdmitted: admitted.Stop(), attackerConns: stats.Conns.Load()})
 		})
 	}
 }
@@ -239,43 +278,31 @@ const (
 // under rapidResetHeapBound throughout; goroutines and open files are back
 // to their baseline within 5s of the attack's end.
 func TestFloodGRPCRapidReset(t *testing.T) {
-	addr, cl := grpcFloodServer(t, serving.GRPCOptions{Certificates: selfSigned(t), MaxConnections: floodBudget})
+	m := metrics.New()
+	addr, cl := grpcFloodServer(t, serving.GRPCOptions{Certificates: selfSigned(t), MaxConnections: floodBudget, Metrics: m})
 	existing := grpcExistingCheck(t, addr)
 	if err := existing(t.Context()); err != nil {
 		t.Fatal(err)
 	}
 	runtime.GC()
 	baseGoroutines, baseFDs := runtime.NumGoroutine(), openFDs(t)
-	var peakHeap atomic.Uint64
-	sampled := make(chan struct{})
-	sctx, stopSampling := context.WithCancel(t.Context())
-	go func() {
-		defer close(sampled)
-		for {
-			var ms runtime.MemStats
-			runtime.ReadMemStats(&ms)
-			if ms.HeapInuse > peakHeap.Load() {
-				peakHeap.Store(ms.HeapInuse)
-			}
-			select {
-			case <-sctx.Done():
-				return
-			case <-time.After(100 * time.Millisecond):
-			}
-		}
-	}()
+	heap := reliability.Sample(func() int64 {
+		var ms runtime.MemStats
+		runtime.ReadMemStats(&ms)
+		return int64(ms.HeapInuse)
+	})
+	admitted := reliability.Sample(admittedGauge(t, m))
 	var stats *reliability.FloodStats
 	newTries, existingTries := runFlood(t, func(ctx context.Context) {
 		stats = reliability.Flood(ctx, addr, reliability.RapidReset, floodAttackers, reliability.FloodOptions{Path: "/grpc.health.v1.Health/Check"})
 	}, grpcNewConnCheck(addr), existing)
-	stopSampling()
-	<-sampled
+	peakHeap := heap.Stop()
 	end := time.Now()
 	checkFlood(t, "rapid reset", floodResult{newConn: newTries.Summary(floodBound), existing: existingTries.Summary(floodBound),
-		peakConns: cl.peak.Load(), attackerConns: stats.Conns.Load()})
-	t.Logf("rapid reset: %d streams opened and reset; peak heap in use %d MiB (bound %d MiB)", stats.Streams.Load(), peakHeap.Load()>>20, rapidResetHeapBound>>20)
-	if peakHeap.Load() > rapidResetHeapBound {
-		t.Errorf("peak heap in use during the attack = %d MiB; want at most %d MiB", peakHeap.Load()>>20, rapidResetHeapBound>>20)
+		peakConns: cl.peak.Load(), peakAdmitted: admitted.Stop(), attackerConns: stats.Conns.Load()})
+	t.Logf("rapid reset: %d streams opened and reset; peak heap in use %d MiB (bound %d MiB)", stats.Streams.Load(), peakHeap>>20, rapidResetHeapBound>>20)
+	if peakHeap > rapidResetHeapBound {
+		t.Errorf("peak heap in use during the attack = %d MiB; want at most %d MiB", peakHeap>>20, rapidResetHeapBound>>20)
 	}
 	// The attack's end is a fact; recovery is polled for, bounded.
 	var goroutines, fds int
@@ -300,18 +327,6 @@ func openFDs(t *testing.T) int {
 		t.Skipf("cannot count open files: %v", err)
 	}
 	return len(ents)
-}
-
-func debugAdmission() serving.AdmissionOptions {
-	var o serving.AdmissionOptions
-	if v := os.Getenv("FLOOD_HSRATE"); v != "" {
-		f, _ := strconv.ParseFloat(v, 64)
-		o.HandshakeRate = f
-	}
-	if v := os.Getenv("FLOOD_GRACE"); v != "" {
-		o.EvictionGrace, _ = time.ParseDuration(v)
-	}
-	return o
 }
 
 // junkEnv is an API server, the parts serving.Flags builds against it, and

@@ -13,6 +13,8 @@ import (
 	"google.golang.org/grpc/tap"
 	"k8s.io/klog/v2"
 	"k8s.io/utils/clock"
+
+	"github.com/reviewauth/reviewauth/metrics"
 )
 
 // Defaults of [GRPCOptions], used when a field is zero.
@@ -74,6 +76,9 @@ type GRPCOptions struct {
 	// RapidResetLimit means no bound.
 	RapidResetLimit int
 	RapidResetRate  float64
+	// Metrics, if not nil, counts the connections (see
+	// [LimitOptions].Metrics).
+	Metrics *metrics.Metrics
 	// InTapHandle, if not nil, is called for each new stream after the
 	// server's own (grpc takes one tap handle per server: give yours
 	// here rather than as a grpc.ServerOption).
@@ -196,7 +201,7 @@ func ServeGRPC(ctx context.Context, srv *grpc.Server, ln net.Listener, opts GRPC
 	o := opts.withDefaults()
 	if o.MaxConnections > 0 {
 		c := admissionConfig{
-			LimitOptions: LimitOptions{AdmissionOptions: o.Admission, Logger: klog.FromContext(ctx), Clock: o.Clock},
+			LimitOptions: LimitOptions{AdmissionOptions: o.Admission, Logger: klog.FromContext(ctx), Clock: o.Clock, Metrics: o.Metrics},
 			handshake:    o.ConnectionTimeout, waiting: o.FirstMessageTimeout, idle: o.MaxConnectionIdle,
 			join: true,
 		}

@@ -16,7 +16,9 @@ import (
 	"k8s.io/utils/clock"
 
 	"github.com/reviewauth/reviewauth/internal/loglimit"
+	"github.com/reviewauth/reviewauth/internal/observe"
 	"github.com/reviewauth/reviewauth/internal/review"
+	"github.com/reviewauth/reviewauth/metrics"
 )
 
 // Defaults of [AdmissionOptions]. Each is used when its field is zero.
@@ -161,12 +163,20 @@ var stageNames = [numStages]string{"silent", "refused", "waiting", "handshake", 
 
 func (s stage) String() string { return stageNames[s] }
 
-// reasons a connection is closed by admission, for the log.
+// reasons a connection is closed by admission, for the log and metrics.
 const (
 	closeEvicted = iota
 	closeTimeout
 	closeRapidReset
 	closeReasons
+)
+
+var closeReasonNames = [closeReasons]string{"evicted", "timeout", "rapid_reset"}
+
+// states of reviewauth_connections.
+const (
+	stateAdmitted = "admitted"
+	stateWaiting  = "waiting"
 )
 
 // LimitOptions configures [LimitListener].
@@ -180,6 +190,11 @@ type LimitOptions struct {
 	// Clock tells the time of every stage and timeout. Nil means the
 	// real clock.
 	Clock clock.Clock
+	// Metrics, if not nil, counts the connections admitted and waiting
+	// (reviewauth_connections) and those closed to make room, past a
+	// timeout or the rapid-reset bound
+	// (reviewauth_connections_closed_total).
+	Metrics *metrics.Metrics
 }
 
 // limitLogInterval paces the "budget full" line.
@@ -290,6 +305,7 @@ type admission struct {
 	join          bool
 	resetBurst    int
 	resetInterval time.Duration
+	rec           *observe.Recorder
 
 	mu    sync.Mutex
 	lists [numStages]connList
@@ -348,7 +364,7 @@ func newAdmission(max int, c admissionConfig) *admission {
 	a := &admission{
 		max: max, clock: clk, logger: c.Logger, log: loglimit.New(1, limitLogInterval, clk),
 		grace: o.EvictionGrace, source: o.Source, tls: c.tls, join: c.join,
-		resetBurst: c.resetBurst, resetInterval: c.resetInterval,
+		resetBurst: c.resetBurst, resetInterval: c.resetInterval, rec: observe.Of(c.Metrics),
 		sources: map[string]*sourceState{}, done: make(chan struct{}),
 		pending: map[string][]*pendingConn{}, maxPending: min(max, DefaultMaxPending),
 		wake: make(chan struct{}, 1), space: make(chan struct{}, 1),
@@ -403,6 +419,7 @@ func (l *admListener) Close() error {
 	for _, q := range l.a.pending {
 		pending = append(pending, q...)
 	}
+	l.a.rec.Connections(stateWaiting, -l.a.npending)
 	l.a.pending, l.a.npending = map[string][]*pendingConn{}, 0
 	l.a.mu.Unlock()
 	for _, pc := range pending {
@@ -463,6 +480,7 @@ func (a *admission) acceptLoop(ln net.Listener) {
 		if !closed {
 			a.pending[pc.key] = append(a.pending[pc.key], pc)
 			a.npending++
+			a.rec.Connections(stateWaiting, 1)
 		}
 		a.mu.Unlock()
 		if closed {
@@ -557,6 +575,7 @@ func (a *admission) popLocked() *pendingConn {
 		a.pending[best] = q[:len(q)-1]
 	}
 	a.npending--
+	a.rec.Connections(stateWaiting, -1)
 	return pc
 }
 
@@ -579,6 +598,7 @@ func (a *admission) admitLocked(pc *pendingConn, now time.Time) *admConn {
 	ac.stage, ac.since = stageSilent, now
 	a.lists[stageSilent].pushBack(ac)
 	a.open++
+	a.rec.Connections(stateAdmitted, 1)
 	a.logLocked()
 	return ac
 }
@@ -673,6 +693,7 @@ func (a *admission) sweep(now time.Time) []net.Conn {
 			continue
 		}
 		a.npending -= n
+		a.rec.Connections(stateWaiting, -n)
 		if n == len(q) {
 			delete(a.pending, key)
 		} else {
@@ -727,11 +748,13 @@ func (a *admission) unlink(c *admConn, reason int) {
 	c.gone = true
 	a.lists[c.stage].remove(c)
 	a.open--
+	a.rec.Connections(stateAdmitted, -1)
 	if c.src.conns--; c.src.conns == 0 {
 		delete(a.sources, c.src.key)
 	}
 	if reason >= 0 {
 		a.closed[reason][c.stage]++
+		a.rec.ConnectionClosed(closeReasonNames[reason], stageNames[c.stage])
 	}
 	a.signal(a.wake)
 }

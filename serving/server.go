@@ -17,6 +17,7 @@ import (
 	"k8s.io/utils/clock"
 
 	"github.com/reviewauth/reviewauth/internal/loglimit"
+	"github.com/reviewauth/reviewauth/metrics"
 )
 
 // Defaults of [ServerOptions]. Each is used when its field is zero; each
@@ -87,6 +88,9 @@ type ServerOptions struct {
 	// Admission tunes how connections past MaxConnections make room,
 	// and the timeouts under pressure (see [LimitListener]).
 	Admission AdmissionOptions
+	// Metrics, if not nil, counts the connections (see
+	// [LimitOptions].Metrics).
+	Metrics *metrics.Metrics
 	// ReadHeaderTimeout, ReadTimeout (per read of a body), WriteTimeout
 	// (per write of a response) and IdleTimeout: zero means
 	// DefaultReadHeaderTimeout, DefaultReadTimeout, DefaultWriteTimeout
@@ -246,7 +250,7 @@ func (s *HTTPServer) Serve(ctx context.Context, ln net.Listener) error {
 	}
 	if s.maxConn > 0 {
 		adm := newAdmission(s.maxConn, admissionConfig{
-			LimitOptions: LimitOptions{AdmissionOptions: s.opts.Admission, Logger: logger, Clock: s.opts.Clock},
+			LimitOptions: LimitOptions{AdmissionOptions: s.opts.Admission, Logger: logger, Clock: s.opts.Clock, Metrics: s.opts.Metrics},
 			handshake:    s.opts.ReadHeaderTimeout, waiting: s.opts.ReadHeaderTimeout, idle: s.opts.IdleTimeout,
 			tls: s.opts.Certificates != nil,
 		})

@@ -51,6 +51,8 @@ type Recorder struct {
 	refusals    *prometheus.CounterVec
 	jwks        prometheus.Gauge
 	jwksSet     atomic.Bool // jwks has been set: collect it
+	conns       *prometheus.GaugeVec
+	connsClosed *prometheus.CounterVec
 
 	// decided holds the decision counters of the known transports and
 	// outcomes, resolved once: a request pays a map read, not a label hash.
@@ -109,6 +111,10 @@ func NewRecorder() *Recorder {
 			"Lookups that waited for a review another caller had started instead of sending their own, by cache."+retiredToo),
 		jwks: prometheus.NewGauge(prometheus.GaugeOpts{Name: "reviewauth_jwks_preverify_available",
 			Help: "1 when the cluster's service-account key set was read at the last try and tokens are pre-verified against it; 0 when it could not be read (every token is then reviewed). Absent without pre-verification."}),
+		conns: prometheus.NewGaugeVec(prometheus.GaugeOpts{Name: "reviewauth_connections",
+			Help: "Client connections of servers of package serving: admitted (at most the budget), and waiting (accepted, not admitted yet)."}, []string{"state"}),
+		connsClosed: counters("reviewauth_connections_closed_total",
+			"Client connections a server of package serving closed to make room (evicted), past a timeout shrunk by pressure (timeout), or past the rapid-reset bound (rapid_reset), by reason and by the stage the connection was in.", "reason", "stage"),
 		keyPRF: prometheus.NewDesc("reviewauth_cache_key_prf_info",
 			"The keyed hash cache keys are derived with in this process (cache.PRF): sha256 or blake2b; always 1.", []string{"prf"}, nil),
 	}
@@ -124,7 +130,7 @@ func NewRecorder() *Recorder {
 // vecs are the collectors a Recorder holds, apart from the cache metrics
 // it computes at scrape time.
 func (m *Recorder) vecs() []prometheus.Collector {
-	cs := []prometheus.Collector{m.reviews, m.latency, m.retries, m.inFlight, m.decisions, m.staleServes, m.refusals}
+	cs := []prometheus.Collector{m.reviews, m.latency, m.retries, m.inFlight, m.decisions, m.staleServes, m.refusals, m.conns, m.connsClosed}
 	if m.jwksSet.Load() {
 		cs = append(cs, m.jwks)
 	}
@@ -280,6 +286,24 @@ func (m *Recorder) StaleServe(cacheName string) {
 		return
 	}
 	m.staleServes.WithLabelValues(cacheName).Inc()
+}
+
+// Connections adds delta to the connections in state ("admitted",
+// "waiting").
+func (m *Recorder) Connections(state string, delta int) {
+	if m == nil {
+		return
+	}
+	m.conns.WithLabelValues(state).Add(float64(delta))
+}
+
+// ConnectionClosed records a connection a server closed for reason, in
+// stage.
+func (m *Recorder) ConnectionClosed(reason, stage string) {
+	if m == nil {
+		return
+	}
+	m.connsClosed.WithLabelValues(reason, stage).Inc()
 }
 
 // JWKSAvailable records whether the last read of the cluster's key set for

@@ -36,6 +36,8 @@ func TestNamesFollowConventions(t *testing.T) {
 	m.ReviewAttempt("TokenReview", 201, 3*time.Millisecond)
 	m.CredentialRefusal("TokenReview")
 	m.JWKSAvailable(false)
+	m.Connections("admitted", 1)
+	m.ConnectionClosed("evicted", "silent")
 	c := cache.New[int](cache.Options{})
 	c.Get(cache.Key{1})
 	c.Counters().AddCoalesced(2)
