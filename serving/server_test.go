@@ -20,6 +20,7 @@ import (
 	"golang.org/x/net/http2/hpack"
 	"k8s.io/klog/v2"
 
+	"github.com/reviewauth/reviewauth/metrics"
 	"github.com/reviewauth/reviewauth/serving"
 )
 
@@ -259,7 +260,8 @@ func TestConnectionLimit(t *testing.T) {
 	const max = 50
 	var logs lines
 	ctx := klog.NewContext(t.Context(), logs.logger())
-	srv, err := serving.NewHTTPServer(refuseUnauthenticated, serving.ServerOptions{MaxConnections: max})
+	m := metrics.New()
+	srv, err := serving.NewHTTPServer(refuseUnauthenticated, serving.ServerOptions{MaxConnections: max, Metrics: m})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -276,6 +278,8 @@ func TestConnectionLimit(t *testing.T) {
 		defer c.Close()
 		held[i] = c
 	}
+	admitted := admittedGauge(t, m)
+	waitFor(t, 10*time.Second, "the held connections to be admitted", func() bool { return admitted() == max })
 	c, err := net.Dial("tcp", addr)
 	if err != nil {
 		t.Fatal(err)
