@@ -25,9 +25,9 @@ import (
 const (
 	// DefaultMaxConnections caps the connections a server keeps open. It
 	// is further capped, at start, to half of the process's open-file
-	// limit less 64 (see [MaxConnectionsFor]), since a proxied connection
-	// may need a second one upstream and the process needs files for the
-	// API server and its own work.
+	// limit less 128 (see [MaxConnectionsFor]), since a proxied connection
+	// may need a second one upstream, up to 64 more wait to be admitted,
+	// and the process needs files for the API server and its own work.
 	DefaultMaxConnections = 1024
 
 	// DefaultReadHeaderTimeout bounds the time from a connection's first
