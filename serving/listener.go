@@ -32,6 +32,15 @@ const (
 	// new connection never waits long for room.
 	DefaultEvictionGrace = 250 * time.Millisecond
 
+	// DefaultEvictionInterval paces the connections closed to make room:
+	// at most one per interval while the budget is full (20 a second).
+	// Each one admitted costs the server a TLS handshake, so that clients
+	// reconnecting at once as soon as they are closed never make it spend
+	// more than that on them; and since a newcomer is admitted newest
+	// first, one that arrives between two of these is admitted at the
+	// next, within 50ms, unless a closed client reconnected after it.
+	DefaultEvictionInterval = 50 * time.Millisecond
+
 	// DefaultPressureTimeout is what the handshake, header, HTTP/2 preface
 	// and first-message timeouts shrink to when the connection budget is
 	// full: a legitimate client sends its request within a round trip or
@@ -79,6 +88,9 @@ const (
 type AdmissionOptions struct {
 	// EvictionGrace: zero means [DefaultEvictionGrace].
 	EvictionGrace time.Duration
+	// EvictionInterval: zero means [DefaultEvictionInterval]; negative
+	// means no pacing.
+	EvictionInterval time.Duration
 	// PressureTimeout bounds the handshake, the request header, the
 	// HTTP/2 preface and a gRPC connection's first message when the
 	// budget is full (see [LimitListener]). Zero means
@@ -237,7 +249,8 @@ const limitLogInterval = 10 * time.Second
 // that stage recently needed longer (a slow network, a loaded machine),
 // four times their average, up to ten times EvictionGrace. When every
 // connection is that young, the new one waits until one is old enough or
-// closes; it also waits while as many TLS handshakes
+// closes; connections are closed to make room at most once per
+// EvictionInterval; and it also waits while as many TLS handshakes
 // wait for their turn as can be computed at once (HandshakeConcurrency),
 // so that clients reconnecting at once never make the server start more
 // handshakes than it finishes. A connection waiting for its handshake's
@@ -294,6 +307,7 @@ type admission struct {
 	logger        klog.Logger
 	log           *loglimit.Limiter
 	grace         time.Duration
+	evictEvery    time.Duration
 	relaxed       [numStages]time.Duration
 	tight         [numStages]time.Duration
 	source        func(net.Addr) string
@@ -325,6 +339,7 @@ type admission struct {
 	npending   int
 	maxPending int
 	acceptErr  error         // the listener's, once it failed
+	lastEvict  time.Time     // when a connection was last closed to make room
 	wake       chan struct{} // for next: a connection closed, arrived or a slot freed
 	space      chan struct{} // for acceptLoop: a pending connection left
 }
@@ -346,6 +361,9 @@ func newAdmission(max int, c admissionConfig) *admission {
 	if o.EvictionGrace <= 0 {
 		o.EvictionGrace = DefaultEvictionGrace
 	}
+	if o.EvictionInterval == 0 {
+		o.EvictionInterval = DefaultEvictionInterval
+	}
 	if o.PressureTimeout == 0 {
 		o.PressureTimeout = DefaultPressureTimeout
 	}
@@ -363,7 +381,7 @@ func newAdmission(max int, c admissionConfig) *admission {
 	}
 	a := &admission{
 		max: max, clock: clk, logger: c.Logger, log: loglimit.New(1, limitLogInterval, clk),
-		grace: o.EvictionGrace, source: o.Source, tls: c.tls, join: c.join,
+		grace: o.EvictionGrace, evictEvery: o.EvictionInterval, source: o.Source, tls: c.tls, join: c.join,
 		resetBurst: c.resetBurst, resetInterval: c.resetInterval, rec: observe.Of(c.Metrics),
 		sources: map[string]*sourceState{}, done: make(chan struct{}),
 		pending: map[string][]*pendingConn{}, maxPending: min(max, DefaultMaxPending),
@@ -518,15 +536,22 @@ func (a *admission) next() (net.Conn, error) {
 		var victim *admConn
 		admit := a.npending > 0 && a.open < a.max
 		if a.npending > 0 && !admit && !a.handshakesBacklogged() {
-			victim, wake = a.victim(now)
-			if victim != nil {
-				a.unlink(victim, closeEvicted)
-				admit = true
+			if next := a.lastEvict.Add(a.evictEvery); a.evictEvery > 0 && next.After(now) {
+				wake = next
+			} else {
+				victim, wake = a.victim(now)
+				if victim != nil {
+					a.unlink(victim, closeEvicted)
+					a.lastEvict = now
+					admit = true
+				}
 			}
 		}
 		var ac *admConn
 		if admit {
 			ac = a.admitLocked(a.popLocked(), now)
+		} else {
+			wake = a.nextExpiry(wake)
 		}
 		a.mu.Unlock()
 		closeAll(expired)
@@ -679,10 +704,7 @@ const pendingTimeout = 10 * time.Second
 // once a.mu is released. Under a.mu.
 func (a *admission) sweep(now time.Time) []net.Conn {
 	var expired []net.Conn
-	limit := a.relaxed[stageSilent]
-	if limit <= 0 {
-		limit = pendingTimeout
-	}
+	limit := a.pendingLimit()
 	for key, q := range a.pending {
 		n := 0
 		for n < len(q) && now.Sub(q[n].at) >= limit {
@@ -716,6 +738,35 @@ func (a *admission) sweep(now time.Time) []net.Conn {
 		}
 	}
 	return expired
+}
+
+// pendingLimit is how long a connection may wait to be admitted.
+func (a *admission) pendingLimit() time.Duration {
+	if limit := a.relaxed[stageSilent]; limit > 0 {
+		return limit
+	}
+	return pendingTimeout
+}
+
+// nextExpiry returns when sweep will next have something to close, if
+// before wake. Under a.mu.
+func (a *admission) nextExpiry(wake time.Time) time.Time {
+	limit := a.pendingLimit()
+	for _, q := range a.pending {
+		if at := q[0].at.Add(limit); at.Before(wake) {
+			wake = at
+		}
+	}
+	for s := range a.lists {
+		if timeout := a.timeout(stage(s)); timeout > 0 {
+			if c := a.lists[s].oldest(); c != nil {
+				if at := c.since.Add(timeout); at.Before(wake) {
+					wake = at
+				}
+			}
+		}
+	}
+	return wake
 }
 
 // timeout is the timeout of stage s at the current fill: its relaxed value

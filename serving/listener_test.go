@@ -142,7 +142,14 @@ func TestLimitListenerEvictionOrder(t *testing.T) {
 	clk.Step(testGrace)
 	order := []admitted{silent, refused, waiting, handshake, idle, first, busy}
 	for i := range order {
-		accept(t, inner, ln, "127.0.0.1")
+		if i > 0 {
+			clk.Step(serving.DefaultEvictionInterval) // one closed to make room per interval
+		}
+		n := accept(t, inner, ln, "127.0.0.1")
+		// Busy, and newer than the busy one: the last to go.
+		serving.WorkStart(n.c)
+		serving.WorkEnd(n.c, true)
+		serving.WorkStart(n.c)
 		for j, c := range order {
 			if got, want := isClosed(t, c.peer), j <= i; got != want {
 				t.Fatalf("after %d new connections, connection %d closed = %v; want %v", i+1, j, got, want)
@@ -256,13 +263,48 @@ func TestLimitListenerNewestFirst(t *testing.T) {
 				waitFor(t, 10*time.Second, "the connection to wait", func() bool { return serving.Pending(ln) == i+1 })
 			}
 			clk.Step(testGrace)
-			for _, want := range tt.want {
+			for i, want := range tt.want {
+				if i > 0 {
+					waitFor(t, 10*time.Second, "the next eviction to wait for its turn", clk.HasWaiters)
+					clk.Step(serving.DefaultEvictionInterval)
+				}
 				c := <-accepted
 				if got := ports[c.RemoteAddr().(*net.TCPAddr).Port]; got != want {
 					t.Fatalf("admitted waiting connection %d; want %d", got, want)
 				}
 			}
 		})
+	}
+}
+
+// TestLimitListenerEvictionInterval: with the budget full, connections
+// are closed to make room at most once per EvictionInterval: a second
+// newcomer waits until the interval has passed since the first (kept at
+// the interval less 1ns, admitted at it).
+func TestLimitListenerEvictionInterval(t *testing.T) {
+	t.Parallel()
+	clk := clocktesting.NewFakeClock(time.Unix(1000, 0))
+	inner := newChanListener()
+	ln := serving.LimitListener(inner, 2, serving.LimitOptions{Clock: clk})
+	defer ln.Close()
+	a := accept(t, inner, ln, "10.0.0.1")
+	b := accept(t, inner, ln, "10.0.0.1")
+	clk.Step(testGrace)
+	accept(t, inner, ln, "10.0.0.1") // closes a
+	if !isClosed(t, a.peer) {
+		t.Fatal("the oldest connection was not closed for the first newcomer")
+	}
+	accepted := acceptAll(ln)
+	inner.push()
+	waitFor(t, 10*time.Second, "the second newcomer to wait", func() bool { return serving.Pending(ln) == 1 && clk.HasWaiters() })
+	clk.Step(serving.DefaultEvictionInterval - time.Nanosecond)
+	if isClosed(t, b.peer) {
+		t.Fatal("a second connection was closed to make room within the interval")
+	}
+	clk.Step(time.Nanosecond)
+	<-accepted
+	if !isClosed(t, b.peer) {
+		t.Fatal("the second newcomer was admitted without closing the next oldest")
 	}
 }
 

@@ -456,9 +456,10 @@ const (
 	// client is measured; Run is how long both clients are measured.
 	Ramp = time.Second
 	Run  = 4 * time.Second
-	// CallTimeout bounds each legitimate call (a failure past Bound is
-	// still measured).
-	CallTimeout = 5 * time.Second
+	// CallTimeout bounds each legitimate call: past Bound it has failed,
+	// and how late it is is still measured up to here (a client that
+	// waited longer would hold ever more connections waiting).
+	CallTimeout = 2 * Bound
 )
 
 // Measure runs attack until run has passed after Ramp, with the two
