@@ -174,13 +174,13 @@ func TestFloodsHTTP(t *testing.T) {
 			url := "https://" + ln.Addr().String() + "/metrics"
 			keepAlive := reliability.KeepAliveClient()
 			defer keepAlive.CloseIdleConnections()
-			var stats *reliability.FloodStats
+			var stats reliability.AttackResult
 			admitted := reliability.Sample(admittedGauge(t, m))
-			newTries, existingTries := runFlood(t, func(ctx context.Context) {
-				stats = reliability.Flood(ctx, ln.Addr().String(), a, floodAttackers, reliability.FloodOptions{Path: "/metrics"})
-			}, reliability.HTTPGet(reliability.NewConnectionClient(), url, "Bearer x", 200), reliability.HTTPGet(keepAlive, url, "Bearer x", 200))
+			newTries, existingTries := runFlood(t,
+				reliability.AttackFunc(t, reliability.AttackSpec{Addr: ln.Addr().String(), Kind: a, N: floodAttackers, Path: "/metrics"}, &stats),
+				reliability.HTTPGet(reliability.NewConnectionClient(), url, "Bearer x", 200), reliability.HTTPGet(keepAlive, url, "Bearer x", 200))
 			checkFlood(t, string(a), floodResult{newConn: newTries.Summary(floodBound), existing: existingTries.Summary(floodBound),
-				peakConns: cl.peak.Load(), peakAdmitted: admitted.Stop(), attackerConns: stats.Conns.Load()})
+				peakConns: cl.peak.Load(), peakAdmitted: admitted.Stop(), attackerConns: stats.Conns})
 		})
 	}
 }
@@ -250,13 +250,13 @@ func TestFloodsGRPC(t *testing.T) {
 		t.Run(string(a), func(t *testing.T) {
 			m := metrics.New()
 			addr, cl := grpcFloodServer(t, serving.GRPCOptions{Certificates: selfSigned(t), MaxConnections: floodBudget, Metrics: m})
-			var stats *reliability.FloodStats
+			var stats reliability.AttackResult
 			admitted := reliability.Sample(admittedGauge(t, m))
-			newTries, existingTries := runFlood(t, func(ctx context.Context) {
-				stats = reliability.Flood(ctx, addr, a, floodAttackers, reliability.FloodOptions{Path: "/grpc.health.v1.Health/Check"})
-			}, grpcNewConnCheck(addr), grpcExistingCheck(t, addr))
+			newTries, existingTries := runFlood(t,
+				reliability.AttackFunc(t, reliability.AttackSpec{Addr: addr, Kind: a, N: floodAttackers, Path: "/grpc.health.v1.Health/Check"}, &stats),
+				grpcNewConnCheck(addr), grpcExistingCheck(t, addr))
 			checkFlood(t, string(a), floodResult{newConn: newTries.Summary(floodBound), existing: existingTries.Summary(floodBound),
-				peakConns: cl.peak.Load(), peakAdmitted: admitted.Stop(), attackerConns: stats.Conns.Load()})
+				peakConns: cl.peak.Load(), peakAdmitted: admitted.Stop(), attackerConns: stats.Conns})
 		})
 	}
 }
@@ -292,15 +292,15 @@ func TestFloodGRPCRapidReset(t *testing.T) {
 		return int64(ms.HeapInuse)
 	})
 	admitted := reliability.Sample(admittedGauge(t, m))
-	var stats *reliability.FloodStats
-	newTries, existingTries := runFlood(t, func(ctx context.Context) {
-		stats = reliability.Flood(ctx, addr, reliability.RapidReset, floodAttackers, reliability.FloodOptions{Path: "/grpc.health.v1.Health/Check"})
-	}, grpcNewConnCheck(addr), existing)
+	var stats reliability.AttackResult
+	newTries, existingTries := runFlood(t,
+		reliability.AttackFunc(t, reliability.AttackSpec{Addr: addr, Kind: reliability.RapidReset, N: floodAttackers, Path: "/grpc.health.v1.Health/Check"}, &stats),
+		grpcNewConnCheck(addr), existing)
 	peakHeap := heap.Stop()
 	end := time.Now()
 	checkFlood(t, "rapid reset", floodResult{newConn: newTries.Summary(floodBound), existing: existingTries.Summary(floodBound),
-		peakConns: cl.peak.Load(), peakAdmitted: admitted.Stop(), attackerConns: stats.Conns.Load()})
-	t.Logf("rapid reset: %d streams opened and reset; peak heap in use %d MiB (bound %d MiB)", stats.Streams.Load(), peakHeap>>20, rapidResetHeapBound>>20)
+		peakConns: cl.peak.Load(), peakAdmitted: admitted.Stop(), attackerConns: stats.Conns})
+	t.Logf("rapid reset: %d streams opened and reset; peak heap in use %d MiB (bound %d MiB)", stats.Streams, peakHeap>>20, rapidResetHeapBound>>20)
 	if peakHeap > rapidResetHeapBound {
 		t.Errorf("peak heap in use during the attack = %d MiB; want at most %d MiB", peakHeap>>20, rapidResetHeapBound>>20)
 	}
@@ -416,11 +416,11 @@ func TestFloodJunkTokens(t *testing.T) {
 				return reliability.HTTPGet(client, url, "Bearer "+e.token(), 200)(ctx)
 			}
 		}
-		var sent int64
-		newTries, existingTries := runFlood(t, func(ctx context.Context) {
-			sent = reliability.JunkHTTP(ctx, url, floodAttackers, reliability.JunkTokens(e.genuine))
-		}, call(newClient), call(keepAlive))
-		e.check(t, sent, newTries, existingTries)
+		var res reliability.AttackResult
+		newTries, existingTries := runFlood(t,
+			reliability.AttackFunc(t, reliability.AttackSpec{URL: url, Kind: reliability.JunkHTTPAttack, N: floodAttackers, Genuine: e.genuine}, &res),
+			call(newClient), call(keepAlive))
+		e.check(t, res.Sent, newTries, existingTries)
 	})
 	t.Run("grpc", func(t *testing.T) {
 		e := newJunkEnv(t, authtest.Rule{Verbs: []string{"get"}, NonResourceURLs: []string{"/grpc.health.v1.Health/Check"}})
@@ -446,14 +446,9 @@ func TestFloodJunkTokens(t *testing.T) {
 			_, err := healthpb.NewHealthClient(cc).Check(withToken(ctx, tok), &healthpb.HealthCheckRequest{})
 			return err
 		}
-		junk := reliability.JunkTokens(e.genuine)
-		var sent int64
-		newTries, existingTries := runFlood(t, func(ctx context.Context) {
-			sent = reliability.JunkGRPC(ctx, floodAttackers, 4, func() (*grpc.ClientConn, error) {
-				return grpc.NewClient(addr, grpc.WithTransportCredentials(credentials.NewTLS(reliability.AttackerTLS("h2"))))
-			},
-				func(ctx context.Context, cc *grpc.ClientConn, i int) error { return check(ctx, cc, junk(i)) })
-		}, func(ctx context.Context) error {
+		var res reliability.AttackResult
+		newTries, existingTries := runFlood(t, reliability.AttackFunc(t, reliability.AttackSpec{Addr: addr, Kind: reliability.JunkGRPCAttack,
+			N: floodAttackers, PerConn: 4, Path: "/grpc.health.v1.Health/Check", Genuine: e.genuine}, &res), func(ctx context.Context) error {
 			cc, err := grpc.NewClient(addr, grpcTLS)
 			if err != nil {
 				return err
@@ -461,6 +456,6 @@ func TestFloodJunkTokens(t *testing.T) {
 			defer cc.Close()
 			return check(ctx, cc, e.token())
 		}, func(ctx context.Context) error { return check(ctx, existingConn, e.token()) })
-		e.check(t, sent, newTries, existingTries)
+		e.check(t, res.Sent, newTries, existingTries)
 	})
 }

@@ -225,7 +225,10 @@ const limitLogInterval = 10 * time.Second
 // flood the oldest waiting connections are those whose clients are
 // likeliest to have given up, and a client that reconnects as soon as it
 // is closed does not push a newcomer back behind its retries (adaptive
-// LIFO). A connection waiting longer than the handshake timeout (10s
+// LIFO); the first connection from a closed connection's source after it
+// was closed for room, presumably its reconnection, is passed over once,
+// so that a newcomer that arrived just before it is not overtaken by
+// reconnection after reconnection. A connection waiting longer than the handshake timeout (10s
 // without one) is closed.
 //
 // Each admitted connection is in one stage, and when max are admitted the
@@ -340,6 +343,11 @@ type admission struct {
 	maxPending int
 	acceptErr  error         // the listener's, once it failed
 	lastEvict  time.Time     // when a connection was last closed to make room
+	// evictions counts the connections closed to make room; evictKey is
+	// the source of the last, while its reconnection is awaited.
+	evictions uint64
+	evictKey  string
+	awaiting  bool
 	wake       chan struct{} // for next: a connection closed, arrived or a slot freed
 	space      chan struct{} // for acceptLoop: a pending connection left
 }
@@ -453,6 +461,10 @@ type pendingConn struct {
 	raddr net.Addr
 	key   string
 	at    time.Time
+	// reconnectOf is the eviction (its number) this connection is
+	// presumed to be the reconnection of: the first to arrive from the
+	// evicted connection's source after it; 0 for none.
+	reconnectOf uint64
 }
 
 // acceptLoop takes connections from ln as they come, as long as fewer
@@ -496,6 +508,9 @@ func (a *admission) acceptLoop(ln net.Listener) {
 		pc.at = a.clock.Now()
 		closed := a.acceptErr != nil || isDone(a.done)
 		if !closed {
+			if a.awaiting && pc.key == a.evictKey {
+				pc.reconnectOf, a.awaiting = a.evictions, false
+			}
 			a.pending[pc.key] = append(a.pending[pc.key], pc)
 			a.npending++
 			a.rec.Connections(stateWaiting, 1)
@@ -549,7 +564,13 @@ func (a *admission) next() (net.Conn, error) {
 		}
 		var ac *admConn
 		if admit {
-			ac = a.admitLocked(a.popLocked(), now)
+			// Pass over the reconnection of the previous eviction (the
+			// one before victim's), then await victim's.
+			ac = a.admitLocked(a.popLocked(a.evictions), now)
+			if victim != nil {
+				a.evictions++
+				a.evictKey, a.awaiting = victim.src.key, true
+			}
 		} else {
 			wake = a.nextExpiry(wake)
 		}
@@ -572,32 +593,49 @@ func (a *admission) next() (net.Conn, error) {
 }
 
 // popLocked takes the connection to admit from the pending ones: of the
-// source with the fewest connections admitted (then the one whose
-// newest connection is the newest), its newest: under overload the oldest
-// waiting connections are the ones whose clients are likeliest to have
-// given up, and a client that keeps reconnecting does not push others
-// back. Under a.mu, with a.npending > 0.
-func (a *admission) popLocked() *pendingConn {
+// source with the fewest connections admitted (then the one whose newest
+// connection is the newest), its newest, passing over the presumed
+// reconnection of eviction number skip unless it is the only one. Under
+// overload the oldest waiting connections are the ones whose clients are
+// likeliest to have given up; a client that reconnects as soon as it is
+// closed would, newest first, overtake a newcomer that arrived just before
+// it, and the next reconnection would overtake it again: passing over the
+// reconnection once gives the newcomer the next turn. Under a.mu, with
+// a.npending > 0.
+func (a *admission) popLocked(skip uint64) *pendingConn {
+	eligible := func(pc *pendingConn) bool { return skip == 0 || pc.reconnectOf != skip }
 	var best string
-	var bestConns int
+	var bestConns, bestIdx int
 	var bestAt time.Time
 	found := false
-	for key, q := range a.pending {
-		conns := 0
-		if src := a.sources[key]; src != nil {
-			conns = src.conns
-		}
-		at := q[len(q)-1].at
-		if !found || conns < bestConns || (conns == bestConns && at.After(bestAt)) {
-			best, bestConns, bestAt, found = key, conns, at, true
+	for pass := 0; pass < 2 && !found; pass++ {
+		for key, q := range a.pending {
+			idx := len(q) - 1
+			if pass == 0 {
+				for idx >= 0 && !eligible(q[idx]) {
+					idx--
+				}
+				if idx < 0 {
+					continue
+				}
+			}
+			conns := 0
+			if src := a.sources[key]; src != nil {
+				conns = src.conns
+			}
+			at := q[idx].at
+			if !found || conns < bestConns || (conns == bestConns && at.After(bestAt)) {
+				best, bestConns, bestIdx, bestAt, found = key, conns, idx, at, true
+			}
 		}
 	}
 	q := a.pending[best]
-	pc := q[len(q)-1]
-	if len(q) == 1 {
+	pc := q[bestIdx]
+	q = append(q[:bestIdx], q[bestIdx+1:]...)
+	if len(q) == 0 {
 		delete(a.pending, best)
 	} else {
-		a.pending[best] = q[:len(q)-1]
+		a.pending[best] = q
 	}
 	a.npending--
 	a.rec.Connections(stateWaiting, -1)
@@ -758,12 +796,20 @@ func (a *admission) nextExpiry(wake time.Time) time.Time {
 		}
 	}
 	for s := range a.lists {
-		if timeout := a.timeout(stage(s)); timeout > 0 {
-			if c := a.lists[s].oldest(); c != nil {
-				if at := c.since.Add(timeout); at.Before(wake) {
-					wake = at
-				}
+		timeout := a.timeout(stage(s))
+		if timeout <= 0 {
+			continue
+		}
+		for c := a.lists[s].oldest(); c != nil; c = a.lists[s].next(c) {
+			if c.queued {
+				// Not timed out while the server owes it a handshake:
+				// its turn wakes next (see admConn.releaseSlot).
+				continue
 			}
+			if at := c.since.Add(timeout); at.Before(wake) {
+				wake = at
+			}
+			break
 		}
 	}
 	return wake

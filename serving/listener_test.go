@@ -308,6 +308,54 @@ func TestLimitListenerEvictionInterval(t *testing.T) {
 	}
 }
 
+// TestLimitListenerReconnectPassedOver: newest first, but the first
+// connection from the source of a connection closed for room, presumably
+// its reconnection, is passed over at the next admission: a newcomer that
+// arrived just before a reconnection is admitted at the second admission
+// after it, not overtaken by reconnection after reconnection.
+func TestLimitListenerReconnectPassedOver(t *testing.T) {
+	t.Parallel()
+	clk := clocktesting.NewFakeClock(time.Unix(1000, 0))
+	inner := newChanListener()
+	// A budget of two (two may wait), one of them busy: never the victim.
+	ln := serving.LimitListener(inner, 2, serving.LimitOptions{Clock: clk})
+	defer ln.Close()
+	busy := accept(t, inner, ln, "10.0.0.1")
+	serving.WorkStart(busy.c)
+	serving.WorkEnd(busy.c, true)
+	serving.WorkStart(busy.c)
+	a := accept(t, inner, ln, "10.0.0.1")
+	accepted := acceptAll(ln)
+	admitOne := func(what string) net.Conn {
+		t.Helper()
+		waitFor(t, 10*time.Second, what, clk.HasWaiters)
+		clk.Step(testGrace)
+		return <-accepted
+	}
+	inner.pushFrom("10.0.0.1")
+	n1 := admitOne("the first newcomer to wait") // closes a: eviction 1
+	if !isClosed(t, a.peer) {
+		t.Fatal("a was not closed for the first newcomer")
+	}
+	// The newcomer arrives first, then a's reconnection.
+	inner.pushFrom("10.0.0.1")
+	newcomer := int(inner.port.Load())
+	waitFor(t, 10*time.Second, "the newcomer to wait", func() bool { return serving.Pending(ln) == 1 })
+	inner.pushFrom("10.0.0.1")
+	waitFor(t, 10*time.Second, "the reconnection to wait", func() bool { return serving.Pending(ln) == 2 })
+	second := admitOne("the second admission") // closes n1: eviction 2
+	if got := second.RemoteAddr().(*net.TCPAddr).Port; got == newcomer {
+		t.Fatalf("the newcomer, the first arrival after eviction 1, was admitted at once; want it passed over once")
+	}
+	_ = n1
+	inner.pushFrom("10.0.0.1") // n1's reconnection: newest, passed over
+	waitFor(t, 10*time.Second, "n1's reconnection to wait", func() bool { return serving.Pending(ln) == 2 })
+	third := admitOne("the third admission")
+	if got := third.RemoteAddr().(*net.TCPAddr).Port; got != newcomer {
+		t.Fatalf("third admitted port %d; want the newcomer (%d), not the newest reconnection", got, newcomer)
+	}
+}
+
 // TestLimitListenerPending: at most DefaultMaxPending connections (or the
 // budget, if smaller) wait to be admitted, the next in the kernel's queue;
 // one waiting longer than the handshake timeout is closed.
