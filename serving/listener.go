@@ -341,15 +341,15 @@ type admission struct {
 	pending    map[string][]*pendingConn
 	npending   int
 	maxPending int
-	acceptErr  error         // the listener's, once it failed
-	lastEvict  time.Time     // when a connection was last closed to make room
+	acceptErr  error     // the listener's, once it failed
+	lastEvict  time.Time // when a connection was last closed to make room
 	// evictions counts the connections closed to make room; evictKey is
 	// the source of the last, while its reconnection is awaited.
 	evictions uint64
 	evictKey  string
 	awaiting  bool
-	wake       chan struct{} // for next: a connection closed, arrived or a slot freed
-	space      chan struct{} // for acceptLoop: a pending connection left
+	wake      chan struct{} // for next: a connection closed, arrived or a slot freed
+	space     chan struct{} // for acceptLoop: a pending connection left
 }
 
 // sourceState is what admission keeps per source, while it has

@@ -87,7 +87,9 @@ func runAttack(ctx context.Context, spec AttackSpec) AttackResult {
 		junk := JunkTokens(spec.Genuine)
 		creds := grpc.WithTransportCredentials(credentials.NewTLS(attackerTLS("h2")))
 		sent := JunkGRPC(ctx, spec.N, max(spec.PerConn, 1), func() (*grpc.ClientConn, error) { return grpc.NewClient(spec.Addr, creds) },
-			func(ctx context.Context, cc *grpc.ClientConn, i int) error { return junkCall(ctx, cc, spec.Path, junk(i)) })
+			func(ctx context.Context, cc *grpc.ClientConn, i int) error {
+				return junkCall(ctx, cc, spec.Path, junk(i))
+			})
 		return AttackResult{Sent: sent}
 	}
 	st := Flood(ctx, spec.Addr, spec.Kind, spec.N, FloodOptions{Path: spec.Path})
