@@ -47,6 +47,10 @@ const (
 	// MaxConcurrentStreams empty streams per connection until keepalive
 	// fails). It shrinks to [DefaultPressureTimeout] as the budget fills.
 	DefaultGRPCFirstMessageTimeout = 10 * time.Second
+	// DefaultGRPCMaxUnservedCalls bounds the calls in progress on a
+	// connection that has not completed one (see
+	// [GRPCOptions].MaxUnservedCalls).
+	DefaultGRPCMaxUnservedCalls = 16
 )
 
 // GRPCOptions configures a hardened gRPC server ([GRPCServerOptions],
@@ -76,6 +80,15 @@ type GRPCOptions struct {
 	// RapidResetLimit means no bound.
 	RapidResetLimit int
 	RapidResetRate  float64
+	// MaxUnservedCalls bounds the calls in progress on a connection that
+	// has not completed one (answered, not refused): further streams are
+	// refused with ResourceExhausted before a handler starts. A new
+	// client's first calls are few and each sends its request at once;
+	// a client holding empty streams, or resetting streams faster than
+	// their handlers end, is held to this many handlers per connection
+	// instead of MaxConcurrentStreams. Zero means
+	// [DefaultGRPCMaxUnservedCalls]; negative means no bound.
+	MaxUnservedCalls int
 	// Metrics, if not nil, counts the connections (see
 	// [LimitOptions].Metrics).
 	Metrics *metrics.Metrics
@@ -135,6 +148,9 @@ func (o GRPCOptions) withDefaults() GRPCOptions {
 	if o.RapidResetRate <= 0 {
 		o.RapidResetRate = DefaultRapidResetRate
 	}
+	if o.MaxUnservedCalls == 0 {
+		o.MaxUnservedCalls = DefaultGRPCMaxUnservedCalls
+	}
 	return o
 }
 
@@ -173,7 +189,7 @@ func GRPCServerOptions(opts GRPCOptions) []grpc.ServerOption {
 		}),
 		grpc.MaxHeaderListSize(o.MaxHeaderListSize),
 		grpc.StatsHandler(grpcStats{}),
-		grpc.InTapHandle(grpcTap(o.InTapHandle)),
+		grpc.InTapHandle(grpcTap(o.InTapHandle, int32(max(o.MaxUnservedCalls, 0)))),
 	}
 	if creds := o.credentials(); creds != nil {
 		out = append(out, grpc.Creds(handshakeCreds{creds}))

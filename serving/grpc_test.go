@@ -13,9 +13,11 @@ import (
 	"golang.org/x/net/http2"
 	"golang.org/x/net/http2/hpack"
 	"google.golang.org/grpc"
+	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/credentials"
 	"google.golang.org/grpc/health"
 	healthpb "google.golang.org/grpc/health/grpc_health_v1"
+	"google.golang.org/grpc/status"
 
 	"github.com/reviewauth/reviewauth/serving"
 )
@@ -229,5 +231,52 @@ func TestGRPCRapidReset(t *testing.T) {
 			}
 			healthCheck(t, addr)
 		})
+	}
+}
+
+// TestGRPCUnservedCalls: a connection that has not completed a call may
+// have at most MaxUnservedCalls calls in progress (the next is refused
+// with ResourceExhausted before a handler starts, at the limit and past
+// it); once one completed, only MaxConcurrentStreams applies.
+func TestGRPCUnservedCalls(t *testing.T) {
+	t.Parallel()
+	const limit = 3
+	addr := startGRPC(t, serving.GRPCOptions{Certificates: selfSigned(t), MaxUnservedCalls: limit})
+	cc, err := grpc.NewClient(addr, grpc.WithTransportCredentials(credentials.NewTLS(&tls.Config{InsecureSkipVerify: true})))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer cc.Close()
+	client := healthpb.NewHealthClient(cc)
+	watch := func(ctx context.Context) error {
+		w, err := client.Watch(ctx, &healthpb.HealthCheckRequest{})
+		if err != nil {
+			return err
+		}
+		_, err = w.Recv() // the first status: the call is in progress
+		return err
+	}
+	ctx, cancel := context.WithCancel(t.Context())
+	defer cancel()
+	var cancels []context.CancelFunc
+	for i := range limit {
+		wctx, wcancel := context.WithCancel(ctx)
+		cancels = append(cancels, wcancel)
+		if err := watch(wctx); err != nil {
+			t.Fatalf("call %d of %d on a new connection: %v", i+1, limit, err)
+		}
+	}
+	if err := watch(ctx); status.Code(err) != codes.ResourceExhausted {
+		t.Fatalf("call %d on a connection that completed none = %v; want ResourceExhausted", limit+1, err)
+	}
+	cancels[0]() // one ends: room for one
+	waitFor(t, 10*time.Second, "a call to be admitted after one ended", func() bool {
+		_, err := client.Check(ctx, &healthpb.HealthCheckRequest{})
+		return err == nil
+	})
+	for i := range 3 * limit { // served: only MaxConcurrentStreams applies
+		if err := watch(ctx); err != nil {
+			t.Fatalf("call %d on a connection that completed one: %v", i+1, err)
+		}
 	}
 }

@@ -44,11 +44,17 @@ type rpcState struct {
 	c       *admConn
 	message atomic.Bool // a message arrived: the call is in progress
 	trailer atomic.Bool // the server wrote the call's status
+	// unserved: counted in c.unserved by the tap (the connection had not
+	// completed a call when the stream opened).
+	unserved bool
 }
 
 type rpcKey struct{}
 
 func (grpcStats) TagRPC(ctx context.Context, _ *stats.RPCTagInfo) context.Context {
+	if _, ok := ctx.Value(rpcKey{}).(*rpcState); ok {
+		return ctx // made by the tap
+	}
 	if c := connFrom(ctx); c != nil {
 		return context.WithValue(ctx, rpcKey{}, &rpcState{c: c})
 	}
@@ -68,6 +74,9 @@ func (grpcStats) HandleRPC(ctx context.Context, s stats.RPCStats) {
 	case *stats.OutTrailer:
 		st.trailer.Store(true)
 	case *stats.End:
+		if st.unserved {
+			st.c.unserved.Add(-1)
+		}
 		if st.message.Load() {
 			st.c.workEnd(grpcOutcome(s.Error))
 		}
@@ -111,13 +120,29 @@ func (c *admConn) reset() {
 // errConnClosed refuses streams on a connection admission closed.
 var errConnClosed = status.Error(codes.Unavailable, "serving: the connection is closing")
 
+// errUnserved refuses a stream past MaxUnservedCalls.
+var errUnserved = status.Error(codes.ResourceExhausted, "serving: too many calls in progress on a connection that has not completed one")
+
 // grpcTap is the server's tap handle: a new stream on a connection that
-// admission closed (past the rapid-reset bound, say) is refused before a
-// handler is started for it; then next, if any, is called.
-func grpcTap(next tap.ServerInHandle) tap.ServerInHandle {
+// admission closed (past the rapid-reset bound, say), or past
+// maxUnserved calls in progress on a connection that has not completed
+// one, is refused before a handler is started for it; then next, if any,
+// is called.
+func grpcTap(next tap.ServerInHandle, maxUnserved int32) tap.ServerInHandle {
 	return func(ctx context.Context, info *tap.Info) (context.Context, error) {
-		if c := connFrom(ctx); c != nil && c.closing() {
-			return ctx, errConnClosed
+		if c := connFrom(ctx); c != nil {
+			if c.closing() {
+				return ctx, errConnClosed
+			}
+			st := &rpcState{c: c}
+			if maxUnserved > 0 && !c.servedOnce.Load() {
+				if c.unserved.Add(1) > maxUnserved {
+					c.unserved.Add(-1)
+					return ctx, errUnserved
+				}
+				st.unserved = true
+			}
+			ctx = context.WithValue(ctx, rpcKey{}, st)
 		}
 		if next != nil {
 			return next(ctx, info)

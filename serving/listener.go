@@ -937,6 +937,10 @@ type admConn struct {
 
 	readOnce  atomic.Bool
 	hsSlot    atomic.Bool // holds one of the admission's handshake slots
+	// servedOnce is served, readable without a.mu; unserved counts the
+	// gRPC calls in progress opened before it was set (see grpcTap).
+	servedOnce atomic.Bool
+	unserved   atomic.Int32
 	closeOnce sync.Once
 	deadline  atomic.Int64 // read deadline, Unix nanoseconds; 0: none
 
@@ -1143,6 +1147,9 @@ func (c *admConn) workEnd(o outcome) {
 		c.served = c.served || o == outcomeServed
 		c.refused = c.refused || o == outcomeRefused
 	})
+	if o == outcomeServed {
+		c.servedOnce.Store(true)
+	}
 }
 
 // hijacked records that c left its HTTP server (a protocol upgrade): it is

@@ -17,15 +17,18 @@ import (
 
 // Bounds of the process-level flood test.
 const (
+	// floodExtraFiles bounds the files the process holds beyond its
+	// budget of client connections while attacked, counted from its files
+	// before (listeners, API server and upstream connections, log files):
+	// connections waiting to be admitted (serving.DefaultMaxPending), one
+	// being swapped in, and, as the fake API server speaks HTTP/1.1 (a
+	// real one speaks HTTP/2, one connection), a connection per review in
+	// flight (16 TokenReviews, 16 SubjectAccessReviews) and the JWKS
+	// fetch, and one more upstream connection.
+	floodExtraFiles = serving.DefaultMaxPending + 1 + 2*16 + 1 + 1
 	// floodRun is how long each attack is measured here (the library's
 	// goal tests measure longer).
 	floodRun = 3 * time.Second
-	// floodExtraFiles bounds the files the process holds beyond its
-	// client connections while attacked, counted from its files before
-	// (listeners, API server and upstream connections, log files): one
-	// connection being swapped in for another, and one more upstream
-	// connection.
-	floodExtraFiles = 2
 )
 
 // TestFloods (issue #22): rbacproxy as a process, with --max-connections=64
@@ -77,9 +80,10 @@ func TestFloods(t *testing.T) {
 	}
 	for _, a := range []reliability.Attack{reliability.HTTPIdle, reliability.HTTPSlowloris, reliability.HTTPBodylessPost} {
 		sampler := reliability.Sample(files)
-		newTries, existingTries := reliability.Measure(t.Context(), floodRun, func(ctx context.Context) {
-			reliability.Flood(ctx, addr, a, reliability.Attackers, reliability.FloodOptions{Path: "/metrics"})
-		}, scrape(reliability.NewConnectionClient(), sameToken), scrape(keepAlive, sameToken))
+		var res reliability.AttackResult
+		newTries, existingTries := reliability.Measure(t.Context(), floodRun,
+			reliability.AttackFunc(t, reliability.AttackSpec{Addr: addr, Kind: a, N: reliability.Attackers, Path: "/metrics"}, &res),
+			scrape(reliability.NewConnectionClient(), sameToken), scrape(keepAlive, sameToken))
 		check(string(a), newTries, existingTries, sampler.Stop())
 	}
 
@@ -88,10 +92,11 @@ func TestFloods(t *testing.T) {
 	scraper := &user.DefaultInfo{Name: scraperName, Groups: []string{"system:serviceaccounts", "system:authenticated"}}
 	fresh := func() string { return e.api.MintToken(scraper, []string{audience}, time.Now().Add(time.Hour)) }
 	sampler := reliability.Sample(files)
-	var sent int64
-	newTries, existingTries := reliability.Measure(t.Context(), floodRun, func(ctx context.Context) {
-		sent = reliability.JunkHTTP(ctx, url, reliability.Attackers, reliability.JunkTokens(e.scraper))
-	}, scrape(reliability.NewConnectionClient(), fresh), scrape(keepAlive, fresh))
+	var res reliability.AttackResult
+	newTries, existingTries := reliability.Measure(t.Context(), floodRun,
+		reliability.AttackFunc(t, reliability.AttackSpec{URL: url, Kind: reliability.JunkHTTPAttack, N: reliability.Attackers, Genuine: e.scraper}, &res),
+		scrape(reliability.NewConnectionClient(), fresh), scrape(keepAlive, fresh))
+	sent := res.Sent
 	check("junk tokens", newTries, existingTries, sampler.Stop())
 	unverifiable, forged, maxPer := reliability.JunkReviews(e.api.TokenReviews(), reliability.KeyID(e.scraper))
 	t.Logf("junk tokens: %d sent; TokenReviews of unverifiable ones %d (at most %d per token), of forged ones %d; new-connection p95 %v",
@@ -104,16 +109,10 @@ func TestFloods(t *testing.T) {
 	}
 
 	// SIGTERM mid-attack.
-	ctx, stop := context.WithCancel(t.Context())
-	attacked := make(chan struct{})
-	go func() {
-		defer close(attacked)
-		reliability.Flood(ctx, addr, reliability.HTTPSlowloris, reliability.Attackers, reliability.FloodOptions{Path: "/metrics"})
-	}()
+	attack := reliability.StartAttack(t, reliability.AttackSpec{Addr: addr, Kind: reliability.HTTPSlowloris, N: reliability.Attackers, Path: "/metrics"})
 	time.Sleep(reliability.Ramp) // the attack under way: a wait for load, not for a timer
 	took := proc.Terminate(t)
-	stop()
-	<-attacked
+	attack.Stop(t)
 	t.Logf("SIGTERM mid-attack: exited after %v", took.Round(time.Millisecond))
 	if took > serving.DefaultShutdownTimeout+2*time.Second {
 		t.Errorf("exit %v after SIGTERM mid-attack; want within the shutdown grace (%v)", took, serving.DefaultShutdownTimeout)
