@@ -935,14 +935,14 @@ type admConn struct {
 	ctx    context.Context
 	cancel context.CancelFunc
 
-	readOnce  atomic.Bool
-	hsSlot    atomic.Bool // holds one of the admission's handshake slots
+	readOnce atomic.Bool
+	hsSlot   atomic.Bool // holds one of the admission's handshake slots
 	// servedOnce is served, readable without a.mu; unserved counts the
 	// gRPC calls in progress opened before it was set (see grpcTap).
 	servedOnce atomic.Bool
 	unserved   atomic.Int32
-	closeOnce sync.Once
-	deadline  atomic.Int64 // read deadline, Unix nanoseconds; 0: none
+	closeOnce  sync.Once
+	deadline   atomic.Int64 // read deadline, Unix nanoseconds; 0: none
 
 	// Under a.mu.
 	prev, next *admConn
