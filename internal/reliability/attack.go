@@ -17,6 +17,7 @@ import (
 	"strings"
 	"sync"
 	"sync/atomic"
+	"testing"
 	"time"
 
 	"golang.org/x/net/http2"
@@ -546,13 +547,13 @@ func ResidentBytes(pid int) (int64, error) {
 // token of the cluster: every other one a JWT naming a key id the cluster
 // does not publish (it cannot be verified locally, and is reviewed), the
 // others forgeries naming the cluster's key id (refused without a
-// review). Each is distinct.
-func JunkTokens(genuine string) func(i int) string {
+// review). Each is distinct, and distinct from those of another run.
+func JunkTokens(genuine, run string) func(i int) string {
 	header, rest, _ := strings.Cut(genuine, ".")
 	_, sig, _ := strings.Cut(rest, ".")
 	enc := base64.RawURLEncoding
 	return func(i int) string {
-		payload := enc.EncodeToString(fmt.Appendf(nil, `{"sub":"system:serviceaccount:flood:junk-%d","aud":["flood"]}`, i))
+		payload := enc.EncodeToString(fmt.Appendf(nil, `{"sub":"system:serviceaccount:flood:junk-%s-%d","aud":["flood"]}`, run, i))
 		if i%2 == 0 {
 			return enc.EncodeToString([]byte(`{"alg":"RS256","kid":"unknown-key"}`)) + "." + payload + "." + enc.EncodeToString(fmt.Appendf(nil, "%d not a signature", i))
 		}
@@ -597,4 +598,40 @@ func JunkReviews(reviews []authenticationv1.TokenReview, kid string) (unverifiab
 		maxPerToken = max(maxPerToken, per[tok])
 	}
 	return unverifiable, forged, maxPerToken
+}
+
+// GoalAttempts is how many times a flood goal is measured before it fails:
+// the goals are timings on a shared machine, where a neighbour's burst can
+// slow one measurement; a design that misses them misses every time.
+const GoalAttempts = 2
+
+// Goal measures up to GoalAttempts times until measure reports no missed
+// goal, logging each miss, and reports the misses of the last attempt as
+// errors. measure logs its figures, reports properties that do not depend
+// on timing (a bound exceeded, a review too many) with t.Errorf itself,
+// and returns the timing goals it missed.
+func Goal(t testing.TB, name string, measure func() (missed []string)) {
+	t.Helper()
+	for i := 1; ; i++ {
+		missed := measure()
+		if len(missed) == 0 {
+			return
+		}
+		if i == GoalAttempts {
+			for _, m := range missed {
+				t.Errorf("%s: %s", name, m)
+			}
+			return
+		}
+		t.Logf("%s: missed %q; measuring again (attempt %d of %d)", name, missed, i+1, GoalAttempts)
+	}
+}
+
+// Missed returns the goals s misses: the share of calls answered within
+// Bound at least want.
+func (s Summary) Missed(who string, want float64) []string {
+	if f := s.Fraction(); f < want {
+		return []string{fmt.Sprintf("%s calls answered within %v: %.1f%%; want at least %.0f%%", who, Bound, 100*f, 100*want)}
+	}
+	return nil
 }

@@ -6,9 +6,11 @@ import (
 	"encoding/json"
 	"fmt"
 	"io"
+	"math/rand/v2"
 	"os"
 	"os/exec"
 	"os/signal"
+	"strconv"
 	"sync/atomic"
 	"syscall"
 	"testing"
@@ -46,6 +48,9 @@ type AttackSpec struct {
 	// PerConn is the number of calls a junk-grpc attacker runs at a time
 	// on its connection.
 	PerConn int
+	// Run names this attack's junk tokens (distinct from every other
+	// run's); empty means a random name.
+	Run string
 }
 
 // The junk attacks of AttackSpec.Kind.
@@ -82,9 +87,9 @@ func MaybeAttack() {
 func runAttack(ctx context.Context, spec AttackSpec) AttackResult {
 	switch spec.Kind {
 	case JunkHTTPAttack:
-		return AttackResult{Sent: JunkHTTP(ctx, spec.URL, spec.N, JunkTokens(spec.Genuine))}
+		return AttackResult{Sent: JunkHTTP(ctx, spec.URL, spec.N, JunkTokens(spec.Genuine, spec.Run))}
 	case JunkGRPCAttack:
-		junk := JunkTokens(spec.Genuine)
+		junk := JunkTokens(spec.Genuine, spec.Run)
 		creds := grpc.WithTransportCredentials(credentials.NewTLS(attackerTLS("h2")))
 		sent := JunkGRPC(ctx, spec.N, max(spec.PerConn, 1), func() (*grpc.ClientConn, error) { return grpc.NewClient(spec.Addr, creds) },
 			func(ctx context.Context, cc *grpc.ClientConn, i int) error {
@@ -148,6 +153,9 @@ type Attacker struct {
 // test ends, if Stop was not called.
 func StartAttack(t testing.TB, spec AttackSpec) *Attacker {
 	t.Helper()
+	if spec.Run == "" {
+		spec.Run = strconv.FormatUint(rand.Uint64(), 36)
+	}
 	b, err := json.Marshal(spec)
 	if err != nil {
 		t.Fatal(err)
