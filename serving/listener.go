@@ -225,10 +225,10 @@ const limitLogInterval = 10 * time.Second
 // flood the oldest waiting connections are those whose clients are
 // likeliest to have given up, and a client that reconnects as soon as it
 // is closed does not push a newcomer back behind its retries (adaptive
-// LIFO); the first connection from a closed connection's source after it
-// was closed for room, presumably its reconnection, is passed over once,
-// so that a newcomer that arrived just before it is not overtaken by
-// reconnection after reconnection. A connection waiting longer than the handshake timeout (10s
+// LIFO); a connection arriving from a source one of whose connections
+// just closed (presumably its reconnection) is passed over in the turn it
+// arrived in, so that a newcomer that arrived just before it is not
+// overtaken by reconnection after reconnection. A connection waiting longer than the handshake timeout (10s
 // without one) is closed.
 //
 // Each admitted connection is in one stage, and when max are admitted the
@@ -343,11 +343,11 @@ type admission struct {
 	maxPending int
 	acceptErr  error     // the listener's, once it failed
 	lastEvict  time.Time // when a connection was last closed to make room
-	// evictions counts the connections closed to make room; evictKey is
-	// the source of the last, while its reconnection is awaited.
-	evictions uint64
-	evictKey  string
-	awaiting  bool
+	// admissions counts the connections admitted; awaited, by source,
+	// the closes of admitted connections not yet followed by an arrival
+	// from the same source (at most maxAwaited each).
+	admissions uint64
+	awaited    map[string]int
 	wake      chan struct{} // for next: a connection closed, arrived or a slot freed
 	space     chan struct{} // for acceptLoop: a pending connection left
 }
@@ -392,7 +392,7 @@ func newAdmission(max int, c admissionConfig) *admission {
 		grace: o.EvictionGrace, evictEvery: o.EvictionInterval, source: o.Source, tls: c.tls, join: c.join,
 		resetBurst: c.resetBurst, resetInterval: c.resetInterval, rec: observe.Of(c.Metrics),
 		sources: map[string]*sourceState{}, done: make(chan struct{}),
-		pending: map[string][]*pendingConn{}, maxPending: min(max, DefaultMaxPending),
+		pending: map[string][]*pendingConn{}, maxPending: min(max, DefaultMaxPending), awaited: map[string]int{},
 		wake: make(chan struct{}, 1), space: make(chan struct{}, 1),
 	}
 	if o.HandshakeRate > 0 {
@@ -461,10 +461,11 @@ type pendingConn struct {
 	raddr net.Addr
 	key   string
 	at    time.Time
-	// reconnectOf is the eviction (its number) this connection is
-	// presumed to be the reconnection of: the first to arrive from the
-	// evicted connection's source after it; 0 for none.
-	reconnectOf uint64
+	// reconnect is set on a connection presumed to be the reconnection of
+	// one of its source's that closed (it arrived while such a close was
+	// not yet followed by an arrival): the number of the admission
+	// interval it arrived in, plus one; 0 for none.
+	reconnect uint64
 }
 
 // acceptLoop takes connections from ln as they come, as long as fewer
@@ -508,8 +509,13 @@ func (a *admission) acceptLoop(ln net.Listener) {
 		pc.at = a.clock.Now()
 		closed := a.acceptErr != nil || isDone(a.done)
 		if !closed {
-			if a.awaiting && pc.key == a.evictKey {
-				pc.reconnectOf, a.awaiting = a.evictions, false
+			if n := a.awaited[pc.key]; n > 0 {
+				pc.reconnect = a.admissions + 1
+				if n == 1 {
+					delete(a.awaited, pc.key)
+				} else {
+					a.awaited[pc.key] = n - 1
+				}
 			}
 			a.pending[pc.key] = append(a.pending[pc.key], pc)
 			a.npending++
@@ -564,13 +570,10 @@ func (a *admission) next() (net.Conn, error) {
 		}
 		var ac *admConn
 		if admit {
-			// Pass over the reconnection of the previous eviction (the
-			// one before victim's), then await victim's.
-			ac = a.admitLocked(a.popLocked(a.evictions), now)
-			if victim != nil {
-				a.evictions++
-				a.evictKey, a.awaiting = victim.src.key, true
-			}
+			// Pass over the presumed reconnections that arrived since
+			// the previous admission.
+			ac = a.admitLocked(a.popLocked(a.admissions+1), now)
+			a.admissions++
 		} else {
 			wake = a.nextExpiry(wake)
 		}
@@ -595,15 +598,16 @@ func (a *admission) next() (net.Conn, error) {
 // popLocked takes the connection to admit from the pending ones: of the
 // source with the fewest connections admitted (then the one whose newest
 // connection is the newest), its newest, passing over the presumed
-// reconnection of eviction number skip unless it is the only one. Under
-// overload the oldest waiting connections are the ones whose clients are
-// likeliest to have given up; a client that reconnects as soon as it is
-// closed would, newest first, overtake a newcomer that arrived just before
-// it, and the next reconnection would overtake it again: passing over the
-// reconnection once gives the newcomer the next turn. Under a.mu, with
-// a.npending > 0.
+// reconnections that arrived in admission interval skip-1 unless there
+// is nothing else. Under overload the oldest waiting connections are the
+// ones whose clients are likeliest to have given up; a client that
+// reconnects as soon as it is closed would, newest first, overtake a
+// newcomer that arrived just before it, and the next reconnection would
+// overtake it again: passing over the reconnections of an interval once
+// gives the newcomer the next turn (if the newcomer itself was taken for
+// a reconnection, it waits one turn). Under a.mu, with a.npending > 0.
 func (a *admission) popLocked(skip uint64) *pendingConn {
-	eligible := func(pc *pendingConn) bool { return skip == 0 || pc.reconnectOf != skip }
+	eligible := func(pc *pendingConn) bool { return pc.reconnect != skip }
 	var best string
 	var bestConns, bestIdx int
 	var bestAt time.Time
@@ -853,8 +857,14 @@ func (a *admission) unlink(c *admConn, reason int) {
 		a.closed[reason][c.stage]++
 		a.rec.ConnectionClosed(closeReasonNames[reason], stageNames[c.stage])
 	}
+	if n := a.awaited[c.src.key]; n < maxAwaited {
+		a.awaited[c.src.key] = n + 1
+	}
 	a.signal(a.wake)
 }
+
+// maxAwaited bounds the reconnections awaited of one source.
+const maxAwaited = 8
 
 // signal wakes the goroutine waiting on ch, if any.
 func (a *admission) signal(ch chan struct{}) {
