@@ -225,11 +225,10 @@ const limitLogInterval = 10 * time.Second
 // flood the oldest waiting connections are those whose clients are
 // likeliest to have given up, and a client that reconnects as soon as it
 // is closed does not push a newcomer back behind its retries (adaptive
-// LIFO). A connection that arrives from a source one of whose connections
-// just closed, after about the delay such reconnections took recently, is
-// presumed to be its reconnection and admitted only when no other
-// connection waits: a client that reconnects as soon as it is closed does
-// not overtake a newcomer, however often it is closed. A connection waiting longer than the handshake timeout (10s
+// LIFO); a connection arriving from a source one of whose connections
+// just closed (presumably its reconnection) is passed over in the turn it
+// arrived in, so that a newcomer that arrived just before it is not
+// overtaken by reconnection after reconnection. A connection waiting longer than the handshake timeout (10s
 // without one) is closed.
 //
 // Each admitted connection is in one stage, and when max are admitted the
@@ -344,11 +343,11 @@ type admission struct {
 	maxPending int
 	acceptErr  error     // the listener's, once it failed
 	lastEvict  time.Time // when a connection was last closed to make room
-	// closes are the recent closes of each source (at most maxCloses
-	// each), whose reconnections are looked for; reconnectDelay is the
-	// average delay of the reconnections found.
-	closes         map[string][]*closeRecord
-	reconnectDelay time.Duration
+	// admissions counts the connections admitted; awaited, by source,
+	// the closes of admitted connections not yet followed by an arrival
+	// from the same source (at most maxAwaited each).
+	admissions uint64
+	awaited    map[string]int
 	wake      chan struct{} // for next: a connection closed, arrived or a slot freed
 	space     chan struct{} // for acceptLoop: a pending connection left
 }
@@ -393,8 +392,7 @@ func newAdmission(max int, c admissionConfig) *admission {
 		grace: o.EvictionGrace, evictEvery: o.EvictionInterval, source: o.Source, tls: c.tls, join: c.join,
 		resetBurst: c.resetBurst, resetInterval: c.resetInterval, rec: observe.Of(c.Metrics),
 		sources: map[string]*sourceState{}, done: make(chan struct{}),
-		pending: map[string][]*pendingConn{}, maxPending: min(max, DefaultMaxPending),
-		closes: map[string][]*closeRecord{}, reconnectDelay: initialReconnectDelay,
+		pending: map[string][]*pendingConn{}, maxPending: min(max, DefaultMaxPending), awaited: map[string]int{},
 		wake: make(chan struct{}, 1), space: make(chan struct{}, 1),
 	}
 	if o.HandshakeRate > 0 {
@@ -464,20 +462,10 @@ type pendingConn struct {
 	key   string
 	at    time.Time
 	// reconnect is set on a connection presumed to be the reconnection of
-	// one of its source's that closed (see closeRecord); it is admitted
-	// only when no other connection waits.
-	reconnect bool
-}
-
-// closeRecord is a connection of a source that closed (or that admission
-// closed while it waited), whose reconnection is looked for among the
-// source's next arrivals: the one whose delay after the close is closest
-// to the delay reconnections took recently (a client that reconnects as
-// soon as it is closed does so after a steady delay; a newcomer arrives
-// at any time).
-type closeRecord struct {
-	at     time.Time
-	holder *pendingConn // the arrival presumed to be its reconnection
+	// one of its source's that closed (it arrived while such a close was
+	// not yet followed by an arrival): the number of the admission
+	// interval it arrived in, plus one; 0 for none.
+	reconnect uint64
 }
 
 // acceptLoop takes connections from ln as they come, as long as fewer
@@ -521,7 +509,14 @@ func (a *admission) acceptLoop(ln net.Listener) {
 		pc.at = a.clock.Now()
 		closed := a.acceptErr != nil || isDone(a.done)
 		if !closed {
-			a.matchReconnect(pc)
+			if n := a.awaited[pc.key]; n > 0 {
+				pc.reconnect = a.admissions + 1
+				if n == 1 {
+					delete(a.awaited, pc.key)
+				} else {
+					a.awaited[pc.key] = n - 1
+				}
+			}
 			a.pending[pc.key] = append(a.pending[pc.key], pc)
 			a.npending++
 			a.rec.Connections(stateWaiting, 1)
@@ -575,7 +570,10 @@ func (a *admission) next() (net.Conn, error) {
 		}
 		var ac *admConn
 		if admit {
-			ac = a.admitLocked(a.popLocked(), now)
+			// Pass over the presumed reconnections that arrived since
+			// the previous admission.
+			ac = a.admitLocked(a.popLocked(a.admissions+1), now)
+			a.admissions++
 		} else {
 			wake = a.nextExpiry(wake)
 		}
@@ -598,13 +596,18 @@ func (a *admission) next() (net.Conn, error) {
 }
 
 // popLocked takes the connection to admit from the pending ones: of the
-// connections not presumed to be reconnections (if any; else of all), of
-// the source with the fewest connections admitted (then the one whose
-// newest connection is the newest), its newest. Under overload the oldest
-// waiting connections are the ones whose clients are likeliest to have
-// given up; and a client that reconnects as soon as it is closed does not
-// overtake a newcomer. Under a.mu, with a.npending > 0.
-func (a *admission) popLocked() *pendingConn {
+// source with the fewest connections admitted (then the one whose newest
+// connection is the newest), its newest, passing over the presumed
+// reconnections that arrived in admission interval skip-1 unless there
+// is nothing else. Under overload the oldest waiting connections are the
+// ones whose clients are likeliest to have given up; a client that
+// reconnects as soon as it is closed would, newest first, overtake a
+// newcomer that arrived just before it, and the next reconnection would
+// overtake it again: passing over the reconnections of an interval once
+// gives the newcomer the next turn (if the newcomer itself was taken for
+// a reconnection, it waits one turn). Under a.mu, with a.npending > 0.
+func (a *admission) popLocked(skip uint64) *pendingConn {
+	eligible := func(pc *pendingConn) bool { return pc.reconnect != skip }
 	var best string
 	var bestConns, bestIdx int
 	var bestAt time.Time
@@ -613,7 +616,7 @@ func (a *admission) popLocked() *pendingConn {
 		for key, q := range a.pending {
 			idx := len(q) - 1
 			if pass == 0 {
-				for idx >= 0 && q[idx].reconnect {
+				for idx >= 0 && !eligible(q[idx]) {
 					idx--
 				}
 				if idx < 0 {
@@ -641,72 +644,6 @@ func (a *admission) popLocked() *pendingConn {
 	a.npending--
 	a.rec.Connections(stateWaiting, -1)
 	return pc
-}
-
-// Reconnection matching (see closeRecord).
-const (
-	// maxCloses bounds the closes of one source looked for.
-	maxCloses = 8
-	// initialReconnectDelay is the reconnection delay assumed before any
-	// was seen.
-	initialReconnectDelay = 5 * time.Millisecond
-)
-
-// matchWindow is how long after a close its reconnection is looked for:
-// four times the average delay, from 5ms to DefaultEvictionInterval.
-func (a *admission) matchWindow() time.Duration {
-	return min(max(4*a.reconnectDelay, 5*time.Millisecond), DefaultEvictionInterval)
-}
-
-// recordClose records a close of a connection of source key at now.
-// Under a.mu.
-func (a *admission) recordClose(key string, now time.Time) {
-	cs := a.closes[key]
-	if len(cs) == maxCloses {
-		cs = cs[1:]
-	}
-	a.closes[key] = append(cs, &closeRecord{at: now})
-}
-
-// matchReconnect decides whether pc, arriving now, is presumed to be the
-// reconnection of a close of its source: the oldest close within the
-// window without one yet, or one whose presumed reconnection arrived
-// further from the usual delay than pc. Closes past the window are
-// dropped, and those that found their reconnection teach the usual
-// delay. Under a.mu.
-func (a *admission) matchReconnect(pc *pendingConn) {
-	cs := a.closes[pc.key]
-	window := a.matchWindow()
-	n := 0
-	for n < len(cs) && pc.at.Sub(cs[n].at) > window {
-		if h := cs[n].holder; h != nil {
-			a.reconnectDelay += (h.at.Sub(cs[n].at) - a.reconnectDelay) / stayWeight
-		}
-		n++
-	}
-	cs = cs[n:]
-	if len(cs) == 0 {
-		delete(a.closes, pc.key)
-		return
-	}
-	a.closes[pc.key] = cs
-	off := func(at time.Time, rec *closeRecord) time.Duration {
-		d := at.Sub(rec.at) - a.reconnectDelay
-		return max(d, -d)
-	}
-	for _, rec := range cs {
-		if rec.holder == nil {
-			rec.holder, pc.reconnect = pc, true
-			return
-		}
-	}
-	for _, rec := range cs {
-		if off(pc.at, rec) < off(rec.holder.at, rec) {
-			rec.holder.reconnect = false
-			rec.holder, pc.reconnect = pc, true
-			return
-		}
-	}
 }
 
 // admitLocked registers pc as admitted. Under a.mu, with room.
@@ -814,7 +751,6 @@ func (a *admission) sweep(now time.Time) []net.Conn {
 		n := 0
 		for n < len(q) && now.Sub(q[n].at) >= limit {
 			expired = append(expired, q[n])
-			a.recordClose(key, now)
 			n++
 		}
 		if n == 0 {
@@ -921,9 +857,14 @@ func (a *admission) unlink(c *admConn, reason int) {
 		a.closed[reason][c.stage]++
 		a.rec.ConnectionClosed(closeReasonNames[reason], stageNames[c.stage])
 	}
-	a.recordClose(c.src.key, a.clock.Now())
+	if n := a.awaited[c.src.key]; n < maxAwaited {
+		a.awaited[c.src.key] = n + 1
+	}
 	a.signal(a.wake)
 }
+
+// maxAwaited bounds the reconnections awaited of one source.
+const maxAwaited = 8
 
 // signal wakes the goroutine waiting on ch, if any.
 func (a *admission) signal(ch chan struct{}) {

@@ -308,12 +308,12 @@ func TestLimitListenerEvictionInterval(t *testing.T) {
 	}
 }
 
-// TestLimitListenerReconnect: after a connection closes, the arrival from
-// its source whose delay is nearest the usual reconnection delay (5ms
-// before any was seen) is presumed to be its reconnection, and admitted
-// only when no other connection waits: a newcomer that arrived just
-// before it, or after it, goes first.
-func TestLimitListenerReconnect(t *testing.T) {
+// TestLimitListenerReconnectPassedOver: newest first, but the first
+// connection from the source of a connection closed for room, presumably
+// its reconnection, is passed over at the next admission: a newcomer that
+// arrived just before a reconnection is admitted at the second admission
+// after it, not overtaken by reconnection after reconnection.
+func TestLimitListenerReconnectPassedOver(t *testing.T) {
 	t.Parallel()
 	clk := clocktesting.NewFakeClock(time.Unix(1000, 0))
 	inner := newChanListener()
@@ -325,32 +325,34 @@ func TestLimitListenerReconnect(t *testing.T) {
 	serving.WorkEnd(busy.c, true)
 	serving.WorkStart(busy.c)
 	a := accept(t, inner, ln, "10.0.0.1")
-	a.c.Close() // its client will reconnect
-	arrive := func(after time.Duration) int {
-		t.Helper()
-		clk.Step(after)
-		n := serving.Pending(ln)
-		inner.pushFrom("10.0.0.1")
-		waitFor(t, 10*time.Second, "the arrival to wait", func() bool { return serving.Pending(ln) == n+1 })
-		return int(inner.port.Load())
-	}
-	// With a's slot free, the first arrival would be admitted at once:
-	// fill it with a silent one first, at the close's instant, then let
-	// the budget's grace pass without admitting anyone (no Accept yet).
-	filler := accept(t, inner, ln, "10.0.0.2")
-	_ = filler
-	newcomer := arrive(time.Millisecond) // 1ms after the close: early
-	reconnect := arrive(4 * time.Millisecond)
-	clk.Step(testGrace)
 	accepted := acceptAll(ln)
-	first := <-accepted
-	if got := first.RemoteAddr().(*net.TCPAddr).Port; got != newcomer {
-		t.Fatalf("admitted port %d first; want the newcomer (%d), not the presumed reconnection (%d, 5ms after the close)", got, newcomer, reconnect)
+	admitOne := func(what string) net.Conn {
+		t.Helper()
+		waitFor(t, 10*time.Second, what, clk.HasWaiters)
+		clk.Step(testGrace)
+		return <-accepted
 	}
-	waitFor(t, 10*time.Second, "the next eviction to wait for its turn", clk.HasWaiters)
-	clk.Step(serving.DefaultEvictionInterval)
-	if got := (<-accepted).RemoteAddr().(*net.TCPAddr).Port; got != reconnect {
-		t.Fatalf("admitted port %d second; want the reconnection (%d), with no one else waiting", got, reconnect)
+	inner.pushFrom("10.0.0.1")
+	n1 := admitOne("the first newcomer to wait") // closes a: eviction 1
+	if !isClosed(t, a.peer) {
+		t.Fatal("a was not closed for the first newcomer")
+	}
+	// The newcomer arrives first, then a's reconnection.
+	inner.pushFrom("10.0.0.1")
+	newcomer := int(inner.port.Load())
+	waitFor(t, 10*time.Second, "the newcomer to wait", func() bool { return serving.Pending(ln) == 1 })
+	inner.pushFrom("10.0.0.1")
+	waitFor(t, 10*time.Second, "the reconnection to wait", func() bool { return serving.Pending(ln) == 2 })
+	second := admitOne("the second admission") // closes n1: eviction 2
+	if got := second.RemoteAddr().(*net.TCPAddr).Port; got == newcomer {
+		t.Fatalf("the newcomer, the first arrival after eviction 1, was admitted at once; want it passed over once")
+	}
+	_ = n1
+	inner.pushFrom("10.0.0.1") // n1's reconnection: newest, passed over
+	waitFor(t, 10*time.Second, "n1's reconnection to wait", func() bool { return serving.Pending(ln) == 2 })
+	third := admitOne("the third admission")
+	if got := third.RemoteAddr().(*net.TCPAddr).Port; got != newcomer {
+		t.Fatalf("third admitted port %d; want the newcomer (%d), not the newest reconnection", got, newcomer)
 	}
 }
 
