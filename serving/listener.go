@@ -348,8 +348,8 @@ type admission struct {
 	// from the same source (at most maxAwaited each).
 	admissions uint64
 	awaited    map[string]int
-	wake      chan struct{} // for next: a connection closed, arrived or a slot freed
-	space     chan struct{} // for acceptLoop: a pending connection left
+	wake       chan struct{} // for next: a connection closed, arrived or a slot freed
+	space      chan struct{} // for acceptLoop: a pending connection left
 }
 
 // sourceState is what admission keeps per source, while it has

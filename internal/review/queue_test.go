@@ -117,3 +117,44 @@ func TestQueueFreeSlotsAreTakenAtOnce(t *testing.T) {
 		t.Errorf("MaxInFlightSeen() = %d; want %d", got, max)
 	}
 }
+
+// TestAttemptUnderWayOutlivesCancellation: an attempt under way when its
+// context is cancelled (every caller of a shared review gave up) is not
+// cut short, so that its answer can be stored; one not yet started (still
+// queued for a slot) is never sent.
+func TestAttemptUnderWayOutlivesCancellation(t *testing.T) {
+	t.Parallel()
+	r := review.New("TokenReview", review.Options{MaxInFlight: 1})
+	ctx, cancel := context.WithCancel(t.Context())
+	started, release := make(chan struct{}), make(chan struct{})
+	var attemptErr error
+	done := make(chan error, 1)
+	go func() {
+		done <- r.Do(ctx, nil, func(actx context.Context) error {
+			close(started)
+			<-release
+			attemptErr = actx.Err()
+			return nil
+		})
+	}()
+	<-started
+	queuedCtx, cancelQueued := context.WithCancel(t.Context())
+	sent := false
+	queued := make(chan error, 1)
+	go func() {
+		queued <- r.Do(queuedCtx, nil, func(context.Context) error { sent = true; return nil })
+	}()
+	waitQueued := time.Now().Add(10 * time.Second)
+	for r.Waiting() != 1 && time.Now().Before(waitQueued) {
+		time.Sleep(time.Millisecond)
+	}
+	cancel()
+	cancelQueued()
+	if err := <-queued; err == nil || sent {
+		t.Errorf("a queued review whose context ended = %v, sent %v; want an error, never sent", err, sent)
+	}
+	close(release)
+	if err := <-done; err != nil || attemptErr != nil {
+		t.Errorf("Do() = %v, the attempt's context %v; want the attempt under way completed", err, attemptErr)
+	}
+}

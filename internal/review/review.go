@@ -228,9 +228,20 @@ func (r *Retrier) Do(ctx context.Context, redact func(string) string, attempt fu
 }
 
 // try runs one attempt under the attempt timeout, with client-go's logging
-// capped (see [MaxClientVerbosity]).
+// capped (see [MaxClientVerbosity]). An attempt under way is not cut short
+// when ctx is cancelled (every caller of a shared review gave up, or their
+// streams were reset): its request has reached the API server, which
+// counts it either way, and its answer, once stored, spares the next
+// caller with the same question a second review (a junk token sent again
+// costs one review, not two). It still ends at ctx's deadline, and Do
+// makes no further attempt once ctx is done.
 func (r *Retrier) try(ctx context.Context, attempt func(ctx context.Context) error) error {
-	actx := quiet(ctx)
+	actx := quiet(context.WithoutCancel(ctx))
+	if dl, ok := ctx.Deadline(); ok {
+		var cancel context.CancelFunc
+		actx, cancel = context.WithDeadline(actx, dl)
+		defer cancel()
+	}
 	if r.attemptTimeout > 0 {
 		var cancel context.CancelFunc
 		actx, cancel = context.WithTimeoutCause(actx, r.attemptTimeout, errAttemptTimeout)
