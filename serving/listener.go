@@ -228,7 +228,10 @@ const limitLogInterval = 10 * time.Second
 // LIFO); a connection arriving from a source one of whose connections
 // just closed (presumably its reconnection) is passed over in the turn it
 // arrived in, so that a newcomer that arrived just before it is not
-// overtaken by reconnection after reconnection. A connection waiting longer than the handshake timeout (10s
+// overtaken by reconnection after reconnection; and every other turn goes
+// instead to the connection that has waited longest among those that
+// waited at least two EvictionIntervals and less than a second, so that
+// one overtaken by newer arrivals is not starved. A connection waiting longer than the handshake timeout (10s
 // without one) is closed.
 //
 // Each admitted connection is in one stage, and when max are admitted the
@@ -572,7 +575,7 @@ func (a *admission) next() (net.Conn, error) {
 		if admit {
 			// Pass over the presumed reconnections that arrived since
 			// the previous admission.
-			ac = a.admitLocked(a.popLocked(a.admissions+1), now)
+			ac = a.admitLocked(a.popLocked(a.admissions+1, now), now)
 			a.admissions++
 		} else {
 			wake = a.nextExpiry(wake)
@@ -606,7 +609,17 @@ func (a *admission) next() (net.Conn, error) {
 // overtake it again: passing over the reconnections of an interval once
 // gives the newcomer the next turn (if the newcomer itself was taken for
 // a reconnection, it waits one turn). Under a.mu, with a.npending > 0.
-func (a *admission) popLocked(skip uint64) *pendingConn {
+func (a *admission) popLocked(skip uint64, now time.Time) *pendingConn {
+	if skip%2 == 0 {
+		// Every other turn, the one that has waited longest among those
+		// that waited more than two intervals and less than a second:
+		// a newcomer that newer arrivals kept overtaking, not a
+		// connection left waiting long ago by a client that has likely
+		// given up or keeps reconnecting.
+		if pc := a.popWaitedLocked(now); pc != nil {
+			return pc
+		}
+	}
 	eligible := func(pc *pendingConn) bool { return pc.reconnect != skip }
 	var best string
 	var bestConns, bestIdx int
@@ -632,6 +645,50 @@ func (a *admission) popLocked(skip uint64) *pendingConn {
 				best, bestConns, bestIdx, bestAt, found = key, conns, idx, at, true
 			}
 		}
+	}
+	q := a.pending[best]
+	pc := q[bestIdx]
+	q = append(q[:bestIdx], q[bestIdx+1:]...)
+	if len(q) == 0 {
+		delete(a.pending, best)
+	} else {
+		a.pending[best] = q
+	}
+	a.npending--
+	a.rec.Connections(stateWaiting, -1)
+	return pc
+}
+
+// Bounds of the waiting connections popWaitedLocked takes.
+const (
+	waitedMinIntervals = 2
+	waitedMax          = time.Second
+)
+
+// popWaitedLocked takes the connection that has waited longest among
+// those that waited at least waitedMinIntervals eviction intervals and
+// less than waitedMax, or returns nil. Under a.mu.
+func (a *admission) popWaitedLocked(now time.Time) *pendingConn {
+	from, to := now.Add(-waitedMax), now.Add(-waitedMinIntervals*max(a.evictEvery, 0))
+	var best string
+	bestIdx := -1
+	var bestAt time.Time
+	for key, q := range a.pending {
+		for i, pc := range q {
+			if pc.at.After(to) {
+				break
+			}
+			if !pc.at.After(from) {
+				continue // waited a second or more
+			}
+			if bestIdx < 0 || pc.at.Before(bestAt) {
+				best, bestIdx, bestAt = key, i, pc.at
+			}
+			break
+		}
+	}
+	if bestIdx < 0 {
+		return nil
 	}
 	q := a.pending[best]
 	pc := q[bestIdx]

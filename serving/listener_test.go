@@ -308,17 +308,21 @@ func TestLimitListenerEvictionInterval(t *testing.T) {
 	}
 }
 
-// TestLimitListenerReconnectPassedOver: newest first, but the first
-// connection from the source of a connection closed for room, presumably
-// its reconnection, is passed over at the next admission: a newcomer that
-// arrived just before a reconnection is admitted at the second admission
-// after it, not overtaken by reconnection after reconnection.
+// TestLimitListenerReconnectPassedOver: newest first, but a connection
+// arriving from a source one of whose connections just closed (presumably
+// its reconnection) is passed over in the admission turn it arrived in: a
+// newcomer that arrived just before a reconnection is admitted at the
+// second turn after it, not overtaken by reconnection after reconnection.
+// (Its wait stays under two eviction intervals, so that the turns of the
+// longest waiting, TestLimitListenerWaitedTurn, do not decide.)
 func TestLimitListenerReconnectPassedOver(t *testing.T) {
 	t.Parallel()
+	const grace, interval = 10 * time.Millisecond, 200 * time.Millisecond
 	clk := clocktesting.NewFakeClock(time.Unix(1000, 0))
 	inner := newChanListener()
 	// A budget of two (two may wait), one of them busy: never the victim.
-	ln := serving.LimitListener(inner, 2, serving.LimitOptions{Clock: clk})
+	ln := serving.LimitListener(inner, 2, serving.LimitOptions{Clock: clk,
+		AdmissionOptions: serving.AdmissionOptions{EvictionGrace: grace, EvictionInterval: interval}})
 	defer ln.Close()
 	busy := accept(t, inner, ln, "10.0.0.1")
 	serving.WorkStart(busy.c)
@@ -326,33 +330,76 @@ func TestLimitListenerReconnectPassedOver(t *testing.T) {
 	serving.WorkStart(busy.c)
 	a := accept(t, inner, ln, "10.0.0.1")
 	accepted := acceptAll(ln)
-	admitOne := func(what string) net.Conn {
+	admitOne := func(what string, step time.Duration) net.Conn {
 		t.Helper()
 		waitFor(t, 10*time.Second, what, clk.HasWaiters)
-		clk.Step(testGrace)
+		clk.Step(step)
 		return <-accepted
 	}
+	clk.Step(grace)
 	inner.pushFrom("10.0.0.1")
-	n1 := admitOne("the first newcomer to wait") // closes a: eviction 1
+	n1 := <-accepted // closes a
 	if !isClosed(t, a.peer) {
 		t.Fatal("a was not closed for the first newcomer")
 	}
 	// The newcomer arrives first, then a's reconnection.
+	clk.Step(time.Millisecond)
 	inner.pushFrom("10.0.0.1")
 	newcomer := int(inner.port.Load())
 	waitFor(t, 10*time.Second, "the newcomer to wait", func() bool { return serving.Pending(ln) == 1 })
 	inner.pushFrom("10.0.0.1")
 	waitFor(t, 10*time.Second, "the reconnection to wait", func() bool { return serving.Pending(ln) == 2 })
-	second := admitOne("the second admission") // closes n1: eviction 2
+	second := admitOne("the second admission", interval-time.Millisecond) // closes n1
 	if got := second.RemoteAddr().(*net.TCPAddr).Port; got == newcomer {
-		t.Fatalf("the newcomer, the first arrival after eviction 1, was admitted at once; want it passed over once")
+		t.Fatalf("the newcomer, the first arrival after a close, was admitted at once; want it passed over once")
 	}
 	_ = n1
 	inner.pushFrom("10.0.0.1") // n1's reconnection: newest, passed over
 	waitFor(t, 10*time.Second, "n1's reconnection to wait", func() bool { return serving.Pending(ln) == 2 })
-	third := admitOne("the third admission")
+	third := admitOne("the third admission", interval)
 	if got := third.RemoteAddr().(*net.TCPAddr).Port; got != newcomer {
 		t.Fatalf("third admitted port %d; want the newcomer (%d), not the newest reconnection", got, newcomer)
+	}
+}
+
+// TestLimitListenerWaitedTurn: every other admission takes the connection
+// that has waited longest among those that waited more than two eviction
+// intervals and less than a second: one overtaken by newer arrivals gets
+// its turn; one waiting longer than that does not.
+func TestLimitListenerWaitedTurn(t *testing.T) {
+	t.Parallel()
+	clk := clocktesting.NewFakeClock(time.Unix(1000, 0))
+	inner := newChanListener()
+	ln := serving.LimitListener(inner, 3, serving.LimitOptions{Clock: clk})
+	defer ln.Close()
+	for range 3 {
+		c := accept(t, inner, ln, "10.0.0.2")
+		serving.WorkStart(c.c)
+		serving.WorkEnd(c.c, false) // refused: the first to go
+	}
+	arrive := func(after time.Duration) int {
+		t.Helper()
+		clk.Step(after)
+		n := serving.Pending(ln)
+		inner.pushFrom("10.0.0.1")
+		waitFor(t, 10*time.Second, "the arrival to wait", func() bool { return serving.Pending(ln) == n+1 })
+		return int(inner.port.Load())
+	}
+	stale := arrive(0)
+	overtaken := arrive(time.Second - 2*serving.DefaultEvictionInterval) // will have waited 2 intervals
+	newest := arrive(2 * serving.DefaultEvictionInterval)
+	if clk.Since(time.Unix(1000, 0)) < testGrace {
+		clk.Step(testGrace)
+	}
+	accepted := acceptAll(ln)
+	var order []int
+	for range 2 {
+		order = append(order, (<-accepted).RemoteAddr().(*net.TCPAddr).Port)
+		clk.Step(serving.DefaultEvictionInterval)
+	}
+	slices.Sort(order)
+	if want := []int{overtaken, newest}; !slices.Equal(order, want) {
+		t.Errorf("the first two admitted are ports %v; want %v (the newest, and the one overtaken; not the one waiting over a second, %d)", order, want, stale)
 	}
 }
 
