@@ -348,7 +348,7 @@ type junkEnv struct {
 
 func newJunkEnv(t *testing.T, rule authtest.Rule) *junkEnv {
 	t.Helper()
-	api := authtest.Start(t)
+	api := authtest.Start(t, authtest.WithHTTP2()) // as a real API server: one connection
 	rule.Users = []string{"legit"}
 	api.SetPolicy(authtest.Rules(rule))
 	b, err := flagsFor(t, api).Build(t.Context())
@@ -455,7 +455,7 @@ func TestFloodJunkTokens(t *testing.T) {
 		reliability.Goal(t, "junk tokens over gRPC", func() []string {
 			var res reliability.AttackResult
 			newTries, existingTries := runFlood(t, reliability.AttackFunc(t, reliability.AttackSpec{Addr: addr, Kind: reliability.JunkGRPCAttack,
-				N: floodAttackers, PerConn: 4, Path: "/grpc.health.v1.Health/Check", Genuine: e.genuine}, &res), func(ctx context.Context) error {
+				N: floodAttackers, PerConn: 2, Path: "/grpc.health.v1.Health/Check", Genuine: e.genuine}, &res), func(ctx context.Context) error {
 				cc, err := grpc.NewClient(addr, grpcTLS)
 				if err != nil {
 					return err
