@@ -635,3 +635,37 @@ func (s Summary) Missed(who string, want float64) []string {
 	}
 	return nil
 }
+
+// ServerConns returns how many connections the server listening on port
+// holds open (its side of each: established, or closed by the client and
+// not yet by the server), from /proc/net/tcp and tcp6 of the network
+// namespace.
+func ServerConns(port int) (int, error) {
+	n := 0
+	for _, f := range []string{"/proc/net/tcp", "/proc/net/tcp6"} {
+		b, err := os.ReadFile(f)
+		if err != nil {
+			return 0, err
+		}
+		for _, line := range strings.Split(string(b), "\n")[1:] {
+			fields := strings.Fields(line)
+			if len(fields) < 4 {
+				continue
+			}
+			_, hexPort, ok := strings.Cut(fields[1], ":")
+			if !ok {
+				continue
+			}
+			p, err := strconv.ParseUint(hexPort, 16, 16)
+			if err != nil || int(p) != port {
+				continue
+			}
+			switch fields[3] {
+			case "0A", "06": // LISTEN, TIME_WAIT: no connection held
+			default:
+				n++
+			}
+		}
+	}
+	return n, nil
+}
