@@ -82,7 +82,8 @@ type GRPCOptions struct {
 	RapidResetRate  float64
 	// MaxUnservedCalls bounds the calls in progress on a connection that
 	// has not completed one (answered, not refused): further streams are
-	// refused with ResourceExhausted before a handler starts. A new
+	// refused with ResourceExhausted before a handler starts, and count
+	// against RapidResetLimit. A new
 	// client's first calls are few and each sends its request at once;
 	// a client holding empty streams, or resetting streams faster than
 	// their handlers end, is held to this many handlers per connection

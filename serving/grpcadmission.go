@@ -138,6 +138,11 @@ func grpcTap(next tap.ServerInHandle, maxUnserved int32) tap.ServerInHandle {
 			if maxUnserved > 0 && !c.servedOnce.Load() {
 				if c.unserved.Add(1) > maxUnserved {
 					c.unserved.Add(-1)
+					// No handler runs, so no End comes: count it
+					// against the rapid-reset bound here (a client
+					// opening streams past this is resetting them, or
+					// holding them empty).
+					c.reset()
 					return ctx, errUnserved
 				}
 				st.unserved = true
