@@ -180,10 +180,19 @@ const (
 	closeEvicted = iota
 	closeTimeout
 	closeRapidReset
+	closeRefusals
 	closeReasons
 )
 
-var closeReasonNames = [closeReasons]string{"evicted", "timeout", "rapid_reset"}
+var closeReasonNames = [closeReasons]string{"evicted", "timeout", "rapid_reset", "refused"}
+
+// maxRefusals is how many requests a connection that has not completed
+// one may have refused (401, 403; Unauthenticated, PermissionDenied)
+// before it is closed: HTTP/1 closes a connection at its first refusal;
+// an HTTP/2 or gRPC client may try a few calls (a token about to be
+// rotated, several calls in flight), but a connection that only sends junk
+// tokens pays a handshake (paced) every few calls rather than none.
+const maxRefusals = 8
 
 // states of reviewauth_connections.
 const (
@@ -947,7 +956,7 @@ func (a *admission) logLocked() {
 		return
 	}
 	kv := []any{"limit", a.max, "open", a.open}
-	for r, name := range [closeReasons]string{"evicted", "timedOut", "rapidReset"} {
+	for r, name := range [closeReasons]string{"evicted", "timedOut", "rapidReset", "refused"} {
 		for s, k := range a.closed[r] {
 			if k > 0 {
 				kv = append(kv, name+"."+stageNames[s], k)
@@ -1020,6 +1029,7 @@ type admConn struct {
 	handshaken bool
 	served     bool
 	refused    bool // a request was refused (and none served)
+	refusals   int  // requests refused before one was served
 	working    int
 	queued     bool              // waiting for its handshake's turn
 	resets     *loglimit.Limiter // streams the client cancelled (gRPC)
@@ -1207,15 +1217,24 @@ const (
 	outcomeRefused
 )
 
-// workEnd records the end of a request on c.
+// workEnd records the end of a request on c; a connection that has not
+// completed a request and had maxRefusals refused is closed.
 func (c *admConn) workEnd(o outcome) {
+	over := false
 	c.a.set(c, false, func(c *admConn) {
 		c.working--
 		c.served = c.served || o == outcomeServed
 		c.refused = c.refused || o == outcomeRefused
+		if o == outcomeRefused && !c.served {
+			c.refusals++
+			over = c.refusals >= maxRefusals
+		}
 	})
 	if o == outcomeServed {
 		c.servedOnce.Store(true)
+	}
+	if over {
+		c.a.evict(c, closeRefusals)
 	}
 }
 

@@ -403,6 +403,33 @@ func TestLimitListenerWaitedTurn(t *testing.T) {
 	}
 }
 
+// TestLimitListenerRefusals: a connection that has not completed a
+// request is closed at its 8th refused request (kept at the 7th); one that
+// completed a request is not closed for refusals.
+func TestLimitListenerRefusals(t *testing.T) {
+	t.Parallel()
+	clk := clocktesting.NewFakeClock(time.Unix(1000, 0))
+	inner := newChanListener()
+	ln := serving.LimitListener(inner, 10, serving.LimitOptions{Clock: clk})
+	defer ln.Close()
+	junk := accept(t, inner, ln, "10.0.0.1")
+	served := accept(t, inner, ln, "10.0.0.2")
+	serving.WorkStart(served.c)
+	serving.WorkEnd(served.c, true)
+	for i := 1; i <= 8; i++ {
+		for _, c := range []admitted{junk, served} {
+			serving.WorkStart(c.c)
+			serving.WorkEnd(c.c, false)
+		}
+		if got, want := isClosed(t, junk.peer), i == 8; got != want {
+			t.Fatalf("after %d refusals, the connection that completed none closed = %v; want %v", i, got, want)
+		}
+	}
+	if isClosed(t, served.peer) {
+		t.Error("a connection that completed a request was closed for refusals")
+	}
+}
+
 // TestLimitListenerPending: at most DefaultMaxPending connections (or the
 // budget, if smaller) wait to be admitted, the next in the kernel's queue;
 // one waiting longer than the handshake timeout is closed.

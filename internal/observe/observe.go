@@ -114,7 +114,7 @@ func NewRecorder() *Recorder {
 		conns: prometheus.NewGaugeVec(prometheus.GaugeOpts{Name: "reviewauth_connections",
 			Help: "Client connections of servers of package serving: admitted (at most the budget), and waiting (accepted, not admitted yet)."}, []string{"state"}),
 		connsClosed: counters("reviewauth_connections_closed_total",
-			"Client connections a server of package serving closed to make room (evicted), past a timeout shrunk by pressure (timeout), or past the rapid-reset bound (rapid_reset), by reason and by the stage the connection was in.", "reason", "stage"),
+			"Client connections a server of package serving closed to make room (evicted), past a timeout shrunk by pressure (timeout), past the rapid-reset bound (rapid_reset), or after 8 refused requests and none served (refused), by reason and by the stage the connection was in.", "reason", "stage"),
 		keyPRF: prometheus.NewDesc("reviewauth_cache_key_prf_info",
 			"The keyed hash cache keys are derived with in this process (cache.PRF): sha256 or blake2b; always 1.", []string{"prf"}, nil),
 	}
