@@ -54,7 +54,7 @@ type Flags struct {
 	// each token's signature is checked against the cluster's
 	// service-account keys (authn.JWKSVerifier, GET /openid/v1/jwks, which
 	// the system:service-account-issuer-discovery ClusterRole allows; it
-	// is bound to every authenticated user by default) before it is
+	// is bound to every service account (system:serviceaccounts) by default) before it is
 	// reviewed. A JWT naming a key of the cluster that does not verify is
 	// refused without a TokenReview; a token whose signature verifies is
 	// reviewed ahead of tokens that could not be verified (see
@@ -78,7 +78,7 @@ func (f *Flags) AddFlags(fs *pflag.FlagSet) {
 	fs.StringSliceVar(&f.Audiences, "audience", f.Audiences,
 		"audience callers' tokens must be issued for (repeatable); added to --authentication-audiences")
 	fs.Var(invertedBool{&f.NoJWKSPreverify}, "authentication-jwks-preverify",
-		"Check each token's signature against the cluster's service-account keys (/openid/v1/jwks, allowed by the system:service-account-issuer-discovery ClusterRole, bound to every authenticated user by default) before reviewing it: forged tokens cost no TokenReview, and verified ones are reviewed first under a flood. No genuine token is refused: tokens it cannot check are reviewed. Where the keys cannot be read, this is logged at start and every token is reviewed.")
+		"Check each token's signature against the cluster's service-account keys (/openid/v1/jwks, allowed by the system:service-account-issuer-discovery ClusterRole, bound to every service account (system:serviceaccounts) by default) before reviewing it: forged tokens cost no TokenReview, and verified ones are reviewed first under a flood. No genuine token is refused: tokens it cannot check are reviewed. Where the keys cannot be read, this is logged at start and every token is reviewed.")
 	fs.Lookup("authentication-jwks-preverify").NoOptDefVal = "true"
 }
 
@@ -254,7 +254,7 @@ func checkJWKS(ctx context.Context, fetch func(context.Context) ([]byte, error))
 	defer cancel()
 	logger := klog.FromContext(ctx)
 	if _, err := fetch(ctx); err != nil {
-		logger.Error(err, "JWKS pre-verification is unavailable: the cluster's service-account keys ("+jwksPath+") could not be read, so every token is reviewed, forged ones included, until they can be (retried as tokens arrive; reviewauth_jwks_preverify_available is 0). This service's identity needs the system:service-account-issuer-discovery ClusterRole (bound to system:authenticated by default); --authentication-jwks-preverify=false silences this")
+		logger.Error(err, "JWKS pre-verification is unavailable: the cluster's service-account keys ("+jwksPath+") could not be read, so every token is reviewed, forged ones included, until they can be (retried as tokens arrive; reviewauth_jwks_preverify_available is 0). This service's identity needs the system:service-account-issuer-discovery ClusterRole (bound to every service account, system:serviceaccounts, by default); --authentication-jwks-preverify=false silences this")
 		return
 	}
 	logger.V(2).Info("JWKS pre-verification is on: forged service-account tokens are refused without a review")
