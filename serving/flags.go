@@ -54,8 +54,8 @@ type Flags struct {
 	// each token's signature is checked against the cluster's
 	// service-account keys (authn.JWKSVerifier, GET /openid/v1/jwks, which
 	// the system:service-account-issuer-discovery ClusterRole allows; it
-	// is bound to every service account (system:serviceaccounts) by default) before it is
-	// reviewed. A JWT naming a key of the cluster that does not verify is
+	// is bound to every service account, system:serviceaccounts, by
+	// default) before it is reviewed. A JWT naming a key of the cluster that does not verify is
 	// refused without a TokenReview; a token whose signature verifies is
 	// reviewed ahead of tokens that could not be verified (see
 	// [PreVerifier]). No genuine token is refused: tokens that are not
