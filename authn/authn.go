@@ -308,7 +308,8 @@ func (c *Client) AuthenticateToken(ctx context.Context, token string) (*authenti
 	if rej != nil {
 		return nil, false, rej
 	}
-	if rej := c.preVerify(ctx, token); rej != nil {
+	ctx, rej = c.preVerify(ctx, token)
+	if rej != nil {
 		return nil, false, rej
 	}
 	return c.review(ctx, token, auds)
@@ -349,16 +350,23 @@ func (c *Client) audiencesOf(ctx context.Context) ([]string, *reviewauth.Rejecte
 
 // preVerify asks the PreVerifier about token, if there is one, and returns
 // its refusal of a forged token. This is the one place where its verdict
-// is known: a token it cannot tell about, or accepts, is reviewed.
-func (c *Client) preVerify(ctx context.Context, token string) *reviewauth.RejectedError {
+// is known: a token it cannot tell about, or accepts, is reviewed; one
+// whose signature it verified is marked in the returned context, so that
+// internal/review's fair queue reviews it ahead of tokens that could not
+// be verified.
+func (c *Client) preVerify(ctx context.Context, token string) (context.Context, *reviewauth.RejectedError) {
 	if c.preVerifier == nil {
-		return nil
+		return ctx, nil
 	}
 	var rej *reviewauth.RejectedError
-	if err := c.preVerifier.Verify(ctx, token); errors.As(err, &rej) {
-		return rej
+	err := c.preVerifier.Verify(ctx, token)
+	switch {
+	case errors.As(err, &rej):
+		return ctx, rej
+	case err == nil:
+		return review.WithVerified(ctx), nil
 	}
-	return nil
+	return ctx, nil
 }
 
 // review sends one TokenReview of token for auds, with retries, and judges

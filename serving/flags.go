@@ -2,10 +2,13 @@ package serving
 
 import (
 	"context"
+	"encoding/base64"
+	"encoding/json"
 	"errors"
 	"fmt"
 	"net/http"
 	"slices"
+	"strconv"
 	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
@@ -20,14 +23,18 @@ import (
 	"github.com/reviewauth/reviewauth/authn"
 	"github.com/reviewauth/reviewauth/authz"
 	"github.com/reviewauth/reviewauth/httpauth"
+	"github.com/reviewauth/reviewauth/internal/jwt"
+	"github.com/reviewauth/reviewauth/internal/observe"
+	"github.com/reviewauth/reviewauth/internal/review"
 	"github.com/reviewauth/reviewauth/metrics"
 )
 
 // Flags are the command-line flags of a service protected by reviewauth:
 // authn's, authz's and httpauth's flags (k8s.io/apiserver's delegated
 // authentication and authorization flag names), the short forms
-// --kubeconfig and --audience, and --authentication-jwks-preverify. The
-// zero value has every library default. AddFlags (and AddHTTPFlags for an
+// --kubeconfig and --audience, and --authentication-jwks-preverify (on by
+// default). The zero value has every library default, and JWKS
+// pre-verification on. AddFlags (and AddHTTPFlags for an
 // HTTP service) registers them, [Flags.Build] builds the authenticator,
 // the authorizer and the metrics they describe.
 type Flags struct {
@@ -42,12 +49,23 @@ type Flags struct {
 	Kubeconfig string
 	// Audiences are added to --authentication-audiences.
 	Audiences []string
-	// JWKSPreverify checks tokens' signatures against the cluster's
-	// service-account keys (authn.JWKSVerifier) before reviewing them, so
-	// that forged tokens cost no TokenReview; the service then needs get
-	// on /openid/v1/jwks (the system:service-account-issuer-discovery
-	// ClusterRole). Only JWTs are accepted with it.
-	JWKSPreverify bool
+	// NoJWKSPreverify turns off JWKS pre-verification
+	// (--authentication-jwks-preverify=false), which is on by default:
+	// each token's signature is checked against the cluster's
+	// service-account keys (authn.JWKSVerifier, GET /openid/v1/jwks, which
+	// the system:service-account-issuer-discovery ClusterRole allows; it
+	// is bound to every service account, system:serviceaccounts, by
+	// default) before it is reviewed. A JWT naming a key of the cluster that does not verify is
+	// refused without a TokenReview; a token whose signature verifies is
+	// reviewed ahead of tokens that could not be verified (see
+	// [PreVerifier]). No genuine token is refused: tokens that are not
+	// JWTs, name no key id, an algorithm the API server does not sign
+	// with, or a key id the cluster does not publish (another issuer, a
+	// key rotated in since the last fetch) are reviewed as without it.
+	// Where the key set cannot be read, Build logs it at start (an error
+	// naming the ClusterRole), reviewauth_jwks_preverify_available says 0,
+	// and every token is reviewed.
+	NoJWKSPreverify bool
 }
 
 // AddFlags registers authn's and authz's flags, --kubeconfig, --audience
@@ -59,9 +77,31 @@ func (f *Flags) AddFlags(fs *pflag.FlagSet) {
 		"kubeconfig for TokenReviews and SubjectAccessReviews (sets --authentication-kubeconfig and --authorization-kubeconfig when they are unset); in-cluster configuration when empty")
 	fs.StringSliceVar(&f.Audiences, "audience", f.Audiences,
 		"audience callers' tokens must be issued for (repeatable); added to --authentication-audiences")
-	fs.BoolVar(&f.JWKSPreverify, "authentication-jwks-preverify", f.JWKSPreverify,
-		"Check each token's signature against the cluster's service-account keys (/openid/v1/jwks, needs the system:service-account-issuer-discovery ClusterRole) before reviewing it, so that forged tokens cost no TokenReview. Only JWTs are accepted then.")
+	fs.Var(invertedBool{&f.NoJWKSPreverify}, "authentication-jwks-preverify",
+		"Check each token's signature against the cluster's service-account keys (/openid/v1/jwks, allowed by the system:service-account-issuer-discovery ClusterRole, bound to every service account (system:serviceaccounts) by default) before reviewing it: forged tokens cost no TokenReview, and verified ones are reviewed first under a flood. No genuine token is refused: tokens it cannot check are reviewed. Where the keys cannot be read, this is logged at start and every token is reviewed.")
+	fs.Lookup("authentication-jwks-preverify").NoOptDefVal = "true"
 }
+
+// invertedBool is a boolean flag that sets the negation of its field.
+type invertedBool struct{ p *bool }
+
+func (v invertedBool) String() string {
+	if v.p != nil && *v.p {
+		return "false"
+	}
+	return "true"
+}
+
+func (v invertedBool) Set(s string) error {
+	b, err := strconv.ParseBool(s)
+	if err != nil {
+		return err
+	}
+	*v.p = !b
+	return nil
+}
+
+func (v invertedBool) Type() string { return "bool" }
 
 // AddHTTPFlags registers httpauth's flags, --client-ca-file and
 // --authorization-always-allow-paths, on fs.
@@ -130,16 +170,27 @@ func (f *Flags) Build(ctx context.Context) (*Built, error) {
 	reg.MustRegister(m, collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
 	f.Authn.Metrics = m
 	f.Authz.Metrics = m
-	if f.JWKSPreverify {
+	var fetchJWKS func(context.Context) ([]byte, error)
+	if !f.NoJWKSPreverify {
 		cfg, err := f.Authn.RESTConfig()
 		if err != nil {
 			return nil, fmt.Errorf("--authentication-kubeconfig: %w", err)
 		}
-		v, err := authn.NewJWKSVerifier(cfg, authn.JWKSOptions{})
+		c, err := review.NewClient(cfg)
 		if err != nil {
 			return nil, fmt.Errorf("--authentication-jwks-preverify: %w", err)
 		}
-		f.Authn.PreVerifier = v
+		rec := observe.Of(m)
+		fetchJWKS = func(ctx context.Context) ([]byte, error) {
+			b, err := c.Get(ctx, jwksPath, jwksMaxBytes)
+			rec.JWKSAvailable(err == nil)
+			return b, err
+		}
+		v, err := authn.NewJWKSVerifierFunc(fetchJWKS, authn.JWKSOptions{})
+		if err != nil {
+			return nil, fmt.Errorf("--authentication-jwks-preverify: %w", err)
+		}
+		f.Authn.PreVerifier = PreVerifier(v)
 	}
 	an, err := f.Authn.New()
 	if err != nil {
@@ -155,6 +206,9 @@ func (f *Flags) Build(ctx context.Context) (*Built, error) {
 	}
 	if err := f.selfCheck(ctx); err != nil {
 		return nil, err
+	}
+	if fetchJWKS != nil {
+		checkJWKS(ctx, fetchJWKS)
 	}
 	return &Built{Authenticator: an, Authorizer: chain, SAR: sar, Metrics: m, Registry: reg, http: f.HTTP}, nil
 }
@@ -183,6 +237,75 @@ func (f *Flags) selfCheck(ctx context.Context) error {
 	}
 	return errors.Join(errs...)
 }
+
+const (
+	// jwksPath is where the API server serves its service-account keys.
+	jwksPath = "/openid/v1/jwks"
+	// jwksMaxBytes is authn.JWKSVerifier's bound on a key set: a larger
+	// one is not used.
+	jwksMaxBytes = 64 << 10
+)
+
+// checkJWKS reads the key set once at start, and says loudly when it
+// cannot be read: pre-verification then refuses nothing, and a flood of
+// forged tokens costs a TokenReview each.
+func checkJWKS(ctx context.Context, fetch func(context.Context) ([]byte, error)) {
+	ctx, cancel := context.WithTimeout(ctx, SelfCheckTimeout)
+	defer cancel()
+	logger := klog.FromContext(ctx)
+	if _, err := fetch(ctx); err != nil {
+		logger.Error(err, "JWKS pre-verification is unavailable: the cluster's service-account keys ("+jwksPath+") could not be read, so every token is reviewed, forged ones included, until they can be (retried as tokens arrive; reviewauth_jwks_preverify_available is 0). This service's identity needs the system:service-account-issuer-discovery ClusterRole (bound to every service account, system:serviceaccounts, by default); --authentication-jwks-preverify=false silences this")
+		return
+	}
+	logger.V(2).Info("JWKS pre-verification is on: forged service-account tokens are refused without a review")
+}
+
+// PreVerifier returns v as the authn.PreVerifier that serving.Flags builds:
+// it never refuses a token the API server could accept. Tokens that are not
+// compact JWTs, whose header names no key id ("kid") or an algorithm other
+// than those the API server signs service-account tokens with (RS256,
+// ES256, ES384, ES512), are "cannot tell" (they are reviewed: bootstrap
+// and static tokens, OIDC tokens of issuers that sign differently or
+// leave the key id out); every other token is judged by v, which refuses
+// only a token naming a key of the cluster whose signature does not
+// verify, and reviews one naming a key it does not know. v alone, an
+// authn.JWKSVerifier, also refuses every token that is not a JWT. Safe for
+// concurrent use when v is.
+func PreVerifier(v authn.PreVerifier) authn.PreVerifier {
+	return preVerifier{v}
+}
+
+type preVerifier struct{ v authn.PreVerifier }
+
+// errCannotTell is a token preVerifier leaves to the review.
+var errCannotTell = errors.New("serving: pre-verification cannot judge this token")
+
+func (p preVerifier) Verify(ctx context.Context, token string) error {
+	header, _, _, ok := jwt.Split(token)
+	if !ok || len(header) > jwsHeaderMax {
+		return errCannotTell
+	}
+	raw, err := base64.RawURLEncoding.DecodeString(header)
+	if err != nil {
+		return errCannotTell
+	}
+	var h struct {
+		Alg string `json:"alg"`
+		Kid string `json:"kid"`
+	}
+	if json.Unmarshal(raw, &h) != nil || h.Kid == "" {
+		return errCannotTell
+	}
+	switch h.Alg {
+	case "RS256", "ES256", "ES384", "ES512":
+		return p.v.Verify(ctx, token)
+	}
+	return errCannotTell
+}
+
+// jwsHeaderMax bounds the encoded header PreVerifier decodes (authn's
+// JWKSVerifier refuses a decoded header over 2 KiB).
+const jwsHeaderMax = 4 << 10
 
 // HTTPOptions returns the httpauth.Options of the built parts and the
 // HTTP flags, for mapper: Authenticator, Authorizer, Attributes,

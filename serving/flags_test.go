@@ -2,11 +2,14 @@ package serving_test
 
 import (
 	"encoding/base64"
+	"encoding/json"
 	"errors"
 	"io"
 	"net/http"
 	"net/http/httptest"
 	"path/filepath"
+	"slices"
+	"strconv"
 	"strings"
 	"testing"
 	"time"
@@ -101,7 +104,7 @@ func TestFlags(t *testing.T) {
 		{"no audience", []string{"--kubeconfig=k"}, "--authentication-audiences: required"},
 		{"bad always-allow path", []string{"--audience=a", "--authorization-always-allow-paths=healthz"}, "--authorization-always-allow-paths"},
 		{"missing client CA file", []string{"--audience=a", "--client-ca-file=/nonexistent"}, "--client-ca-file"},
-		{"ok", []string{"--audience=a", "--kubeconfig=k", "--authentication-jwks-preverify", "--authorization-always-allow-paths=/healthz"}, ""},
+		{"ok", []string{"--audience=a", "--kubeconfig=k", "--authentication-jwks-preverify=false", "--authorization-always-allow-paths=/healthz"}, ""},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
@@ -117,44 +120,153 @@ func TestFlags(t *testing.T) {
 			if (tt.want == "") != (err == nil) || (err != nil && !strings.Contains(err.Error(), tt.want)) {
 				t.Errorf("Validate() = %v; want %q", err, tt.want)
 			}
-			if tt.want == "" && (f.Authn.Client.Kubeconfig != "k" || f.Authz.Client.Kubeconfig != "k" || f.Authn.Audiences[0] != "a" || !f.JWKSPreverify) {
+			if tt.want == "" && (f.Authn.Client.Kubeconfig != "k" || f.Authz.Client.Kubeconfig != "k" || f.Authn.Audiences[0] != "a" || !f.NoJWKSPreverify) {
 				t.Errorf("flags = %+v; want the short forms applied", f)
 			}
 		})
 	}
 }
 
-// TestJWKSPreverifyFlag (issue #12): with --authentication-jwks-preverify
-// a forged JWT costs no TokenReview; without it, it costs one each.
+// TestJWKSPreverifyFlag (issues #12, #22): JWKS pre-verification is on
+// unless --authentication-jwks-preverify=false; with it a forged JWT
+// naming the cluster's key costs no TokenReview, without it one each; a
+// genuine token is authenticated either way.
 func TestJWKSPreverifyFlag(t *testing.T) {
 	t.Parallel()
-	for _, preverify := range []bool{false, true} {
+	for _, tt := range []struct {
+		args      []string
+		preverify bool
+	}{{nil, true}, {[]string{"--authentication-jwks-preverify"}, true}, {[]string{"--authentication-jwks-preverify=false"}, false}} {
 		api := authtest.Start(t)
 		f := flagsFor(t, api)
-		f.JWKSPreverify = preverify
+		fs := pflag.NewFlagSet("test", pflag.ContinueOnError)
+		f.AddFlags(fs)
+		if err := fs.Parse(tt.args); err != nil {
+			t.Fatal(err)
+		}
+		if got := fs.Lookup("authentication-jwks-preverify").Value.String(); got != strconv.FormatBool(tt.preverify) {
+			t.Errorf("%q: the flag reads %s; want %v", tt.args, got, tt.preverify)
+		}
 		b, err := f.Build(t.Context())
 		if err != nil {
 			t.Fatal(err)
 		}
 		genuine := api.MintToken(&user.DefaultInfo{Name: "alice"}, []string{"svc.example"}, time.Now().Add(time.Hour))
-		parts := strings.Split(genuine, ".")
 		before := api.Count(authtest.TokenReviews)
 		for i := range 5 {
-			// The cluster's key id, a payload it never signed.
-			payload := base64.RawURLEncoding.EncodeToString([]byte(`{"sub":"system:serviceaccount:x:admin","aud":["svc.example"],"jti":"` + strings.Repeat("j", i+1) + `"}`))
-			forged := parts[0] + "." + payload + "." + parts[2]
-			if _, ok, err := b.Authenticator.AuthenticateToken(t.Context(), forged); ok || err == nil {
+			if _, ok, err := b.Authenticator.AuthenticateToken(t.Context(), forge(genuine, i)); ok || err == nil {
 				t.Fatalf("forged token authenticated (%v, %v)", ok, err)
 			}
 		}
 		reviews := api.Count(authtest.TokenReviews) - before
-		if want := map[bool]int{false: 5, true: 0}[preverify]; reviews != want {
-			t.Errorf("preverify %v: TokenReviews for 5 forged tokens = %d; want %d", preverify, reviews, want)
+		if want := map[bool]int{false: 5, true: 0}[tt.preverify]; reviews != want {
+			t.Errorf("%q: TokenReviews for 5 forged tokens = %d; want %d", tt.args, reviews, want)
 		}
-		// A genuine token is still authenticated.
 		if _, ok, err := b.Authenticator.AuthenticateToken(t.Context(), genuine); !ok || err != nil {
-			t.Errorf("preverify %v: genuine token = %v, %v; want authenticated", preverify, ok, err)
+			t.Errorf("%q: genuine token = %v, %v; want authenticated", tt.args, ok, err)
 		}
+	}
+}
+
+// forge returns token with a payload its signature does not cover: the
+// cluster's key id, a signature that does not verify.
+func forge(token string, i int) string {
+	parts := strings.Split(token, ".")
+	payload := base64.RawURLEncoding.EncodeToString([]byte(`{"sub":"system:serviceaccount:x:admin","aud":["svc.example"],"jti":"` + strings.Repeat("j", i+1) + `"}`))
+	return parts[0] + "." + payload + "." + parts[2]
+}
+
+// jwtWith returns a JWT-shaped token with header h and a random-looking
+// signature.
+func jwtWith(h string, i int) string {
+	enc := base64.RawURLEncoding
+	return enc.EncodeToString([]byte(h)) + "." + enc.EncodeToString([]byte(`{"sub":"x","n":`+strconv.Itoa(i)+`}`)) + "." + enc.EncodeToString([]byte("not a signature"))
+}
+
+// TestPreVerifierNeverRefusesWhatCouldBeGenuine (issue #22): the default
+// pre-verifier refuses only JWTs naming a key of the cluster whose
+// signature does not verify; every token the API server could accept
+// through another authenticator (not a JWT, no key id, an algorithm it
+// does not sign service-account tokens with, a key id it does not
+// publish) is reviewed: one TokenReview each.
+func TestPreVerifierNeverRefusesWhatCouldBeGenuine(t *testing.T) {
+	t.Parallel()
+	api := authtest.Start(t)
+	b, err := flagsFor(t, api).Build(t.Context())
+	if err != nil {
+		t.Fatal(err)
+	}
+	genuine := api.MintToken(&user.DefaultInfo{Name: "alice"}, []string{"svc.example"}, time.Now().Add(time.Hour))
+	kid := func(tok string) string {
+		raw, _ := base64.RawURLEncoding.DecodeString(strings.Split(tok, ".")[0])
+		var h struct{ Kid string }
+		_ = json.Unmarshal(raw, &h)
+		return h.Kid
+	}(genuine)
+	for _, tt := range []struct {
+		name    string
+		token   string
+		reviews int
+	}{
+		{"forged, the cluster's key id", forge(genuine, 0), 0},
+		{"not a JWT (a bootstrap token)", "abcdef.0123456789abcdef", 1},
+		{"opaque", "0123456789abcdef0123456789abcdef", 1},
+		{"no key id", jwtWith(`{"alg":"RS256"}`, 1), 1},
+		{"PS256 (an OIDC issuer)", jwtWith(`{"alg":"PS256","kid":"`+kid+`"}`, 2), 1},
+		{"none", jwtWith(`{"alg":"none","kid":"`+kid+`"}`, 3), 1},
+		{"a key id the cluster does not publish", jwtWith(`{"alg":"RS256","kid":"idp-key-1"}`, 4), 1},
+	} {
+		before := api.Count(authtest.TokenReviews)
+		if _, ok, _ := b.Authenticator.AuthenticateToken(t.Context(), tt.token); ok {
+			t.Errorf("%s: authenticated; the fake API server knows no such token", tt.name)
+		}
+		if got := api.Count(authtest.TokenReviews) - before; got != tt.reviews {
+			t.Errorf("%s: TokenReviews = %d; want %d", tt.name, got, tt.reviews)
+		}
+	}
+}
+
+// TestJWKSUnreadable (issue #22): where the key set cannot be read (the
+// service lacks system:service-account-issuer-discovery), Build says so at
+// start, naming the ClusterRole, reviewauth_jwks_preverify_available is 0,
+// and tokens are reviewed (forged ones too), genuine ones authenticated.
+func TestJWKSUnreadable(t *testing.T) {
+	t.Parallel()
+	api := authtest.Start(t)
+	api.InjectFault(authtest.JWKS, authtest.Fault{Status: http.StatusForbidden, Times: 2})
+	var logs lines
+	b, err := flagsFor(t, api).Build(klog.NewContext(t.Context(), logs.logger()))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !slices.ContainsFunc(logs.snapshot(), func(l string) bool {
+		return strings.Contains(l, "JWKS pre-verification is unavailable") && strings.Contains(l, "system:service-account-issuer-discovery")
+	}) {
+		t.Errorf("no start-up line about the unreadable key set:\n%s", strings.Join(logs.snapshot(), "\n"))
+	}
+	gauge := func() string {
+		w := httptest.NewRecorder()
+		b.Handler(nil).ServeHTTP(w, httptest.NewRequest("GET", "/metrics", nil))
+		for _, l := range strings.Split(w.Body.String(), "\n") {
+			if strings.HasPrefix(l, "reviewauth_jwks_preverify_available ") {
+				return strings.TrimPrefix(l, "reviewauth_jwks_preverify_available ")
+			}
+		}
+		return "absent"
+	}
+	if g := gauge(); g != "0" {
+		t.Errorf("reviewauth_jwks_preverify_available after the start-up check = %s; want 0", g)
+	}
+	genuine := api.MintToken(&user.DefaultInfo{Name: "alice"}, []string{"svc.example"}, time.Now().Add(time.Hour))
+	before := api.Count(authtest.TokenReviews)
+	if _, ok, _ := b.Authenticator.AuthenticateToken(t.Context(), forge(genuine, 0)); ok {
+		t.Fatal("forged token authenticated")
+	}
+	if got := api.Count(authtest.TokenReviews) - before; got != 1 {
+		t.Errorf("TokenReviews for a forged token while the keys cannot be read = %d; want 1", got)
+	}
+	if _, ok, err := b.Authenticator.AuthenticateToken(t.Context(), genuine); !ok || err != nil {
+		t.Errorf("genuine token while the keys cannot be read = %v, %v; want authenticated", ok, err)
 	}
 }
 

@@ -10,8 +10,11 @@ import (
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/credentials"
 	"google.golang.org/grpc/keepalive"
+	"google.golang.org/grpc/tap"
 	"k8s.io/klog/v2"
 	"k8s.io/utils/clock"
+
+	"github.com/reviewauth/reviewauth/metrics"
 )
 
 // Defaults of [GRPCOptions], used when a field is zero.
@@ -38,6 +41,16 @@ const (
 	// DefaultGRPCMaxHeaderListSize bounds a call's metadata (grpc's own
 	// default is 16 MiB).
 	DefaultGRPCMaxHeaderListSize = 64 << 10
+	// DefaultGRPCFirstMessageTimeout bounds how long a connection that has
+	// not completed a call may keep streams open without sending a
+	// message (grpc itself sets no bound: a client may hold
+	// MaxConcurrentStreams empty streams per connection until keepalive
+	// fails). It shrinks to [DefaultPressureTimeout] as the budget fills.
+	DefaultGRPCFirstMessageTimeout = 10 * time.Second
+	// DefaultGRPCMaxUnservedCalls bounds the calls in progress on a
+	// connection that has not completed one (see
+	// [GRPCOptions].MaxUnservedCalls).
+	DefaultGRPCMaxUnservedCalls = 16
 )
 
 // GRPCOptions configures a hardened gRPC server ([GRPCServerOptions],
@@ -51,8 +64,39 @@ type GRPCOptions struct {
 
 	// MaxConnections caps the open connections ([LimitListener]). Zero
 	// means [DefaultMaxConnections] capped by the open-file limit;
-	// negative means no cap.
+	// negative means no cap (and none of Admission, FirstMessageTimeout
+	// or the rapid-reset bound applies).
 	MaxConnections int
+	// Admission tunes how connections past MaxConnections make room,
+	// and the timeouts under pressure (see [LimitListener]).
+	Admission AdmissionOptions
+	// FirstMessageTimeout: zero means [DefaultGRPCFirstMessageTimeout].
+	FirstMessageTimeout time.Duration
+	// RapidResetLimit and RapidResetRate bound the streams a client
+	// opens and then cancels on one connection (HTTP/2 rapid reset,
+	// CVE-2023-44487): RapidResetLimit at once, then RapidResetRate a
+	// second; the connection is closed past them. Zero means
+	// [DefaultRapidResetLimit] and [DefaultRapidResetRate]; a negative
+	// RapidResetLimit means no bound.
+	RapidResetLimit int
+	RapidResetRate  float64
+	// MaxUnservedCalls bounds the calls in progress on a connection that
+	// has not completed one (answered, not refused): further streams are
+	// refused with ResourceExhausted before a handler starts, and count
+	// against RapidResetLimit. A new
+	// client's first calls are few and each sends its request at once;
+	// a client holding empty streams, or resetting streams faster than
+	// their handlers end, is held to this many handlers per connection
+	// instead of MaxConcurrentStreams. Zero means
+	// [DefaultGRPCMaxUnservedCalls]; negative means no bound.
+	MaxUnservedCalls int
+	// Metrics, if not nil, counts the connections (see
+	// [LimitOptions].Metrics).
+	Metrics *metrics.Metrics
+	// InTapHandle, if not nil, is called for each new stream after the
+	// server's own (grpc takes one tap handle per server: give yours
+	// here rather than as a grpc.ServerOption).
+	InTapHandle tap.ServerInHandle
 	// MaxConcurrentStreams bounds the concurrent calls of a connection.
 	// Zero means [DefaultMaxConcurrentStreams].
 	MaxConcurrentStreams uint32
@@ -69,8 +113,9 @@ type GRPCOptions struct {
 	// [DefaultShutdownTimeout].
 	ShutdownTimeout time.Duration
 
-	// Clock paces the connection-limit log line. Nil means the real clock.
-	Clock clock.PassiveClock
+	// Clock paces the connection-budget log line and tells the time of
+	// connections' stages. Nil means the real clock.
+	Clock clock.Clock
 }
 
 func (o GRPCOptions) withDefaults() GRPCOptions {
@@ -95,6 +140,18 @@ func (o GRPCOptions) withDefaults() GRPCOptions {
 	if o.MaxConnections == 0 {
 		o.MaxConnections = MaxConnectionsFor(DefaultMaxConnections)
 	}
+	if o.FirstMessageTimeout <= 0 {
+		o.FirstMessageTimeout = DefaultGRPCFirstMessageTimeout
+	}
+	if o.RapidResetLimit == 0 {
+		o.RapidResetLimit = DefaultRapidResetLimit
+	}
+	if o.RapidResetRate <= 0 {
+		o.RapidResetRate = DefaultRapidResetRate
+	}
+	if o.MaxUnservedCalls == 0 {
+		o.MaxUnservedCalls = DefaultGRPCMaxUnservedCalls
+	}
 	return o
 }
 
@@ -102,9 +159,24 @@ func (o GRPCOptions) withDefaults() GRPCOptions {
 // transport credentials (TLS from Certificates, reloaded per handshake),
 // MaxConcurrentStreams, the handshake's ConnectionTimeout, keepalive
 // enforcement (KeepaliveMinTime, pings without calls permitted), server
-// keepalive pings and MaxConnectionIdle, and MaxHeaderListSize. Add your
-// interceptors and pass them all to grpc.NewServer; serve with
+// keepalive pings and MaxConnectionIdle, MaxHeaderListSize, and the stats
+// handler and tap handle through which [ServeGRPC]'s connection budget
+// follows each connection's calls (see [LimitListener]): a stream whose
+// first message arrives makes the connection's first call in progress, a
+// call answered and not refused (any code but Unauthenticated,
+// PermissionDenied, ResourceExhausted, Canceled, DeadlineExceeded and
+// Unimplemented) makes it a connection that completed a call, and a stream
+// that ends without the server's status (the client reset it) counts
+// against RapidResetLimit. Add your interceptors (and more stats handlers,
+// if you like) and pass them all to grpc.NewServer; serve with
 // [ServeGRPC], which applies MaxConnections.
+//
+// grpc-go has no per-connection GOAWAY and no hook for RST_STREAM: a
+// stream the client resets has its context cancelled, and its handler runs
+// until it notices (grpc runs at most MaxConcurrentStreams handlers per
+// connection, and reads no more frames from the connection meanwhile, so
+// that resets cost at most that many goroutines per connection). A
+// connection past RapidResetLimit is closed (TCP, without a GOAWAY).
 func GRPCServerOptions(opts GRPCOptions) []grpc.ServerOption {
 	o := opts.withDefaults()
 	out := []grpc.ServerOption{
@@ -117,14 +189,24 @@ func GRPCServerOptions(opts GRPCOptions) []grpc.ServerOption {
 			Timeout:           DefaultGRPCKeepaliveTimeout,
 		}),
 		grpc.MaxHeaderListSize(o.MaxHeaderListSize),
+		grpc.StatsHandler(grpcStats{}),
+		grpc.InTapHandle(grpcTap(o.InTapHandle, int32(max(o.MaxUnservedCalls, 0)))),
 	}
-	switch {
-	case o.Certificates != nil:
-		out = append(out, grpc.Creds(credentials.NewTLS(o.Certificates.ServerConfig("h2"))))
-	case o.Credentials != nil:
-		out = append(out, grpc.Creds(o.Credentials))
+	if creds := o.credentials(); creds != nil {
+		out = append(out, grpc.Creds(handshakeCreds{creds}))
 	}
 	return out
+}
+
+// credentials are the transport credentials o describes, or nil.
+func (o GRPCOptions) credentials() credentials.TransportCredentials {
+	switch {
+	case o.Certificates != nil:
+		return credentials.NewTLS(admissionTLS(o.Certificates.ServerConfig("h2")))
+	case o.Credentials != nil:
+		return o.Credentials
+	}
+	return nil
 }
 
 // ServeGRPC serves srv on ln, capped at MaxConnections, until ctx is done,
@@ -134,7 +216,20 @@ func GRPCServerOptions(opts GRPCOptions) []grpc.ServerOption {
 // [GRPCServerOptions] of the same opts.
 func ServeGRPC(ctx context.Context, srv *grpc.Server, ln net.Listener, opts GRPCOptions) error {
 	o := opts.withDefaults()
-	ln = LimitListener(ln, o.MaxConnections, LimitOptions{Logger: klog.FromContext(ctx), Clock: o.Clock})
+	if o.MaxConnections > 0 {
+		c := admissionConfig{
+			LimitOptions: LimitOptions{AdmissionOptions: o.Admission, Logger: klog.FromContext(ctx), Clock: o.Clock, Metrics: o.Metrics},
+			handshake:    o.ConnectionTimeout, waiting: o.FirstMessageTimeout, idle: o.MaxConnectionIdle,
+			join: true,
+		}
+		if creds := o.credentials(); creds != nil {
+			c.tls = creds.Info().SecurityProtocol == "tls"
+		}
+		if o.RapidResetLimit > 0 {
+			c.resetBurst, c.resetInterval = o.RapidResetLimit, time.Duration(float64(time.Second)/o.RapidResetRate)
+		}
+		ln = newAdmission(o.MaxConnections, c).listener(ln)
+	}
 	if c := o.Certificates; c != nil {
 		certCtx, stopCerts := context.WithCancel(ctx)
 		certsDone := make(chan struct{})

@@ -2,8 +2,12 @@ package serving_test
 
 import (
 	"errors"
+	"io"
 	"net"
+	"os"
+	"slices"
 	"strings"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -16,6 +20,7 @@ import (
 type chanListener struct {
 	conns  chan net.Conn
 	closed chan struct{}
+	port   atomic.Int32
 }
 
 func newChanListener() *chanListener {
@@ -33,78 +38,176 @@ func (l *chanListener) Accept() (net.Conn, error) {
 func (l *chanListener) Close() error   { close(l.closed); return nil }
 func (l *chanListener) Addr() net.Addr { return &net.TCPAddr{IP: net.IPv4(127, 0, 0, 1), Port: 1} }
 
-func (l *chanListener) push() net.Conn {
+// push queues a connection from 127.0.0.1 and returns the client's end.
+func (l *chanListener) push() net.Conn { return l.pushFrom("127.0.0.1") }
+
+// pushFrom queues a connection from ip and returns the client's end.
+func (l *chanListener) pushFrom(ip string) net.Conn {
 	a, b := net.Pipe()
-	l.conns <- a
+	l.conns <- addrConn{a, &net.TCPAddr{IP: net.ParseIP(ip), Port: int(l.port.Add(1))}}
 	return b
 }
 
-// TestLimitListenerEdge: at the limit Accept hands out connections; at
-// limit+1 it logs and waits, without taking the next connection from the
-// kernel (the inner listener), until one closes; the line is paced.
-func TestLimitListenerEdge(t *testing.T) {
+// addrConn is a pipe with a TCP remote address.
+type addrConn struct {
+	net.Conn
+	remote net.Addr
+}
+
+func (c addrConn) RemoteAddr() net.Addr { return c.remote }
+
+// isClosed reports whether the server closed the connection whose client
+// end is peer, without waiting: net.Pipe reports the other end's close
+// before a deadline that has passed.
+func isClosed(t testing.TB, peer net.Conn) bool {
+	t.Helper()
+	_ = peer.SetReadDeadline(time.Unix(1, 0))
+	_, err := peer.Read(make([]byte, 1))
+	switch {
+	case errors.Is(err, io.EOF):
+		return true
+	case errors.Is(err, os.ErrDeadlineExceeded):
+		return false
+	}
+	t.Fatalf("reading a client end: %v", err)
+	return false
+}
+
+// sendByte makes the server's end c read one byte from the client end
+// peer (a net.Pipe write waits for the read).
+func sendByte(t testing.TB, c, peer net.Conn) {
+	t.Helper()
+	go func() { _, _ = peer.Write([]byte{'x'}) }()
+	if _, err := io.ReadFull(c, make([]byte, 1)); err != nil {
+		t.Fatal(err)
+	}
+}
+
+// admitted is a connection the listener accepted: the server's end and
+// the client's.
+type admitted struct{ c, peer net.Conn }
+
+func accept(t testing.TB, inner *chanListener, ln net.Listener, ip string) admitted {
+	t.Helper()
+	peer := inner.pushFrom(ip)
+	c, err := ln.Accept()
+	if err != nil {
+		t.Fatal(err)
+	}
+	return admitted{c, peer}
+}
+
+const testGrace = serving.DefaultEvictionGrace
+
+// TestLimitListenerEvictionOrder: with the budget full of connections in
+// every stage, each new connection is admitted at once by closing one, in
+// the documented order: silent, refused, waiting, handshake, idle, first
+// request, busy.
+func TestLimitListenerEvictionOrder(t *testing.T) {
 	t.Parallel()
-	const max = 3
+	clk := clocktesting.NewFakeClock(time.Unix(1000, 0))
 	inner := newChanListener()
 	var logs lines
-	clk := clocktesting.NewFakePassiveClock(time.Unix(1000, 0))
-	ln := serving.LimitListener(inner, max, serving.LimitOptions{Logger: logs.logger(), Clock: clk})
-	var open []net.Conn
-	for i := range max {
-		inner.push()
-		c, err := ln.Accept()
-		if err != nil {
-			t.Fatalf("Accept() #%d at the limit: %v", i, err)
+	ln := serving.AdmissionListener(inner, 7, serving.LimitOptions{Logger: logs.logger(), Clock: clk}, serving.AdmissionTestConfig{TLS: true})
+	defer ln.Close()
+	// Made in the reverse of the order they go, so that age alone would
+	// choose the opposite.
+	busy := accept(t, inner, ln, "127.0.0.1")
+	serving.WorkStart(busy.c)
+	serving.WorkEnd(busy.c, true)
+	serving.WorkStart(busy.c)
+	first := accept(t, inner, ln, "127.0.0.1")
+	serving.WorkStart(first.c)
+	idle := accept(t, inner, ln, "127.0.0.1")
+	serving.WorkStart(idle.c)
+	serving.WorkEnd(idle.c, true)
+	handshake := accept(t, inner, ln, "127.0.0.1")
+	sendByte(t, handshake.c, handshake.peer)
+	waiting := accept(t, inner, ln, "127.0.0.1")
+	sendByte(t, waiting.c, waiting.peer)
+	serving.HandshakeDone(waiting.c)
+	refused := accept(t, inner, ln, "127.0.0.1")
+	serving.WorkStart(refused.c)
+	serving.WorkEnd(refused.c, false)
+	serving.WorkStart(refused.c) // junk, again: still refused
+	silent := accept(t, inner, ln, "127.0.0.1")
+	for _, tt := range []struct {
+		conn  admitted
+		stage string
+	}{{silent, "silent"}, {refused, "refused"}, {waiting, "waiting"}, {handshake, "handshake"}, {idle, "idle"}, {first, "first-request"}, {busy, "busy"}} {
+		if got := serving.StageOf(tt.conn.c); got != tt.stage {
+			t.Fatalf("stage = %q; want %q", got, tt.stage)
 		}
-		open = append(open, c)
 	}
-	limitLines := func() int {
-		n := 0
-		for _, l := range logs.snapshot() {
-			if strings.Contains(l, "connection limit reached") {
-				n++
+	clk.Step(testGrace)
+	order := []admitted{silent, refused, waiting, handshake, idle, first, busy}
+	for i := range order {
+		if i > 0 {
+			clk.Step(serving.DefaultEvictionInterval) // one closed to make room per interval
+		}
+		n := accept(t, inner, ln, "127.0.0.1")
+		// Busy, and newer than the busy one: the last to go.
+		serving.WorkStart(n.c)
+		serving.WorkEnd(n.c, true)
+		serving.WorkStart(n.c)
+		for j, c := range order {
+			if got, want := isClosed(t, c.peer), j <= i; got != want {
+				t.Fatalf("after %d new connections, connection %d closed = %v; want %v", i+1, j, got, want)
 			}
 		}
-		return n
 	}
-	if n := limitLines(); n != 0 {
-		t.Fatalf("limit logged at the limit; want only past it")
+	found := false
+	for _, l := range logs.snapshot() {
+		if strings.Contains(l, "connection budget full") && strings.Contains(l, `"evicted.silent"=1`) {
+			found = true
+		}
 	}
-	inner.push() // limit+1, queued in the "kernel"
-	accepted := make(chan net.Conn)
+	if !found {
+		t.Errorf("no log line saying a silent connection was closed:\n%s", strings.Join(logs.snapshot(), "\n"))
+	}
+}
+
+// TestLimitListenerGrace: a connection is not closed to make room before
+// it has spent EvictionGrace in its stage (at grace-1ns it is kept, and
+// the new connection waits); at the grace it is.
+// A connection entering a new stage starts its grace again. Closing the
+// listener releases a waiting Accept.
+func TestLimitListenerGrace(t *testing.T) {
+	t.Parallel()
+	clk := clocktesting.NewFakeClock(time.Unix(1000, 0))
+	inner := newChanListener()
+	ln := serving.LimitListener(inner, 2, serving.LimitOptions{Clock: clk})
+	a := accept(t, inner, ln, "127.0.0.1")
+	b := accept(t, inner, ln, "127.0.0.1")
+	clk.Step(testGrace - time.Nanosecond)
+	sendByte(t, b.c, b.peer) // b: waiting, its grace starts again
+	inner.push()
+	accepted := make(chan net.Conn, 1)
 	go func() {
 		c, err := ln.Accept()
 		if err != nil {
-			t.Errorf("Accept() after a slot freed: %v", err)
+			c = nil
 		}
 		accepted <- c
 	}()
-	waitFor(t, 10*time.Second, "the limit to be logged", func() bool { return limitLines() == 1 })
-	if len(inner.conns) != 1 {
-		t.Fatal("the connection past the limit was taken from the inner listener; want it left queued")
+	waitFor(t, 10*time.Second, "Accept to wait for a grace to pass", clk.HasWaiters)
+	if isClosed(t, a.peer) || isClosed(t, b.peer) {
+		t.Fatal("a connection younger than the grace was closed")
 	}
-	open[0].Close()
-	open[0].Close() // a second Close frees nothing more
-	c := <-accepted
-	open = append(open[1:], c)
-
-	// Over the limit again within the interval: waits, not logged again.
+	select {
+	case <-accepted:
+		t.Fatal("a connection was admitted while every one was younger than the grace")
+	default:
+	}
+	clk.Step(time.Nanosecond) // a (silent) reaches the grace
+	if c := <-accepted; c == nil {
+		t.Fatal("Accept failed")
+	}
+	if !isClosed(t, a.peer) || isClosed(t, b.peer) {
+		t.Fatal("want the silent connection closed at its grace, the waiting one kept")
+	}
+	// Full again, every connection young: Close releases Accept.
 	inner.push()
-	go func() {
-		c, err := ln.Accept()
-		if err == nil {
-			accepted <- c
-		} else {
-			accepted <- nil
-		}
-	}()
-	waitFor(t, 10*time.Second, "the second wait to start", func() bool { return len(inner.conns) == 1 })
-	open[0].Close()
-	<-accepted
-	if n := limitLines(); n > 2 {
-		t.Errorf("limit lines = %d; want it paced", n)
-	}
-	// Closing the listener releases a waiting Accept.
 	go func() {
 		_, err := ln.Accept()
 		if !errors.Is(err, net.ErrClosed) {
@@ -112,8 +215,478 @@ func TestLimitListenerEdge(t *testing.T) {
 		}
 		accepted <- nil
 	}()
+	waitFor(t, 10*time.Second, "Accept to wait", clk.HasWaiters)
 	ln.Close()
 	<-accepted
+}
+
+// acceptAll admits connections from ln in a goroutine until ln closes.
+func acceptAll(ln net.Listener) chan net.Conn {
+	accepted := make(chan net.Conn, 16)
+	go func() {
+		for {
+			c, err := ln.Accept()
+			if err != nil {
+				return
+			}
+			accepted <- c
+		}
+	}()
+	return accepted
+}
+
+// TestLimitListenerNewestFirst: connections waiting for room are admitted
+// newest first, from the source with the fewest connections admitted
+// first.
+func TestLimitListenerNewestFirst(t *testing.T) {
+	t.Parallel()
+	for _, tt := range []struct {
+		name    string
+		sources []string // of the waiting connections, in arrival order
+		want    []int    // their admission order
+	}{
+		{"newest first", []string{"10.0.0.1", "10.0.0.1"}, []int{1, 0}},
+		{"a source with none admitted first", []string{"10.0.0.2", "10.0.0.1"}, []int{0, 1}},
+	} {
+		t.Run(tt.name, func(t *testing.T) {
+			clk := clocktesting.NewFakeClock(time.Unix(1000, 0))
+			inner := newChanListener()
+			ln := serving.LimitListener(inner, 2, serving.LimitOptions{Clock: clk})
+			defer ln.Close()
+			accept(t, inner, ln, "10.0.0.1")
+			accept(t, inner, ln, "10.0.0.1")
+			accepted := acceptAll(ln)
+			ports := map[int]int{}
+			for i, src := range tt.sources {
+				inner.pushFrom(src)
+				ports[int(inner.port.Load())] = i
+				waitFor(t, 10*time.Second, "the connection to wait", func() bool { return serving.Pending(ln) == i+1 })
+			}
+			clk.Step(testGrace)
+			for i, want := range tt.want {
+				if i > 0 {
+					waitFor(t, 10*time.Second, "the next eviction to wait for its turn", clk.HasWaiters)
+					clk.Step(serving.DefaultEvictionInterval)
+				}
+				c := <-accepted
+				if got := ports[c.RemoteAddr().(*net.TCPAddr).Port]; got != want {
+					t.Fatalf("admitted waiting connection %d; want %d", got, want)
+				}
+			}
+		})
+	}
+}
+
+// TestLimitListenerEvictionInterval: with the budget full, connections
+// are closed to make room at most once per EvictionInterval: a second
+// newcomer waits until the interval has passed since the first (kept at
+// the interval less 1ns, admitted at it).
+func TestLimitListenerEvictionInterval(t *testing.T) {
+	t.Parallel()
+	clk := clocktesting.NewFakeClock(time.Unix(1000, 0))
+	inner := newChanListener()
+	ln := serving.LimitListener(inner, 2, serving.LimitOptions{Clock: clk})
+	defer ln.Close()
+	a := accept(t, inner, ln, "10.0.0.1")
+	b := accept(t, inner, ln, "10.0.0.1")
+	clk.Step(testGrace)
+	accept(t, inner, ln, "10.0.0.1") // closes a
+	if !isClosed(t, a.peer) {
+		t.Fatal("the oldest connection was not closed for the first newcomer")
+	}
+	accepted := acceptAll(ln)
+	inner.push()
+	waitFor(t, 10*time.Second, "the second newcomer to wait", func() bool { return serving.Pending(ln) == 1 && clk.HasWaiters() })
+	clk.Step(serving.DefaultEvictionInterval - time.Nanosecond)
+	if isClosed(t, b.peer) {
+		t.Fatal("a second connection was closed to make room within the interval")
+	}
+	clk.Step(time.Nanosecond)
+	<-accepted
+	if !isClosed(t, b.peer) {
+		t.Fatal("the second newcomer was admitted without closing the next oldest")
+	}
+}
+
+// TestLimitListenerReconnectPassedOver: newest first, but a connection
+// arriving from a source one of whose connections just closed (presumably
+// its reconnection) is passed over in the admission turn it arrived in: a
+// newcomer that arrived just before a reconnection is admitted at the
+// second turn after it, not overtaken by reconnection after reconnection.
+// (Its wait stays under two eviction intervals, so that the turns of the
+// longest waiting, TestLimitListenerWaitedTurn, do not decide.)
+func TestLimitListenerReconnectPassedOver(t *testing.T) {
+	t.Parallel()
+	const grace, interval = 10 * time.Millisecond, 200 * time.Millisecond
+	clk := clocktesting.NewFakeClock(time.Unix(1000, 0))
+	inner := newChanListener()
+	// A budget of two (two may wait), one of them busy: never the victim.
+	ln := serving.LimitListener(inner, 2, serving.LimitOptions{Clock: clk,
+		AdmissionOptions: serving.AdmissionOptions{EvictionGrace: grace, EvictionInterval: interval}})
+	defer ln.Close()
+	busy := accept(t, inner, ln, "10.0.0.1")
+	serving.WorkStart(busy.c)
+	serving.WorkEnd(busy.c, true)
+	serving.WorkStart(busy.c)
+	a := accept(t, inner, ln, "10.0.0.1")
+	accepted := acceptAll(ln)
+	admitOne := func(what string, step time.Duration) net.Conn {
+		t.Helper()
+		waitFor(t, 10*time.Second, what, clk.HasWaiters)
+		clk.Step(step)
+		return <-accepted
+	}
+	clk.Step(grace)
+	inner.pushFrom("10.0.0.1")
+	n1 := <-accepted // closes a
+	if !isClosed(t, a.peer) {
+		t.Fatal("a was not closed for the first newcomer")
+	}
+	// The newcomer arrives first, then a's reconnection.
+	clk.Step(time.Millisecond)
+	inner.pushFrom("10.0.0.1")
+	newcomer := int(inner.port.Load())
+	waitFor(t, 10*time.Second, "the newcomer to wait", func() bool { return serving.Pending(ln) == 1 })
+	inner.pushFrom("10.0.0.1")
+	waitFor(t, 10*time.Second, "the reconnection to wait", func() bool { return serving.Pending(ln) == 2 })
+	second := admitOne("the second admission", interval-time.Millisecond) // closes n1
+	if got := second.RemoteAddr().(*net.TCPAddr).Port; got == newcomer {
+		t.Fatalf("the newcomer, the first arrival after a close, was admitted at once; want it passed over once")
+	}
+	_ = n1
+	inner.pushFrom("10.0.0.1") // n1's reconnection: newest, passed over
+	waitFor(t, 10*time.Second, "n1's reconnection to wait", func() bool { return serving.Pending(ln) == 2 })
+	third := admitOne("the third admission", interval)
+	if got := third.RemoteAddr().(*net.TCPAddr).Port; got != newcomer {
+		t.Fatalf("third admitted port %d; want the newcomer (%d), not the newest reconnection", got, newcomer)
+	}
+}
+
+// TestLimitListenerWaitedTurn: every other admission takes the connection
+// that has waited longest among those that waited more than two eviction
+// intervals and less than a second: one overtaken by newer arrivals gets
+// its turn; one waiting longer than that does not.
+func TestLimitListenerWaitedTurn(t *testing.T) {
+	t.Parallel()
+	clk := clocktesting.NewFakeClock(time.Unix(1000, 0))
+	inner := newChanListener()
+	ln := serving.LimitListener(inner, 3, serving.LimitOptions{Clock: clk})
+	defer ln.Close()
+	for range 3 {
+		c := accept(t, inner, ln, "10.0.0.2")
+		serving.WorkStart(c.c)
+		serving.WorkEnd(c.c, false) // refused: the first to go
+	}
+	arrive := func(after time.Duration) int {
+		t.Helper()
+		clk.Step(after)
+		n := serving.Pending(ln)
+		inner.pushFrom("10.0.0.1")
+		waitFor(t, 10*time.Second, "the arrival to wait", func() bool { return serving.Pending(ln) == n+1 })
+		return int(inner.port.Load())
+	}
+	stale := arrive(0)
+	overtaken := arrive(time.Second - 2*serving.DefaultEvictionInterval) // will have waited 2 intervals
+	newest := arrive(2 * serving.DefaultEvictionInterval)
+	if clk.Since(time.Unix(1000, 0)) < testGrace {
+		clk.Step(testGrace)
+	}
+	accepted := acceptAll(ln)
+	var order []int
+	for range 2 {
+		order = append(order, (<-accepted).RemoteAddr().(*net.TCPAddr).Port)
+		clk.Step(serving.DefaultEvictionInterval)
+	}
+	slices.Sort(order)
+	if want := []int{overtaken, newest}; !slices.Equal(order, want) {
+		t.Errorf("the first two admitted are ports %v; want %v (the newest, and the one overtaken; not the one waiting over a second, %d)", order, want, stale)
+	}
+}
+
+// TestLimitListenerRefusals: a connection that has not completed a
+// request is closed at its 8th refused request (kept at the 7th); one that
+// completed a request is not closed for refusals.
+func TestLimitListenerRefusals(t *testing.T) {
+	t.Parallel()
+	clk := clocktesting.NewFakeClock(time.Unix(1000, 0))
+	inner := newChanListener()
+	ln := serving.LimitListener(inner, 10, serving.LimitOptions{Clock: clk})
+	defer ln.Close()
+	junk := accept(t, inner, ln, "10.0.0.1")
+	served := accept(t, inner, ln, "10.0.0.2")
+	serving.WorkStart(served.c)
+	serving.WorkEnd(served.c, true)
+	for i := 1; i <= 8; i++ {
+		for _, c := range []admitted{junk, served} {
+			serving.WorkStart(c.c)
+			serving.WorkEnd(c.c, false)
+		}
+		if got, want := isClosed(t, junk.peer), i == 8; got != want {
+			t.Fatalf("after %d refusals, the connection that completed none closed = %v; want %v", i, got, want)
+		}
+	}
+	if isClosed(t, served.peer) {
+		t.Error("a connection that completed a request was closed for refusals")
+	}
+}
+
+// TestLimitListenerPending: at most DefaultMaxPending connections (or the
+// budget, if smaller) wait to be admitted, the next in the kernel's queue;
+// one waiting longer than the handshake timeout is closed.
+func TestLimitListenerPending(t *testing.T) {
+	t.Parallel()
+	clk := clocktesting.NewFakeClock(time.Unix(1000, 0))
+	inner := newChanListener()
+	// One handshake at a time: x computes one, a waits for its turn; with
+	// the handshakes backlogged, no one is admitted.
+	ln := serving.AdmissionListener(inner, 2, serving.LimitOptions{Clock: clk,
+		AdmissionOptions: serving.AdmissionOptions{HandshakeConcurrency: 1, HandshakeRate: -1, PressureTimeout: -1}}, serving.AdmissionTestConfig{TLS: true, Handshake: 10 * time.Second})
+	defer ln.Close()
+	x := accept(t, inner, ln, "10.0.0.1")
+	a := accept(t, inner, ln, "10.0.0.1")
+	if err := serving.HandshakeTurn(x.c); err != nil {
+		t.Fatal(err)
+	}
+	go func() { _ = serving.HandshakeTurn(a.c) }()
+	waitFor(t, 10*time.Second, "the second handshake to wait", func() bool { return serving.HandshakesWaiting(ln) == 1 })
+	accepted := acceptAll(ln)
+	p1, p2 := inner.push(), inner.push() // the budget's worth wait
+	waitFor(t, 10*time.Second, "two connections to wait", func() bool { return serving.Pending(ln) == 2 })
+	inner.push()
+	if len(inner.conns) != 1 || serving.Pending(ln) != 2 {
+		t.Fatalf("connections left in the kernel's queue past the bound = %d, waiting %d; want 1, 2", len(inner.conns), serving.Pending(ln))
+	}
+	clk.Step(10*time.Second - time.Nanosecond)
+	if isClosed(t, p1) || isClosed(t, p2) {
+		t.Fatal("a waiting connection was closed 1ns before the handshake timeout")
+	}
+	select {
+	case c := <-accepted:
+		t.Fatalf("admitted %v while the handshakes were backlogged", c.RemoteAddr())
+	default:
+	}
+	clk.Step(time.Nanosecond)
+	waitFor(t, 10*time.Second, "the waiting connections to be closed at the timeout", func() bool { return isClosed(t, p1) && isClosed(t, p2) })
+	x.c.Close()
+	a.c.Close()
+}
+
+// TestLimitListenerAdaptiveGrace: when connections that moved on from a
+// stage needed longer than EvictionGrace there, the stage's grace grows to
+// four times their average, up to ten times EvictionGrace: a connection
+// is kept at that grace less 1ns, and closed at it.
+func TestLimitListenerAdaptiveGrace(t *testing.T) {
+	t.Parallel()
+	clk := clocktesting.NewFakeClock(time.Unix(1000, 0))
+	inner := newChanListener()
+	ln := serving.LimitListener(inner, 2, serving.LimitOptions{Clock: clk})
+	defer ln.Close()
+	for range 40 { // each waits 1s before its request: the average nears 1s
+		c := accept(t, inner, ln, "10.0.0.1")
+		sendByte(t, c.c, c.peer)
+		clk.Step(time.Second)
+		serving.WorkStart(c.c)
+		c.c.Close()
+	}
+	const grace = 10 * testGrace // 4 × ~1s, capped at 10 × EvictionGrace
+	a := accept(t, inner, ln, "10.0.0.1")
+	sendByte(t, a.c, a.peer)
+	b := accept(t, inner, ln, "10.0.0.1")
+	sendByte(t, b.c, b.peer)
+	clk.Step(grace - time.Nanosecond)
+	inner.push()
+	accepted := make(chan error, 1)
+	go func() { _, err := ln.Accept(); accepted <- err }()
+	waitFor(t, 10*time.Second, "Accept to wait for the grace", clk.HasWaiters)
+	if isClosed(t, a.peer) {
+		t.Fatal("a waiting connection was closed 1ns before its stage's grace")
+	}
+	clk.Step(time.Nanosecond)
+	if err := <-accepted; err != nil {
+		t.Fatal(err)
+	}
+	if !isClosed(t, a.peer) || isClosed(t, b.peer) {
+		t.Fatal("want the oldest waiting connection closed at the grace")
+	}
+}
+
+// TestLimitListenerFairness: within a stage the source that holds the
+// most connections loses one first, even when another source's
+// connection is older; connections closed by their clients make room
+// without closing any other.
+func TestLimitListenerFairness(t *testing.T) {
+	t.Parallel()
+	clk := clocktesting.NewFakeClock(time.Unix(1000, 0))
+	inner := newChanListener()
+	ln := serving.LimitListener(inner, 4, serving.LimitOptions{Clock: clk})
+	defer ln.Close()
+	legit := accept(t, inner, ln, "10.0.0.1")
+	var flood []admitted
+	for range 3 {
+		flood = append(flood, accept(t, inner, ln, "10.0.0.2"))
+	}
+	clk.Step(testGrace)
+	accept(t, inner, ln, "10.0.0.2")
+	if isClosed(t, legit.peer) {
+		t.Fatal("the connection of the source with one connection was closed; want one of the source with three")
+	}
+	if !isClosed(t, flood[0].peer) {
+		t.Fatal("want the oldest connection of the source with the most closed")
+	}
+	flood[1].c.Close()
+	accept(t, inner, ln, "10.0.0.3") // room: nothing else closed
+	if isClosed(t, legit.peer) || isClosed(t, flood[2].peer) {
+		t.Fatal("a connection was closed while there was room")
+	}
+
+	// Fairness off: one source for every address, the oldest goes.
+	inner2 := newChanListener()
+	ln2 := serving.LimitListener(inner2, 2, serving.LimitOptions{Clock: clk,
+		AdmissionOptions: serving.AdmissionOptions{Source: func(net.Addr) string { return "" }}})
+	defer ln2.Close()
+	old := accept(t, inner2, ln2, "10.0.0.1")
+	accept(t, inner2, ln2, "10.0.0.2")
+	clk.Step(testGrace)
+	accept(t, inner2, ln2, "10.0.0.2")
+	if !isClosed(t, old.peer) {
+		t.Fatal("without fairness the oldest connection was kept")
+	}
+}
+
+// TestLimitListenerPressureTimeouts: the waiting stage's timeout is its
+// configured value up to half the budget, then shrinks linearly to
+// PressureTimeout at a full budget; each edge is exact (checked when a
+// connection is accepted, at the timeout and 1ns before).
+func TestLimitListenerPressureTimeouts(t *testing.T) {
+	t.Parallel()
+	const max, relaxed, tight = 8, 10 * time.Second, 2 * time.Second
+	for _, tt := range []struct {
+		open    int // connections open when the probe is checked
+		timeout time.Duration
+	}{
+		{2, relaxed},
+		{4, relaxed},                     // half full
+		{6, relaxed - (relaxed-tight)/2}, // three quarters: halfway down
+		{8, tight},                       // full
+	} {
+		for _, early := range []bool{true, false} {
+			clk := clocktesting.NewFakeClock(time.Unix(1000, 0))
+			inner := newChanListener()
+			ln := serving.AdmissionListener(inner, max, serving.LimitOptions{Clock: clk,
+				AdmissionOptions: serving.AdmissionOptions{PressureTimeout: tight}}, serving.AdmissionTestConfig{Waiting: relaxed})
+			probe := accept(t, inner, ln, "10.0.0.1")
+			sendByte(t, probe.c, probe.peer) // waiting
+			var silent []admitted
+			for range tt.open - 1 {
+				silent = append(silent, accept(t, inner, ln, "10.0.0.2"))
+			}
+			age := tt.timeout
+			if early {
+				age -= time.Nanosecond
+			}
+			clk.Step(age)
+			accept(t, inner, ln, "10.0.0.3")
+			if got := isClosed(t, probe.peer); got == early {
+				t.Errorf("%d of %d open, a waiting connection aged %v: closed = %v; want %v (timeout %v)", tt.open, max, age, got, !early, tt.timeout)
+			}
+			for _, s := range silent {
+				s.c.Close()
+			}
+			ln.Close()
+		}
+	}
+}
+
+// TestLimitListenerHandshakeRate: a source past its handshake rate has its
+// next handshake held for its turn, first come, first served, while
+// another source's goes ahead; a connection closed while waiting gives its
+// turn back; each turn comes exactly on time.
+func TestLimitListenerHandshakeRate(t *testing.T) {
+	t.Parallel()
+	clk := clocktesting.NewFakeClock(time.Unix(1000, 0))
+	inner := newChanListener()
+	ln := serving.AdmissionListener(inner, 10, serving.LimitOptions{Clock: clk,
+		AdmissionOptions: serving.AdmissionOptions{HandshakeRate: 1, HandshakeBurst: 1, HandshakeConcurrency: -1}}, serving.AdmissionTestConfig{TLS: true})
+	defer ln.Close()
+	turn := func(c admitted) chan error {
+		done := make(chan error, 1)
+		go func() { done <- serving.HandshakeTurn(c.c) }()
+		return done
+	}
+	if err := <-turn(accept(t, inner, ln, "10.0.0.1")); err != nil { // the burst
+		t.Fatal(err)
+	}
+	gone := accept(t, inner, ln, "10.0.0.1")
+	goneTurn := turn(gone)
+	waitFor(t, 10*time.Second, "the second handshake to wait", clk.HasWaiters)
+	if err := <-turn(accept(t, inner, ln, "10.0.0.2")); err != nil {
+		t.Fatalf("another source's handshake: %v; want it to go ahead", err)
+	}
+	gone.c.Close()
+	if err := <-goneTurn; !errors.Is(err, net.ErrClosed) {
+		t.Fatalf("a waiting handshake whose connection closed = %v; want net.ErrClosed", err)
+	}
+	// The closed connection gave its turn back: the next is due in 1s
+	// (not 2s), exactly.
+	next := turn(accept(t, inner, ln, "10.0.0.1"))
+	waitFor(t, 10*time.Second, "the next handshake to wait", clk.HasWaiters)
+	clk.Step(time.Second - time.Nanosecond)
+	if !clk.HasWaiters() {
+		t.Fatal("a handshake past the rate went ahead 1ns before its turn")
+	}
+	clk.Step(time.Nanosecond)
+	if err := <-next; err != nil {
+		t.Fatalf("handshake at its turn: %v", err)
+	}
+}
+
+// TestLimitListenerHandshakeSlots: at most HandshakeConcurrency handshakes
+// are computed at once; the next waits, first come, first served, until
+// one ends: at the server's first flight (its first write), when the
+// handshake is done, or when the connection closes.
+func TestLimitListenerHandshakeSlots(t *testing.T) {
+	t.Parallel()
+	clk := clocktesting.NewFakeClock(time.Unix(1000, 0))
+	inner := newChanListener()
+	ln := serving.AdmissionListener(inner, 10, serving.LimitOptions{Clock: clk,
+		AdmissionOptions: serving.AdmissionOptions{HandshakeRate: -1, HandshakeConcurrency: 1}}, serving.AdmissionTestConfig{TLS: true})
+	defer ln.Close()
+	var order []int
+	var conns []admitted
+	for range 4 {
+		conns = append(conns, accept(t, inner, ln, "10.0.0.1"))
+	}
+	if err := serving.HandshakeTurn(conns[0].c); err != nil {
+		t.Fatal(err)
+	}
+	done := make(chan int, 3)
+	for i := 1; i < 4; i++ {
+		go func() {
+			if err := serving.HandshakeTurn(conns[i].c); err != nil {
+				done <- -i
+				return
+			}
+			done <- i
+		}()
+		waitFor(t, 10*time.Second, "the handshake to queue", func() bool { return serving.HandshakesWaiting(ln) == i })
+	}
+	// The first flight frees the slot: the next in line gets it.
+	go func() { _, _ = io.ReadAll(conns[0].peer) }()
+	if _, err := conns[0].c.Write([]byte("server hello")); err != nil {
+		t.Fatal(err)
+	}
+	defer conns[0].c.Close()
+	order = append(order, <-done)
+	serving.HandshakeDone(conns[1].c)
+	order = append(order, <-done)
+	conns[3].c.Close() // gives up waiting
+	order = append(order, <-done)
+	if n := serving.HandshakesWaiting(ln); n != 0 {
+		t.Errorf("handshakes waiting = %d; want 0", n)
+	}
+	if want := []int{1, 2, -3}; !slices.Equal(order, want) {
+		t.Errorf("handshakes got their slots in the order %v; want %v", order, want)
+	}
 }
 
 func TestLimitListenerNoLimit(t *testing.T) {
@@ -121,6 +694,23 @@ func TestLimitListenerNoLimit(t *testing.T) {
 	inner := newChanListener()
 	if ln := serving.LimitListener(inner, 0, serving.LimitOptions{}); ln != net.Listener(inner) {
 		t.Error("LimitListener(ln, 0) wrapped ln; want ln itself")
+	}
+}
+
+func TestSourceAddress(t *testing.T) {
+	t.Parallel()
+	for _, tt := range []struct {
+		addr net.Addr
+		want string
+	}{
+		{&net.TCPAddr{IP: net.ParseIP("10.1.2.3"), Port: 5}, "10.1.2.3"},
+		{&net.TCPAddr{IP: net.ParseIP("::ffff:10.1.2.3"), Port: 5}, "10.1.2.3"},
+		{&net.TCPAddr{IP: net.ParseIP("2001:db8:1:2:3:4:5:6"), Port: 5}, "2001:db8:1:2::/64"},
+		{&net.UnixAddr{Name: "@", Net: "unix"}, ""},
+	} {
+		if got := serving.SourceAddress(tt.addr); got != tt.want {
+			t.Errorf("SourceAddress(%v) = %q; want %q", tt.addr, got, tt.want)
+		}
 	}
 }
 

@@ -2,6 +2,7 @@ package serving
 
 import (
 	"context"
+	"crypto/tls"
 	"errors"
 	"fmt"
 	"io"
@@ -16,6 +17,7 @@ import (
 	"k8s.io/utils/clock"
 
 	"github.com/reviewauth/reviewauth/internal/loglimit"
+	"github.com/reviewauth/reviewauth/metrics"
 )
 
 // Defaults of [ServerOptions]. Each is used when its field is zero; each
@@ -23,9 +25,9 @@ import (
 const (
 	// DefaultMaxConnections caps the connections a server keeps open. It
 	// is further capped, at start, to half of the process's open-file
-	// limit less 64 (see [MaxConnectionsFor]), since a proxied connection
-	// may need a second one upstream and the process needs files for the
-	// API server and its own work.
+	// limit less 128 (see [MaxConnectionsFor]), since a proxied connection
+	// may need a second one upstream, up to 64 more wait to be admitted,
+	// and the process needs files for the API server and its own work.
 	DefaultMaxConnections = 1024
 
 	// DefaultReadHeaderTimeout bounds the time from a connection's first
@@ -83,6 +85,12 @@ type ServerOptions struct {
 	// means [DefaultMaxConnections], capped by the open-file limit
 	// ([MaxConnectionsFor]); negative means no cap.
 	MaxConnections int
+	// Admission tunes how connections past MaxConnections make room,
+	// and the timeouts under pressure (see [LimitListener]).
+	Admission AdmissionOptions
+	// Metrics, if not nil, counts the connections (see
+	// [LimitOptions].Metrics).
+	Metrics *metrics.Metrics
 	// ReadHeaderTimeout, ReadTimeout (per read of a body), WriteTimeout
 	// (per write of a response) and IdleTimeout: zero means
 	// DefaultReadHeaderTimeout, DefaultReadTimeout, DefaultWriteTimeout
@@ -116,15 +124,21 @@ type ServerOptions struct {
 	// ready once it starts shutting down.
 	Health *Health
 
-	// Clock paces the server's own log lines. Nil means the real clock.
-	Clock clock.PassiveClock
+	// Clock paces the server's own log lines and tells the time of
+	// connections' stages. Nil means the real clock.
+	Clock clock.Clock
 }
 
 // HTTPServer is a net/http server hardened against clients that hold
 // connections:
 //
-//   - at most MaxConnections connections are open ([LimitListener]); the
-//     next waits, and the limit being reached is logged;
+//   - at most MaxConnections connections are open ([LimitListener]); when
+//     they are, a new connection makes room by closing the one that has
+//     done the least for the longest (a silent one first, a connection
+//     that completed a request and is in use last), logged; the
+//     handshake, header and idle timeouts shrink as the budget fills; and
+//     each client address starts at most HandshakeRate TLS handshakes a
+//     second;
 //   - headers must arrive within ReadHeaderTimeout, each read of a body
 //     must complete within ReadTimeout (a per-read deadline, so that
 //     uploads and client streams may last while the client sends), and
@@ -227,13 +241,36 @@ func (s *HTTPServer) Serve(ctx context.Context, ln net.Listener) error {
 	}
 	srv.Protocols = protocols
 
-	ln = LimitListener(ln, s.maxConn, LimitOptions{Logger: logger, Clock: s.opts.Clock})
 	if c := s.opts.Certificates; c != nil {
 		protos := []string{"http/1.1"}
 		if !s.opts.DisableHTTP2 {
 			protos = []string{"h2", "http/1.1"}
 		}
 		srv.TLSConfig = c.ServerConfig(protos...)
+	}
+	if s.maxConn > 0 {
+		adm := newAdmission(s.maxConn, admissionConfig{
+			LimitOptions: LimitOptions{AdmissionOptions: s.opts.Admission, Logger: logger, Clock: s.opts.Clock, Metrics: s.opts.Metrics},
+			handshake:    s.opts.ReadHeaderTimeout, waiting: s.opts.ReadHeaderTimeout, idle: s.opts.IdleTimeout,
+			tls: s.opts.Certificates != nil,
+		})
+		ln = adm.listener(ln)
+		if srv.TLSConfig != nil {
+			srv.TLSConfig = admissionTLS(srv.TLSConfig)
+		}
+		srv.ConnContext = func(ctx context.Context, c net.Conn) context.Context {
+			if ac := admConnOf(c); ac != nil {
+				return withConn(ctx, ac)
+			}
+			return ctx
+		}
+		srv.ConnState = func(c net.Conn, st http.ConnState) {
+			if ac := admConnOf(c); ac != nil && st == http.StateHijacked {
+				ac.hijacked()
+			}
+		}
+	}
+	if c := s.opts.Certificates; c != nil {
 		certCtx, stopCerts := context.WithCancel(ctx)
 		certsDone := make(chan struct{})
 		go func() { defer close(certsDone); c.Run(certCtx) }()
@@ -300,6 +337,12 @@ type deadliner interface {
 
 func (g *guard) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	gw := guardedWriter{ResponseWriter: w, timeout: g.writeTimeout, http1: r.ProtoMajor == 1}
+	if ac := connFrom(r.Context()); ac != nil {
+		// The connection's admission stage: a request in progress, then
+		// one completed unless refused.
+		ac.workStart()
+		defer func() { ac.workEnd(httpOutcome(gw.code)) }()
+	}
 	gw.d, _ = w.(deadliner)
 	gw.extend()
 	if r.ContentLength != 0 && r.Body != nil && r.Body != http.NoBody && gw.d != nil && g.readTimeout > 0 {
@@ -337,6 +380,7 @@ type guardedWriter struct {
 	http1       bool
 	wroteHeader bool
 	refused     bool
+	code        int // the status sent; 0 before the header
 }
 
 func (g *guardedWriter) extend() {
@@ -348,6 +392,7 @@ func (g *guardedWriter) extend() {
 func (g *guardedWriter) WriteHeader(code int) {
 	if !g.wroteHeader && code >= 200 {
 		g.wroteHeader = true
+		g.code = code
 		if code >= 400 && g.http1 {
 			// Only on HTTP/1: on HTTP/2 net/http turns this header into a
 			// GOAWAY for the whole connection, whose other streams may be
@@ -361,7 +406,7 @@ func (g *guardedWriter) WriteHeader(code int) {
 
 func (g *guardedWriter) Write(p []byte) (int, error) {
 	if !g.wroteHeader {
-		g.wroteHeader = true
+		g.wroteHeader, g.code = true, http.StatusOK
 	}
 	g.extend()
 	return g.ResponseWriter.Write(p)
@@ -380,6 +425,27 @@ func (g *guardedWriter) Flush() { _ = g.FlushError() }
 // Unwrap lets http.ResponseController reach the underlying writer (for
 // Hijack, EnableFullDuplex, deadlines).
 func (g *guardedWriter) Unwrap() http.ResponseWriter { return g.ResponseWriter }
+
+// httpOutcome is the outcome of a request answered with code.
+func httpOutcome(code int) outcome {
+	switch {
+	case code < 400:
+		return outcomeServed
+	case code == http.StatusUnauthorized || code == http.StatusForbidden:
+		return outcomeRefused
+	}
+	return outcomeOther
+}
+
+// admConnOf returns the admitted connection under c, a connection of an
+// admission listener, TLS or not.
+func admConnOf(c net.Conn) *admConn {
+	if tc, ok := c.(*tls.Conn); ok {
+		c = tc.NetConn()
+	}
+	ac, _ := c.(*admConn)
+	return ac
+}
 
 // pacedWriter turns net/http's ErrorLog lines into paced log lines.
 type pacedWriter struct {

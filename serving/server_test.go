@@ -20,6 +20,7 @@ import (
 	"golang.org/x/net/http2/hpack"
 	"k8s.io/klog/v2"
 
+	"github.com/reviewauth/reviewauth/metrics"
 	"github.com/reviewauth/reviewauth/serving"
 )
 
@@ -250,15 +251,17 @@ func TestIdleConnectionsAreClosed(t *testing.T) {
 	}
 }
 
-// TestConnectionLimit: at the limit the server accepts no more
-// connections, logs it once, and serves the waiting client as soon as a
-// held connection closes; a legitimate request then succeeds.
+// TestConnectionLimit: with MaxConnections held by clients that send
+// nothing, a new client is served without waiting for any of them to
+// leave: the server closes the silent connection that has waited longest
+// (once past its grace) and logs it; the others are kept.
 func TestConnectionLimit(t *testing.T) {
 	t.Parallel()
 	const max = 50
 	var logs lines
 	ctx := klog.NewContext(t.Context(), logs.logger())
-	srv, err := serving.NewHTTPServer(refuseUnauthenticated, serving.ServerOptions{MaxConnections: max})
+	m := metrics.New()
+	srv, err := serving.NewHTTPServer(refuseUnauthenticated, serving.ServerOptions{MaxConnections: max, Metrics: m})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -275,17 +278,8 @@ func TestConnectionLimit(t *testing.T) {
 		defer c.Close()
 		held[i] = c
 	}
-	limitLogged := func() bool {
-		for _, l := range logs.snapshot() {
-			if strings.Contains(l, "connection limit reached") && strings.Contains(l, `"limit"=50`) {
-				return true
-			}
-		}
-		return false
-	}
-	waitFor(t, 10*time.Second, "the limit to be logged", limitLogged)
-
-	// limit+1: a plain HTTP request on a new connection waits...
+	admitted := admittedGauge(t, m)
+	waitFor(t, 10*time.Second, "the held connections to be admitted", func() bool { return admitted() == max })
 	c, err := net.Dial("tcp", addr)
 	if err != nil {
 		t.Fatal(err)
@@ -294,22 +288,29 @@ func TestConnectionLimit(t *testing.T) {
 	if _, err := io.WriteString(c, "GET / HTTP/1.1\r\nHost: x\r\nAuthorization: Bearer x\r\n\r\n"); err != nil {
 		t.Fatal(err)
 	}
-	// ... until a held connection closes.
-	held[0].Close()
 	_ = c.SetReadDeadline(time.Now().Add(10 * time.Second))
 	resp, err := http.ReadResponse(bufio.NewReader(c), nil)
 	if err != nil || resp.StatusCode != 200 {
-		t.Fatalf("request waiting for a slot = %v, %v; want 200 once one freed", resp, err)
+		t.Fatalf("request past the limit = %v, %v; want 200", resp, err)
 	}
-	n := 0
-	for _, l := range logs.snapshot() {
-		if strings.Contains(l, "connection limit reached") {
-			n++
+	closed := 0
+	for _, h := range held {
+		_ = h.SetReadDeadline(time.Now().Add(10 * time.Millisecond))
+		if _, err := h.Read(make([]byte, 1)); err == io.EOF || errors.Is(err, syscall.ECONNRESET) {
+			closed++
 		}
 	}
-	if n != 1 {
-		t.Errorf("limit lines = %d; want 1 (paced)", n)
+	if closed != 1 {
+		t.Errorf("held connections closed by the server = %d; want 1 (room for one)", closed)
 	}
+	waitFor(t, 10*time.Second, "the eviction to be logged", func() bool {
+		for _, l := range logs.snapshot() {
+			if strings.Contains(l, "connection budget full") && strings.Contains(l, `"limit"=50`) && strings.Contains(l, `"evicted.silent"=1`) {
+				return true
+			}
+		}
+		return false
+	})
 }
 
 // TestPerWriteDeadline: a client that stops reading is cut off after

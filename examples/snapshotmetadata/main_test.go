@@ -45,6 +45,8 @@ import (
 	smsfake "github.com/kubernetes-csi/external-snapshot-metadata/client/clientset/versioned/fake"
 
 	"github.com/reviewauth/reviewauth/authtest"
+	"github.com/reviewauth/reviewauth/examples/internal/clitest"
+	"github.com/reviewauth/reviewauth/internal/reliability"
 )
 
 func TestMain(m *testing.M) {
@@ -55,6 +57,8 @@ func TestMain(m *testing.M) {
 	if err := os.Setenv("KUBE_FEATURE_WatchListClient", "false"); err != nil {
 		panic(err)
 	}
+	reliability.MaybeAttack()               // TestFloods' attackers run as processes of this binary
+	clitest.MaybeRunMain(fakeSnapshotsMain) // TestFloods runs the sidecar as a process
 	goleak.VerifyTestMain(m,
 		// Idle keep-alive connections of the clients the sidecar built
 		// close asynchronously once the fake API server is gone.

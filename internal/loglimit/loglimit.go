@@ -2,7 +2,10 @@
 // once, then one per interval, with a count of the lines it left out. It is
 // what keeps refusals visible at the default verbosity without letting a
 // client looping on a bad token (or an attacker) fill the log with a line
-// per request.
+// per request. The same bucket paces other events that must not come
+// faster than a rate (package serving's TLS handshakes per source, and
+// streams a client resets): [Limiter.Reserve] queues them in order instead
+// of refusing them.
 package loglimit
 
 import (
@@ -63,4 +66,45 @@ func (l *Limiter) Allow() (ok bool, suppressed int) {
 	n := l.suppressed
 	l.suppressed = 0
 	return true, n
+}
+
+// Reserve admits one event at the time it conforms to the bucket, and
+// returns how long from now that is: zero within the burst, then one
+// interval after the previous reservation, so that events that reserve in
+// turn are admitted in the same order (first come, first served). It never
+// refuses, and counts nothing as suppressed. An event that will not happen
+// after all (its caller gave up waiting) gives its place back with
+// [Limiter.Unreserve].
+func (l *Limiter) Reserve() time.Duration {
+	if l.interval <= 0 {
+		return 0
+	}
+	now := l.clock.Now()
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	tat := l.tat
+	if tat.Before(now) {
+		tat = now
+	}
+	at := tat.Add(-time.Duration(l.burst-1) * l.interval)
+	l.tat = tat.Add(l.interval)
+	if at.Before(now) {
+		return 0
+	}
+	return at.Sub(now)
+}
+
+// Unreserve gives back one reservation of [Limiter.Reserve] that was not
+// used: the next event may come one interval sooner. It never makes room
+// beyond a full bucket.
+func (l *Limiter) Unreserve() {
+	if l.interval <= 0 {
+		return
+	}
+	now := l.clock.Now()
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	if l.tat.After(now) {
+		l.tat = l.tat.Add(-l.interval)
+	}
 }

@@ -92,3 +92,43 @@ func TestLimiterConcurrent(t *testing.T) {
 		t.Errorf("Allow() after a second = %v, %d; want true, 790", ok, n)
 	}
 }
+
+// TestLimiterReserve: a burst is admitted at once, then each reservation
+// one interval after the previous, in order, exactly at the interval; an
+// unused reservation gives its place back, and a pause refills the burst,
+// no more. Allow and Reserve share the bucket.
+func TestLimiterReserve(t *testing.T) {
+	t.Parallel()
+	const burst, interval = 2, 100 * time.Millisecond
+	clk := clocktesting.NewFakePassiveClock(time.Unix(1000, 0))
+	l := loglimit.New(burst, interval, clk)
+	for i, want := range []time.Duration{0, 0, interval, 2 * interval, 3 * interval} {
+		if got := l.Reserve(); got != want {
+			t.Fatalf("Reserve() #%d = %v; want %v", i, got, want)
+		}
+	}
+	l.Unreserve()
+	if got := l.Reserve(); got != 3*interval {
+		t.Fatalf("Reserve() after Unreserve = %v; want %v (the place given back)", got, 3*interval)
+	}
+	if ok, _ := l.Allow(); ok {
+		t.Fatal("Allow() with reservations queued = true; want false")
+	}
+	clk.SetTime(clk.Now().Add(4*interval - time.Nanosecond))
+	if got := l.Reserve(); got != time.Nanosecond {
+		t.Fatalf("Reserve() 1ns before its turn = %v; want 1ns", got)
+	}
+	clk.SetTime(clk.Now().Add(time.Hour))
+	l.Unreserve() // nothing reserved: no room beyond a full bucket
+	for i := range burst {
+		if got := l.Reserve(); got != 0 {
+			t.Fatalf("Reserve() #%d after a pause = %v; want 0", i, got)
+		}
+	}
+	if got := l.Reserve(); got != interval {
+		t.Fatalf("Reserve() past the refilled burst = %v; want %v", got, interval)
+	}
+	if got := loglimit.New(1, 0, nil).Reserve(); got != 0 {
+		t.Fatalf("Reserve() with no interval = %v; want 0", got)
+	}
+}

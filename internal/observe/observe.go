@@ -11,6 +11,7 @@ import (
 	"slices"
 	"strconv"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
@@ -48,6 +49,10 @@ type Recorder struct {
 	decisions   *prometheus.CounterVec
 	staleServes *prometheus.CounterVec
 	refusals    *prometheus.CounterVec
+	jwks        prometheus.Gauge
+	jwksSet     atomic.Bool // jwks has been set: collect it
+	conns       *prometheus.GaugeVec
+	connsClosed *prometheus.CounterVec
 
 	// decided holds the decision counters of the known transports and
 	// outcomes, resolved once: a request pays a map read, not a label hash.
@@ -104,6 +109,12 @@ func NewRecorder() *Recorder {
 		cacheEntries:   cacheDesc("reviewauth_cache_entries", "Entries held now, by cache, in caches still in use."),
 		coalesced: cacheDesc("reviewauth_cache_coalesced_total",
 			"Lookups that waited for a review another caller had started instead of sending their own, by cache."+retiredToo),
+		jwks: prometheus.NewGauge(prometheus.GaugeOpts{Name: "reviewauth_jwks_preverify_available",
+			Help: "1 when the cluster's service-account key set was read at the last try and tokens are pre-verified against it; 0 when it could not be read (every token is then reviewed). Absent without pre-verification."}),
+		conns: prometheus.NewGaugeVec(prometheus.GaugeOpts{Name: "reviewauth_connections",
+			Help: "Client connections of servers of package serving: admitted (at most the budget), and waiting (accepted, not admitted yet)."}, []string{"state"}),
+		connsClosed: counters("reviewauth_connections_closed_total",
+			"Client connections a server of package serving closed to make room (evicted), past a timeout shrunk by pressure (timeout), past the rapid-reset bound (rapid_reset), or after 8 refused requests and none served (refused), by reason and by the stage the connection was in.", "reason", "stage"),
 		keyPRF: prometheus.NewDesc("reviewauth_cache_key_prf_info",
 			"The keyed hash cache keys are derived with in this process (cache.PRF): sha256 or blake2b; always 1.", []string{"prf"}, nil),
 	}
@@ -119,7 +130,11 @@ func NewRecorder() *Recorder {
 // vecs are the collectors a Recorder holds, apart from the cache metrics
 // it computes at scrape time.
 func (m *Recorder) vecs() []prometheus.Collector {
-	return []prometheus.Collector{m.reviews, m.latency, m.retries, m.inFlight, m.decisions, m.staleServes, m.refusals}
+	cs := []prometheus.Collector{m.reviews, m.latency, m.retries, m.inFlight, m.decisions, m.staleServes, m.refusals, m.conns, m.connsClosed}
+	if m.jwksSet.Load() {
+		cs = append(cs, m.jwks)
+	}
+	return cs
 }
 
 // Describe implements prometheus.Collector.
@@ -129,6 +144,9 @@ func (m *Recorder) Describe(ch chan<- *prometheus.Desc) {
 	}
 	for _, c := range m.vecs() {
 		c.Describe(ch)
+	}
+	if !m.jwksSet.Load() {
+		m.jwks.Describe(ch)
 	}
 	for _, d := range []*prometheus.Desc{m.cacheHits, m.cacheMisses, m.cacheEvictions, m.cacheExpired, m.cacheEntries, m.coalesced, m.keyPRF} {
 		ch <- d
@@ -268,6 +286,38 @@ func (m *Recorder) StaleServe(cacheName string) {
 		return
 	}
 	m.staleServes.WithLabelValues(cacheName).Inc()
+}
+
+// Connections adds delta to the connections in state ("admitted",
+// "waiting").
+func (m *Recorder) Connections(state string, delta int) {
+	if m == nil {
+		return
+	}
+	m.conns.WithLabelValues(state).Add(float64(delta))
+}
+
+// ConnectionClosed records a connection a server closed for reason, in
+// stage.
+func (m *Recorder) ConnectionClosed(reason, stage string) {
+	if m == nil {
+		return
+	}
+	m.connsClosed.WithLabelValues(reason, stage).Inc()
+}
+
+// JWKSAvailable records whether the last read of the cluster's key set for
+// pre-verification succeeded.
+func (m *Recorder) JWKSAvailable(ok bool) {
+	if m == nil {
+		return
+	}
+	if ok {
+		m.jwks.Set(1)
+	} else {
+		m.jwks.Set(0)
+	}
+	m.jwksSet.Store(true)
 }
 
 // recorderOf is the accessor package metrics installs.

@@ -58,7 +58,8 @@ type Options struct {
 	Backoff wait.Backoff
 	// Clock spaces retries and rate-limits logging. Nil is the real clock.
 	Clock clock.Clock
-	// MaxInFlight bounds concurrent requests.
+	// MaxInFlight bounds concurrent requests. Reviews past it wait their
+	// turn in a fair queue: see [Retrier.Do].
 	MaxInFlight int
 	// AttemptTimeout bounds each request, in real time like context
 	// deadlines; negative means no bound of its own.
@@ -73,7 +74,7 @@ type Retrier struct {
 	backoff        wait.Backoff
 	clock          clock.Clock
 	attemptTimeout time.Duration
-	sem            chan struct{}
+	queue          *Queue // the MaxInFlight bound, shared fairly
 	obs            Observer
 
 	mu          sync.Mutex
@@ -131,7 +132,7 @@ func New(kind string, o Options) *Retrier {
 	if at == 0 {
 		at = DefaultAttemptTimeout
 	}
-	return &Retrier{kind: kind, backoff: b, clock: clk, attemptTimeout: at, sem: make(chan struct{}, maxInFlight), obs: o.Observer}
+	return &Retrier{kind: kind, backoff: b, clock: clk, attemptTimeout: at, queue: NewQueue(maxInFlight), obs: o.Observer}
 }
 
 // MaxInFlightSeen returns the largest number of concurrent requests seen.
@@ -141,6 +142,10 @@ func (r *Retrier) MaxInFlightSeen() int {
 	return r.maxSeen
 }
 
+// Waiting returns the number of reviews waiting for one of the MaxInFlight
+// slots.
+func (r *Retrier) Waiting() int { return r.queue.Waiting() }
+
 // errAttemptTimeout is the cause of an attempt cut by the attempt timeout.
 var errAttemptTimeout = errors.New("attempt timed out")
 
@@ -148,7 +153,10 @@ var errAttemptTimeout = errors.New("attempt timed out")
 // retrying, or the retry budget runs out: the backoff's steps, or ctx's
 // deadline (a retry whose wait would end past the deadline is not tried).
 // Each attempt runs under its own timeout (Options.AttemptTimeout), and an
-// attempt that times out is retried. Before each wait, Do tells the callers
+// attempt that times out is retried. An attempt waits for one of the
+// MaxInFlight slots in a fair queue: reviews of tokens verified locally
+// ([WithVerified]) first, then the [Source] addresses of ctx in turn, and
+// the connections of one address in turn, each first come, first served. Before each wait, Do tells the callers
 // sharing the review ([cache.Postpone]) when the next attempt is due, so
 // that those whose deadline comes first leave at once with the error so
 // far.
@@ -220,9 +228,20 @@ func (r *Retrier) Do(ctx context.Context, redact func(string) string, attempt fu
 }
 
 // try runs one attempt under the attempt timeout, with client-go's logging
-// capped (see [MaxClientVerbosity]).
+// capped (see [MaxClientVerbosity]). An attempt under way is not cut short
+// when ctx is cancelled (every caller of a shared review gave up, or their
+// streams were reset): its request has reached the API server, which
+// counts it either way, and its answer, once stored, spares the next
+// caller with the same question a second review (a junk token sent again
+// costs one review, not two). It still ends at ctx's deadline, and Do
+// makes no further attempt once ctx is done.
 func (r *Retrier) try(ctx context.Context, attempt func(ctx context.Context) error) error {
-	actx := quiet(ctx)
+	actx := quiet(context.WithoutCancel(ctx))
+	if dl, ok := ctx.Deadline(); ok {
+		var cancel context.CancelFunc
+		actx, cancel = context.WithDeadline(actx, dl)
+		defer cancel()
+	}
 	if r.attemptTimeout > 0 {
 		var cancel context.CancelFunc
 		actx, cancel = context.WithTimeoutCause(actx, r.attemptTimeout, errAttemptTimeout)
@@ -276,11 +295,14 @@ func (r *Retrier) refused(ctx context.Context, err error) {
 		"review", r.kind, "sameSinceLastLog", suppressed)
 }
 
+// acquire takes one of the MaxInFlight slots. When none is free, the
+// caller waits its turn in the fair queue (see [Queue]): verified tokens
+// first ([WithVerified]), then round robin over the [Source] addresses and
+// their connections, so that one client's flood of reviews never holds
+// another's behind it.
 func (r *Retrier) acquire(ctx context.Context) error {
-	select {
-	case r.sem <- struct{}{}:
-	case <-ctx.Done():
-		return ctx.Err()
+	if err := r.queue.Acquire(ctx); err != nil {
+		return err
 	}
 	r.mu.Lock()
 	r.inFlight++
@@ -298,7 +320,7 @@ func (r *Retrier) release() {
 	r.mu.Lock()
 	r.inFlight--
 	r.mu.Unlock()
-	<-r.sem
+	r.queue.Release()
 	if r.obs.InFlight != nil {
 		r.obs.InFlight(r.kind, -1)
 	}

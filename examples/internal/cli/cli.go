@@ -102,7 +102,7 @@ func (f *Flags) AddBaseFlags(fs *pflag.FlagSet) {
 	fs.StringVar(&f.MetricsListen, "metrics-listen", f.MetricsListen,
 		"Address to serve Prometheus metrics on, at /metrics, with /healthz, /livez and /readyz (for example 127.0.0.1:9090); plain HTTP. Not served when empty.")
 	fs.IntVar(&f.MaxConnections, "max-connections", 0,
-		fmt.Sprintf("Most connections kept open at once; more wait until one closes. 0 means %d, capped to half the open-file limit.", serving.DefaultMaxConnections))
+		fmt.Sprintf("Most client connections kept open at once; past it, a new connection is admitted by closing the one that has done the least for the longest (see serving.LimitListener). 0 means %d, capped to half the open-file limit.", serving.DefaultMaxConnections))
 }
 
 // versionValue is --version: a boolean that also takes "raw", as

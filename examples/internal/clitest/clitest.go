@@ -102,11 +102,16 @@ func Start(t testing.TB, args ...string) *Proc {
 // Stop sends SIGTERM and waits for the program to exit; it fails the test
 // if the program does not exit cleanly within 30s. Calling it again does
 // nothing.
-func (p *Proc) Stop(t testing.TB) {
+func (p *Proc) Stop(t testing.TB) { p.Terminate(t) }
+
+// Terminate is Stop, and returns how long the program took to exit after
+// SIGTERM (zero if it had exited already).
+func (p *Proc) Terminate(t testing.TB) time.Duration {
 	t.Helper()
 	if p.cmd.ProcessState != nil {
-		return
+		return 0
 	}
+	start := time.Now()
 	_ = p.cmd.Process.Signal(syscall.SIGTERM)
 	select {
 	case err := <-p.exited:
@@ -118,7 +123,11 @@ func (p *Proc) Stop(t testing.TB) {
 		_ = p.cmd.Process.Kill()
 		t.Errorf("program did not exit within 30s of SIGTERM")
 	}
+	return time.Since(start)
 }
+
+// Pid is the program's process id.
+func (p *Proc) Pid() int { return p.cmd.Process.Pid }
 
 // Output is what the program wrote, standard output then standard error.
 func (p *Proc) Output() string { return p.Stdout.String() + p.Stderr.String() }

@@ -1,0 +1,228 @@
+package reliability
+
+import (
+	"bytes"
+	"context"
+	"encoding/json"
+	"fmt"
+	"io"
+	"math/rand/v2"
+	"os"
+	"os/exec"
+	"os/signal"
+	"strconv"
+	"sync/atomic"
+	"syscall"
+	"testing"
+	"time"
+
+	"google.golang.org/grpc"
+	"google.golang.org/grpc/credentials"
+	"google.golang.org/grpc/mem"
+	"google.golang.org/grpc/metadata"
+)
+
+// envAttack carries an [AttackSpec] to the attacker process.
+const envAttack = "REVIEWAUTH_ATTACK"
+
+// attackerNice is the attacker process's nice value: the server it attacks
+// is scheduled first, as one attacked from other machines would be; the
+// attack still takes whatever CPU the server leaves.
+const attackerNice = 10
+
+// AttackSpec is an attack run by [StartAttack] in a process of its own.
+type AttackSpec struct {
+	// Addr is the server's host:port; URL its URL, for JunkHTTP.
+	Addr, URL string
+	// Kind is a connection attack ([Flood]), or "junk-http" (JunkHTTP of
+	// URL) or "junk-grpc" (calls of Method, each with a junk token both
+	// in the authorization metadata and as field 1 of the request, as the
+	// CSI SnapshotMetadata API carries it).
+	Kind Attack
+	// N is the number of attackers.
+	N int
+	// Path is the HTTP path or gRPC method.
+	Path string
+	// Genuine is a token of the cluster, for [JunkTokens].
+	Genuine string
+	// PerConn is the number of calls a junk-grpc attacker runs at a time
+	// on its connection.
+	PerConn int
+	// Run names this attack's junk tokens (distinct from every other
+	// run's); empty means a random name.
+	Run string
+}
+
+// The junk attacks of AttackSpec.Kind.
+const (
+	JunkHTTPAttack Attack = "junk-http"
+	JunkGRPCAttack Attack = "junk-grpc"
+)
+
+// AttackResult is what an attack process reports when it stops.
+type AttackResult struct {
+	Conns, Streams, Sent int64
+}
+
+// MaybeAttack runs the attack the test binary was started for by
+// [StartAttack] and exits. Call it first in TestMain.
+func MaybeAttack() {
+	v := os.Getenv(envAttack)
+	if v == "" {
+		return
+	}
+	var spec AttackSpec
+	if err := json.Unmarshal([]byte(v), &spec); err != nil {
+		fmt.Fprintln(os.Stderr, "attack:", err)
+		os.Exit(2)
+	}
+	ctx, stop := signal.NotifyContext(context.Background(), syscall.SIGTERM, os.Interrupt)
+	// The test closes stdin when it goes away: stop then too.
+	go func() { _, _ = io.Copy(io.Discard, os.Stdin); stop() }()
+	res := runAttack(ctx, spec)
+	_ = json.NewEncoder(os.Stdout).Encode(res)
+	os.Exit(0)
+}
+
+func runAttack(ctx context.Context, spec AttackSpec) AttackResult {
+	switch spec.Kind {
+	case JunkHTTPAttack:
+		return AttackResult{Sent: JunkHTTP(ctx, spec.URL, spec.N, JunkTokens(spec.Genuine, spec.Run))}
+	case JunkGRPCAttack:
+		junk := JunkTokens(spec.Genuine, spec.Run)
+		creds := grpc.WithTransportCredentials(credentials.NewTLS(attackerTLS("h2")))
+		sent := JunkGRPC(ctx, spec.N, max(spec.PerConn, 1), func() (*grpc.ClientConn, error) { return grpc.NewClient(spec.Addr, creds) },
+			func(ctx context.Context, cc *grpc.ClientConn, i int) error {
+				return junkCall(ctx, cc, spec.Path, junk(i))
+			})
+		return AttackResult{Sent: sent}
+	}
+	st := Flood(ctx, spec.Addr, spec.Kind, spec.N, FloodOptions{Path: spec.Path})
+	return AttackResult{Conns: st.Conns.Load(), Streams: st.Streams.Load()}
+}
+
+// junkCall calls method with token in the authorization metadata and as
+// field 1 of the request (a length-delimited field: a string), and reads
+// the answer until the call ends.
+func junkCall(ctx context.Context, cc *grpc.ClientConn, method, token string) error {
+	ctx = metadata.AppendToOutgoingContext(ctx, "authorization", "Bearer "+token)
+	s, err := cc.NewStream(ctx, &grpc.StreamDesc{ServerStreams: true}, method, grpc.ForceCodecV2(rawCodec{}))
+	if err != nil {
+		return err
+	}
+	msg := append([]byte{0x0a}, appendVarint(nil, uint64(len(token)))...)
+	msg = append(msg, token...)
+	if err := s.SendMsg(&msg); err != nil {
+		return err
+	}
+	if err := s.CloseSend(); err != nil {
+		return err
+	}
+	for {
+		var resp []byte
+		if err := s.RecvMsg(&resp); err != nil {
+			if err == io.EOF {
+				return nil
+			}
+			return err
+		}
+	}
+}
+
+func appendVarint(b []byte, v uint64) []byte {
+	for v >= 0x80 {
+		b = append(b, byte(v)|0x80)
+		v >>= 7
+	}
+	return append(b, byte(v))
+}
+
+// Attacker is an attack running in a process of its own.
+type Attacker struct {
+	cmd    *exec.Cmd
+	stdin  io.WriteCloser
+	out    bytes.Buffer
+	result AttackResult
+	done   atomic.Bool
+}
+
+// StartAttack runs spec in a new process of the test binary (whose
+// TestMain calls [MaybeAttack]), niced, so that the attackers' own work
+// (their TLS handshakes, HTTP/2 framing) competes with the server as
+// little as an attack from other machines would. It is stopped when the
+// test ends, if Stop was not called.
+func StartAttack(t testing.TB, spec AttackSpec) *Attacker {
+	t.Helper()
+	if spec.Run == "" {
+		spec.Run = strconv.FormatUint(rand.Uint64(), 36)
+	}
+	b, err := json.Marshal(spec)
+	if err != nil {
+		t.Fatal(err)
+	}
+	a := &Attacker{cmd: exec.Command(os.Args[0], "-test.run=^$")}
+	a.cmd.Env = append(os.Environ(), envAttack+"="+string(b))
+	a.cmd.Stdout = &a.out
+	a.cmd.Stderr = os.Stderr
+	if a.stdin, err = a.cmd.StdinPipe(); err != nil {
+		t.Fatal(err)
+	}
+	if err := a.cmd.Start(); err != nil {
+		t.Fatal(err)
+	}
+	_ = syscall.Setpriority(syscall.PRIO_PROCESS, a.cmd.Process.Pid, attackerNice)
+	t.Cleanup(func() { a.Stop(t) })
+	return a
+}
+
+// Stop ends the attack and returns what it reported.
+func (a *Attacker) Stop(t testing.TB) AttackResult {
+	t.Helper()
+	if a.done.Swap(true) {
+		return a.result
+	}
+	_ = a.cmd.Process.Signal(syscall.SIGTERM)
+	a.stdin.Close()
+	done := make(chan error, 1)
+	go func() { done <- a.cmd.Wait() }()
+	select {
+	case err := <-done:
+		if err != nil {
+			t.Errorf("attack process: %v", err)
+		}
+	case <-time.After(30 * time.Second):
+		_ = a.cmd.Process.Kill()
+		<-done
+		t.Errorf("the attack process did not stop within 30s")
+	}
+	if err := json.Unmarshal(a.out.Bytes(), &a.result); err != nil {
+		t.Errorf("attack process output %q: %v", a.out.String(), err)
+	}
+	return a.result
+}
+
+// rawCodec passes messages as bytes, for calls whose request the attacker
+// encodes itself.
+type rawCodec struct{}
+
+func (rawCodec) Marshal(v any) (mem.BufferSlice, error) {
+	return mem.BufferSlice{mem.SliceBuffer(*v.(*[]byte))}, nil
+}
+
+func (rawCodec) Unmarshal(data mem.BufferSlice, v any) error {
+	*v.(*[]byte) = data.Materialize()
+	return nil
+}
+
+func (rawCodec) Name() string { return "proto" }
+
+// AttackFunc returns an attack for [Measure] that runs spec with
+// [StartAttack] until its context is done, and stores what it reported in
+// res.
+func AttackFunc(t testing.TB, spec AttackSpec, res *AttackResult) func(ctx context.Context) {
+	return func(ctx context.Context) {
+		a := StartAttack(t, spec)
+		<-ctx.Done()
+		*res = a.Stop(t)
+	}
+}

@@ -1,0 +1,58 @@
+package serving
+
+import (
+	"net"
+	"time"
+)
+
+// AdmissionTestConfig sets what an HTTP or gRPC server of this package
+// sets on its admission.
+type AdmissionTestConfig struct {
+	// Handshake, Waiting and Idle are the relaxed timeouts of the silent
+	// and handshake, waiting, and idle stages.
+	Handshake, Waiting, Idle time.Duration
+	TLS                      bool
+	ResetBurst               int
+	ResetInterval            time.Duration
+}
+
+// AdmissionListener is LimitListener with what a server adds.
+func AdmissionListener(ln net.Listener, max int, opts LimitOptions, c AdmissionTestConfig) net.Listener {
+	return newAdmission(max, admissionConfig{LimitOptions: opts, handshake: c.Handshake, waiting: c.Waiting, idle: c.Idle,
+		tls: c.TLS, resetBurst: c.ResetBurst, resetInterval: c.ResetInterval}).listener(ln)
+}
+
+// The events servers report on their connections.
+func HandshakeDone(c net.Conn) { admConnOf(c).handshakeDone() }
+func WorkStart(c net.Conn)     { admConnOf(c).workStart() }
+func Reset(c net.Conn)         { admConnOf(c).reset() }
+func StageOf(c net.Conn) string {
+	ac := admConnOf(c)
+	ac.a.mu.Lock()
+	defer ac.a.mu.Unlock()
+	return ac.stage.String()
+}
+
+// HandshakeTurn is what a TLS handshake does once the client's hello is
+// read.
+func HandshakeTurn(c net.Conn) error { return admConnOf(c).handshakeTurn() }
+
+// HandshakesWaiting is the number of handshakes waiting for a slot.
+func HandshakesWaiting(ln net.Listener) int { return ln.(*admListener).a.hsSlots.Waiting() }
+
+// WorkEnd ends a request on c: served, or refused.
+func WorkEnd(c net.Conn, served bool) {
+	o := outcomeRefused
+	if served {
+		o = outcomeServed
+	}
+	admConnOf(c).workEnd(o)
+}
+
+// Pending is the number of connections waiting to be admitted.
+func Pending(ln net.Listener) int {
+	a := ln.(*admListener).a
+	a.mu.Lock()
+	defer a.mu.Unlock()
+	return a.npending
+}

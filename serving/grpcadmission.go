@@ -1,0 +1,179 @@
+package serving
+
+import (
+	"context"
+	"errors"
+	"net"
+	"sync/atomic"
+
+	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/credentials"
+	"google.golang.org/grpc/stats"
+	"google.golang.org/grpc/status"
+	"google.golang.org/grpc/tap"
+
+	"github.com/reviewauth/reviewauth/internal/loglimit"
+)
+
+// grpcStats joins grpc's view of connections and calls to the admission
+// of ServeGRPC: grpc tells a stats handler each connection's address when
+// its HTTP/2 preface is done (TagConn), and each call's events, in
+// contexts derived from the connection's.
+type grpcStats struct{}
+
+var _ stats.Handler = grpcStats{}
+
+func (grpcStats) TagConn(ctx context.Context, info *stats.ConnTagInfo) context.Context {
+	v, ok := connByAddr.Load(info.RemoteAddr)
+	if !ok {
+		return ctx
+	}
+	return withConn(ctx, v.(*admConn))
+}
+
+func (grpcStats) HandleConn(ctx context.Context, s stats.ConnStats) {
+	if _, ok := s.(*stats.ConnBegin); ok {
+		if c := connFrom(ctx); c != nil {
+			c.progress()
+		}
+	}
+}
+
+// rpcState is what grpcStats follows of one call.
+type rpcState struct {
+	c       *admConn
+	message atomic.Bool // a message arrived: the call is in progress
+	trailer atomic.Bool // the server wrote the call's status
+	// unserved: counted in c.unserved by the tap (the connection had not
+	// completed a call when the stream opened).
+	unserved bool
+}
+
+type rpcKey struct{}
+
+func (grpcStats) TagRPC(ctx context.Context, _ *stats.RPCTagInfo) context.Context {
+	if _, ok := ctx.Value(rpcKey{}).(*rpcState); ok {
+		return ctx // made by the tap
+	}
+	if c := connFrom(ctx); c != nil {
+		return context.WithValue(ctx, rpcKey{}, &rpcState{c: c})
+	}
+	return ctx
+}
+
+func (grpcStats) HandleRPC(ctx context.Context, s stats.RPCStats) {
+	st, _ := ctx.Value(rpcKey{}).(*rpcState)
+	if st == nil {
+		return
+	}
+	switch s := s.(type) {
+	case *stats.InPayload:
+		if !st.message.Load() && st.message.CompareAndSwap(false, true) {
+			st.c.workStart()
+		}
+	case *stats.OutTrailer:
+		st.trailer.Store(true)
+	case *stats.End:
+		if st.unserved {
+			st.c.unserved.Add(-1)
+		}
+		if st.message.Load() {
+			st.c.workEnd(grpcOutcome(s.Error))
+		}
+		// grpc writes no status for a stream the client reset (nor for
+		// one whose deadline passed, which is not the client's doing).
+		if !st.trailer.Load() && !errors.Is(ctx.Err(), context.DeadlineExceeded) {
+			st.c.reset()
+		}
+	}
+}
+
+// grpcOutcome is the outcome of a call that ended with err.
+func grpcOutcome(err error) outcome {
+	switch status.Code(err) {
+	case codes.Unauthenticated, codes.PermissionDenied:
+		return outcomeRefused
+	case codes.ResourceExhausted, codes.Canceled, codes.DeadlineExceeded, codes.Unimplemented:
+		return outcomeOther
+	}
+	return outcomeServed
+}
+
+// reset counts a stream c's client cancelled, and closes c past the
+// admission's rapid-reset bound.
+func (c *admConn) reset() {
+	a := c.a
+	if a.resetInterval <= 0 {
+		return
+	}
+	a.mu.Lock()
+	if c.resets == nil {
+		c.resets = loglimit.New(a.resetBurst, a.resetInterval, a.clock)
+	}
+	l := c.resets
+	a.mu.Unlock()
+	if ok, _ := l.Allow(); !ok {
+		a.evict(c, closeRapidReset)
+	}
+}
+
+// errConnClosed refuses streams on a connection admission closed.
+var errConnClosed = status.Error(codes.Unavailable, "serving: the connection is closing")
+
+// errUnserved refuses a stream past MaxUnservedCalls.
+var errUnserved = status.Error(codes.ResourceExhausted, "serving: too many calls in progress on a connection that has not completed one")
+
+// grpcTap is the server's tap handle: a new stream on a connection that
+// admission closed (past the rapid-reset bound, say), or past
+// maxUnserved calls in progress on a connection that has not completed
+// one, is refused before a handler is started for it; then next, if any,
+// is called.
+func grpcTap(next tap.ServerInHandle, maxUnserved int32) tap.ServerInHandle {
+	return func(ctx context.Context, info *tap.Info) (context.Context, error) {
+		if c := connFrom(ctx); c != nil {
+			if c.closing() {
+				return ctx, errConnClosed
+			}
+			st := &rpcState{c: c}
+			if maxUnserved > 0 && !c.servedOnce.Load() {
+				if c.unserved.Add(1) > maxUnserved {
+					c.unserved.Add(-1)
+					// No handler runs, so no End comes: count it
+					// against the rapid-reset bound here (a client
+					// opening streams past this is resetting them, or
+					// holding them empty).
+					c.reset()
+					return ctx, errUnserved
+				}
+				st.unserved = true
+			}
+			ctx = context.WithValue(ctx, rpcKey{}, st)
+		}
+		if next != nil {
+			return next(ctx, info)
+		}
+		return ctx, nil
+	}
+}
+
+// closing reports whether c was closed or is being closed.
+func (c *admConn) closing() bool { return c.ctx.Err() != nil }
+
+// handshakeCreds tells admission when a connection's handshake is done.
+type handshakeCreds struct {
+	credentials.TransportCredentials
+}
+
+func (h handshakeCreds) ServerHandshake(raw net.Conn) (net.Conn, credentials.AuthInfo, error) {
+	conn, info, err := h.TransportCredentials.ServerHandshake(raw)
+	if err == nil {
+		if ac, ok := raw.(*admConn); ok {
+			ac.handshakeDone()
+		}
+	}
+	return conn, info, err
+}
+
+func (h handshakeCreds) Clone() credentials.TransportCredentials {
+	return handshakeCreds{h.TransportCredentials.Clone()}
+}
