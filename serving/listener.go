@@ -407,6 +407,10 @@ func newAdmission(max int, c admissionConfig) *admission {
 		pending: map[string][]*pendingConn{}, maxPending: min(max, DefaultMaxPending), awaited: map[string]int{},
 		wake: make(chan struct{}, 1), space: make(chan struct{}, 1),
 	}
+	// Both states are exported from the start, at 0, so that a scrape
+	// before the first connection shows the server's admission too.
+	a.rec.Connections(stateAdmitted, 0)
+	a.rec.Connections(stateWaiting, 0)
 	if o.HandshakeRate > 0 {
 		a.hsInterval = time.Duration(float64(time.Second) / o.HandshakeRate)
 		a.hsBurst = o.HandshakeBurst

@@ -122,7 +122,7 @@ func run(ctx context.Context, args []string, ready func(net.Addr)) error {
 		return err
 	}
 
-	gopts := serving.GRPCOptions{MaxConnections: c.flags.MaxConnections}
+	gopts := serving.GRPCOptions{MaxConnections: c.flags.MaxConnections, Metrics: built.Metrics}
 	var lis net.Listener
 	if path, ok := strings.CutPrefix(c.listen, "unix://"); ok {
 		if err := os.Remove(path); err != nil && !errors.Is(err, os.ErrNotExist) {

@@ -605,7 +605,7 @@ func run(ctx context.Context, args []string, stdout io.Writer) error {
 	}
 
 	// Requests, watches included, end when serving ends.
-	serverOpts := serving.ServerOptions{MaxConnections: c.flags.MaxConnections, CancelOnShutdown: true, Health: started.Health}
+	serverOpts := serving.ServerOptions{MaxConnections: c.flags.MaxConnections, CancelOnShutdown: true, Health: started.Health, Metrics: started.Built.Metrics}
 	type server struct {
 		srv *serving.HTTPServer
 		ln  net.Listener

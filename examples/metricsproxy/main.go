@@ -187,6 +187,7 @@ func run(ctx context.Context, args []string, stdout io.Writer) error {
 		Certificates:   certs,
 		MaxConnections: c.flags.MaxConnections,
 		Health:         started.Health,
+		Metrics:        started.Built.Metrics,
 	})
 	if err != nil {
 		return fmt.Errorf("metricsproxy: %w", err)

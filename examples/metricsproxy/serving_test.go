@@ -190,9 +190,14 @@ func TestVersionAndHealth(t *testing.T) {
 		if err != nil {
 			t.Fatal(err)
 		}
+		body, _ := io.ReadAll(resp.Body)
 		resp.Body.Close()
 		if resp.StatusCode != 200 {
 			t.Errorf("GET %s = %d; want 200", path, resp.StatusCode)
+		}
+		// The proxy's server reports its admission (issue #22).
+		if want := `reviewauth_connections{state="admitted"}`; path == "/metrics" && !strings.Contains(string(body), want) {
+			t.Errorf("GET /metrics has no %s", want)
 		}
 	}
 }

@@ -341,6 +341,7 @@ func (c *config) build(ctx context.Context, started *cli.Started) (srv, endpoint
 		MaxReadFrameSize:     int(c.http2MaxSize),
 		DisableHTTP2:         c.http2Disable,
 		Health:               started.Health,
+		Metrics:              started.Built.Metrics,
 	})
 	if err == nil && c.proxyEndpointsPort != 0 {
 		endpoints, err = serving.NewHTTPServer(started.Health, serving.ServerOptions{Certificates: certs, MaxConnections: 64, DisableHTTP2: c.http2Disable})

@@ -236,7 +236,7 @@ func run(ctx context.Context, args []string, d deps, ready func(net.Addr)) error
 	if err != nil {
 		return err
 	}
-	gopts := serving.GRPCOptions{Certificates: certs, MaxConnections: c.flags.MaxConnections}
+	gopts := serving.GRPCOptions{Certificates: certs, MaxConnections: c.flags.MaxConnections, Metrics: built.Metrics}
 	srv := grpc.NewServer(append(serving.GRPCServerOptions(gopts),
 		grpc.ChainUnaryInterceptor(ic.UnaryServerInterceptor()),
 		grpc.ChainStreamInterceptor(logUnauthenticated(refusals), ic.StreamServerInterceptor()),
