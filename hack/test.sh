@@ -39,7 +39,7 @@ if [ "${REVIEWAUTH_E2E:-1}" != "0" ] && [ -f test/e2e/build.sh ]; then
   e2e_build_log=$(mktemp "${TMPDIR:-/tmp}/reviewauth-e2e-build.XXXXXX")
   GOFLAGS= nice -n 19 bash test/e2e/build.sh >"$e2e_build_log" 2>&1 &
   e2e_build_pid=$!
-  trap 'if [ -n "$e2e_build_pid" ]; then kill "$e2e_build_pid" 2>/dev/null || true; fi; rm -f "$e2e_build_log"' EXIT
+  trap 'if [ -n "$e2e_build_pid" ]; then kill "$e2e_build_pid" 2>/dev/null || true; fi; rm -f "$e2e_build_log"; rm -rf "${fuzz_bin_dir:-}"' EXIT
 fi
 
 step "gofmt"
@@ -49,32 +49,64 @@ if [ -n "$unformatted" ]; then echo "$unformatted"; fail "gofmt"; fi
 # go vet compiles every dependency for its export data. With the build flags
 # of the compile that comes next, it reuses that compile instead of adding
 # one (on a cold 2-core machine, vet of authn alone: 2m28s; after the race
-# tests' compile, 24s): -race where only the race tests follow; plain where
-# the end-to-end suite builds the module's programs without -race. The only
-# files vet skips with -race are the //go:build !race ones (two one-line
-# constants in tests).
+# tests' compile, 24s): -race where only the race tests follow; for the
+# examples, static and -trimpath, as hack/image and the end-to-end suite
+# build their programs; plain for examples/controllerruntime, whose program
+# the end-to-end suite builds plain. The only files vet skips with -race are
+# the //go:build !race ones (two one-line constants in tests). All modules
+# resolve the dependencies they share to the same versions, so that a
+# package compiled for one module is reused by the others.
 vet_flags() {
   case $1 in
-    examples | examples/controllerruntime) echo "" ;;
+    examples) echo "-trimpath" ;;
+    examples/controllerruntime) echo "" ;;
     *) echo "-race" ;;
+  esac
+}
+# The examples module's programs are built static and -trimpath wherever
+# they are built (hack/image's images, the end-to-end suite, which runs
+# what the images ship): vet compiles with the same settings, so that one
+# compile serves all three.
+vet_env() {
+  case $1 in
+    examples) echo "CGO_ENABLED=0" ;;
+    *) echo "CGO_ENABLED=$(go env CGO_ENABLED)" ;;
   esac
 }
 for m in "${modules[@]}"; do
   step "go vet ($m)"
-  (cd "$m" && go vet $(vet_flags "$m") ./...) || fail "go vet $m"
+  (cd "$m" && env $(vet_env "$m") go vet $(vet_flags "$m") ./...) || fail "go vet $m"
   step "go test -race ($m)"
   (cd "$m" && go test -race -count=1 -timeout 15m ./...) || fail "go test $m"
 done
 
-# fuzz_once runs one fuzz target. A crash always writes its input under
-# testdata/fuzz and fails. Go's fuzzer can also end with a bare "context
-# deadline exceeded" and no input when the time runs out mid-execution
-# (a known flake of the go command, not a finding): that is retried once,
-# and only a second bare timeout, or any real failure, fails the step.
+# Each package's fuzz targets run from one test binary, built once with the
+# fuzzer's coverage instrumentation (`go test -c -fuzz`): `go test -fuzz`
+# per target would load, check and link the package again for every target
+# (about 5 s each on a 2-core machine, two minutes over the run). The binary
+# runs in the package's directory, as `go test` runs it, so that a crash
+# writes its input under the package's testdata/fuzz, with go test's corpus
+# cache directory.
+fuzz_bin_dir=$(mktemp -d "${TMPDIR:-/tmp}/reviewauth-fuzz.XXXXXX")
+gocache=$(go env GOCACHE)
+
+# fuzz_build builds the fuzz test binary of the package in dir.
+fuzz_build() {
+  local dir=$1 bin=$2
+  (cd "$dir" && go test -c -fuzz=. -o "$bin" .)
+}
+
+# fuzz_once runs one fuzz target from the package's binary. A crash always
+# writes its input under testdata/fuzz and fails. Go's fuzzer can also end
+# with a bare "context deadline exceeded" and no input when the time runs
+# out mid-execution (a known flake of the go command, not a finding): that
+# is retried once, and only a second bare timeout, or any real failure,
+# fails the step.
 fuzz_once() {
-  local dir=$1 target=$2 out attempt
+  local dir=$1 bin=$2 importpath=$3 target=$4 out attempt
   for attempt in 1 2; do
-    out=$(cd "$dir" && go test -run '^$' -fuzz "^${target}\$" -fuzztime "$fuzztime" . 2>&1) && { echo "$out" | tail -n 3; return 0; }
+    out=$(cd "$dir" && "$bin" -test.run '^$' -test.fuzz "^${target}\$" -test.fuzztime "$fuzztime" \
+      -test.fuzzcachedir "$gocache/fuzz/$importpath" -test.paniconexit0 -test.timeout 10m 2>&1) && { echo "$out" | tail -n 3; return 0; }
     echo "$out" | tail -n 20
     if echo "$out" | grep -q "Failing input written to" || ! echo "$out" | grep -q "context deadline exceeded"; then
       return 1
@@ -87,15 +119,26 @@ fuzz_once() {
 if [ "$fuzztime" != "0" ]; then
   for m in "${modules[@]}"; do
     # The module's own packages (not those of nested modules) that have fuzz targets.
-    for dir in $(cd "$m" && go list -f '{{.Dir}}' ./...); do
+    for pkg in $(cd "$m" && go list -f '{{.Dir}}={{.ImportPath}}' ./...); do
+      dir=${pkg%%=*}
+      importpath=${pkg#*=}
       targets=$(grep -h '^func Fuzz' "$dir"/*_test.go 2>/dev/null | sed 's/^func \(Fuzz[A-Za-z0-9_]*\).*/\1/' || true)
+      [ -n "$targets" ] || continue
+      bin="$fuzz_bin_dir/$(echo "$importpath" | tr / _).test"
+      if ! fuzz_build "$dir" "$bin"; then
+        step "fuzz ${dir#"$root"/} (build)"
+        fail "fuzz ${dir#"$root"/}: build"
+        continue
+      fi
       for target in $targets; do
         step "fuzz ${dir#"$root"/} $target ($fuzztime)"
-        fuzz_once "$dir" "$target" || fail "fuzz ${dir#"$root"/} $target"
+        fuzz_once "$dir" "$bin" "$importpath" "$target" || fail "fuzz ${dir#"$root"/} $target"
       done
+      rm -f "$bin"
     done
   done
 fi
+rm -rf "$fuzz_bin_dir"
 
 step "go vet (test/e2e)"
 (cd test/e2e && GOWORK=off go vet -race ./...) || fail "go vet test/e2e"

@@ -298,8 +298,8 @@ func buildExample(t testing.TB, name string) {
 		if _, statErr := os.Stat(filepath.Join(dir, name)); statErr != nil {
 			start := time.Now()
 			ctx, cancel := context.WithTimeout(context.Background(), exampleBuildTimeout)
-			cmd := exec.CommandContext(ctx, "go", "-C", examplesDir(), "build", "-o", filepath.Join(dir, name), "./"+name)
-			cmd.Env = append(os.Environ(), "GOWORK=off")
+			cmd := exec.CommandContext(ctx, "go", "-C", examplesDir(), "build", "-trimpath", "-o", filepath.Join(dir, name), "./"+name)
+			cmd.Env = append(os.Environ(), exampleBuildEnv...)
 			if out, cerr := cmd.CombinedOutput(); cerr != nil {
 				err = fmt.Errorf("go build of the %s example: %v\n%s", name, cerr, out)
 			} else {

@@ -40,6 +40,13 @@ const (
 	exampleStopTimeout  = 15 * time.Second
 )
 
+// exampleBuildEnv is the environment the suite builds the examples
+// module's programs in, with -trimpath: as hack/image builds them for
+// their images (static, no build machine's paths), so that the suite runs
+// what the images ship, and shares one compile with hack/image and with
+// hack/test.sh's vet of the module.
+var exampleBuildEnv = []string{"GOWORK=off", "CGO_ENABLED=0"}
+
 var (
 	buildOnce sync.Once
 	binDir    string
@@ -66,9 +73,9 @@ func buildExamples(t testing.TB) string {
 		}
 		ctx, cancel := context.WithTimeout(context.Background(), exampleBuildTimeout)
 		defer cancel()
-		cmd := exec.CommandContext(ctx, "go", "-C", examplesDir(), "build", "-o", binDir+string(filepath.Separator),
+		cmd := exec.CommandContext(ctx, "go", "-C", examplesDir(), "build", "-trimpath", "-o", binDir+string(filepath.Separator),
 			"./"+snapshotMetadataBin, "./"+metricsProxyBin, "./"+draPluginBin)
-		cmd.Env = append(os.Environ(), "GOWORK=off")
+		cmd.Env = append(os.Environ(), exampleBuildEnv...)
 		if out, err := cmd.CombinedOutput(); err != nil {
 			buildErr = fmt.Errorf("go build of the examples in %s: %v\n%s", examplesDir(), err, out)
 			return
