@@ -50,26 +50,25 @@ if [ -n "$unformatted" ]; then echo "$unformatted"; fail "gofmt"; fi
 # of the compile that comes next, it reuses that compile instead of adding
 # one (on a cold 2-core machine, vet of authn alone: 2m28s; after the race
 # tests' compile, 24s): -race where only the race tests follow; for the
-# examples, static and -trimpath, as hack/image and the end-to-end suite
-# build their programs; plain for examples/controllerruntime, whose program
-# the end-to-end suite builds plain. The only files vet skips with -race are
-# the //go:build !race ones (two one-line constants in tests). All modules
-# resolve the dependencies they share to the same versions, so that a
-# package compiled for one module is reused by the others.
+# examples modules, static and -trimpath, as hack/image, the end-to-end
+# suite and snapshotmetadata's TestBinary build their programs. The only
+# files vet skips with -race are the //go:build !race ones (two one-line
+# constants in tests). All modules resolve the dependencies they share to
+# the same versions, so that a package compiled for one module is reused by
+# the others.
 vet_flags() {
   case $1 in
-    examples) echo "-trimpath" ;;
-    examples/controllerruntime) echo "" ;;
+    examples | examples/controllerruntime) echo "-trimpath" ;;
     *) echo "-race" ;;
   esac
 }
-# The examples module's programs are built static and -trimpath wherever
+# The examples modules' programs are built static and -trimpath wherever
 # they are built (hack/image's images, the end-to-end suite, which runs
-# what the images ship): vet compiles with the same settings, so that one
-# compile serves all three.
+# what the images ship, a test that runs one): vet compiles with the same
+# settings, so that one compile serves them all.
 vet_env() {
   case $1 in
-    examples) echo "CGO_ENABLED=0" ;;
+    examples | examples/controllerruntime) echo "CGO_ENABLED=0" ;;
     *) echo "CGO_ENABLED=$(go env CGO_ENABLED)" ;;
   esac
 }

@@ -43,8 +43,8 @@ func buildControllerRuntime(t testing.TB) {
 		ctx, cancel := context.WithTimeout(context.Background(), exampleBuildTimeout)
 		defer cancel()
 		cmd := exec.CommandContext(ctx, "go", "-C", filepath.Join(examplesDir(), controllerRuntimeBin), "build",
-			"-o", filepath.Join(dir, controllerRuntimeBin), ".")
-		cmd.Env = append(os.Environ(), "GOWORK=off")
+			"-trimpath", "-o", filepath.Join(dir, controllerRuntimeBin), ".")
+		cmd.Env = append(os.Environ(), exampleBuildEnv...)
 		if out, err := cmd.CombinedOutput(); err != nil {
 			controllerRuntimeBuildErr = fmt.Errorf("go build of the controllerruntime example: %v\n%s", err, out)
 			return
