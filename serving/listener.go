@@ -659,13 +659,19 @@ func (a *admission) popLocked(skip uint64, now time.Time) *pendingConn {
 			}
 		}
 	}
-	q := a.pending[best]
-	pc := q[bestIdx]
-	q = append(q[:bestIdx], q[bestIdx+1:]...)
+	return a.removePendingLocked(best, bestIdx)
+}
+
+// removePendingLocked takes the idx-th waiting connection of source key
+// out of the waiting ones and returns it. Under a.mu.
+func (a *admission) removePendingLocked(key string, idx int) *pendingConn {
+	q := a.pending[key]
+	pc := q[idx]
+	q = append(q[:idx], q[idx+1:]...)
 	if len(q) == 0 {
-		delete(a.pending, best)
+		delete(a.pending, key)
 	} else {
-		a.pending[best] = q
+		a.pending[key] = q
 	}
 	a.npending--
 	a.rec.Connections(stateWaiting, -1)
@@ -703,17 +709,7 @@ func (a *admission) popWaitedLocked(now time.Time) *pendingConn {
 	if bestIdx < 0 {
 		return nil
 	}
-	q := a.pending[best]
-	pc := q[bestIdx]
-	q = append(q[:bestIdx], q[bestIdx+1:]...)
-	if len(q) == 0 {
-		delete(a.pending, best)
-	} else {
-		a.pending[best] = q
-	}
-	a.npending--
-	a.rec.Connections(stateWaiting, -1)
-	return pc
+	return a.removePendingLocked(best, bestIdx)
 }
 
 // admitLocked registers pc as admitted. Under a.mu, with room.
