@@ -123,34 +123,56 @@ const maxDriverUserAgent = 256
 //
 //	draproxy/NODE (driver=system:serviceaccount:NS:SA; pod=NS/POD; pod-uid=UID) DRIVER-USER-AGENT
 func forwardedUserAgent(node string, u user.Info, sent []string) string {
+	name := u.GetName()
+	pod, uid := extraValue(u, serviceaccount.PodNameKey), extraValue(u, serviceaccount.PodUIDKey)
+	ns := serviceAccountNamespace(name)
+	ua := ""
+	if len(sent) > 0 {
+		ua = sent[0]
+		if len(ua) > maxDriverUserAgent {
+			ua = ua[:maxDriverUserAgent]
+		}
+	}
+	// One allocation: the exact length first.
 	var b strings.Builder
-	b.Grow(96 + len(node) + len(u.GetName()))
+	b.Grow(len("draproxy/ (driver=; pod=/; pod-uid=) ") + len(node) + len(name) + len(ns) + len(pod) + len(uid) + len(ua))
 	b.WriteString("draproxy/")
 	b.WriteString(node)
 	b.WriteString(" (driver=")
-	b.WriteString(u.GetName())
-	if pod := extraValue(u, serviceaccount.PodNameKey); pod != "" {
+	b.WriteString(name)
+	if pod != "" {
 		b.WriteString("; pod=")
-		if ns, _, err := serviceaccount.SplitUsername(u.GetName()); err == nil {
+		if ns != "" {
 			b.WriteString(ns)
 			b.WriteByte('/')
 		}
 		b.WriteString(pod)
 	}
-	if uid := extraValue(u, serviceaccount.PodUIDKey); uid != "" {
+	if uid != "" {
 		b.WriteString("; pod-uid=")
 		b.WriteString(uid)
 	}
 	b.WriteByte(')')
-	if len(sent) > 0 && sent[0] != "" {
-		ua := sent[0]
-		if len(ua) > maxDriverUserAgent {
-			ua = ua[:maxDriverUserAgent]
-		}
+	if ua != "" {
 		b.WriteByte(' ')
 		b.WriteString(ua)
 	}
 	return b.String()
+}
+
+// serviceAccountNamespace is the namespace of the ServiceAccount user
+// name (system:serviceaccount:NAMESPACE:NAME), "" for another user, as
+// serviceaccount.SplitUsername reads it, without its allocations.
+func serviceAccountNamespace(name string) string {
+	rest, ok := strings.CutPrefix(name, serviceaccount.ServiceAccountUsernamePrefix)
+	if !ok {
+		return ""
+	}
+	ns, sa, ok := strings.Cut(rest, ":")
+	if !ok || ns == "" || sa == "" || strings.Contains(sa, ":") {
+		return ""
+	}
+	return ns
 }
 
 // ownUserAgent is the User-Agent of draproxy's own reads (as the node),
@@ -189,7 +211,7 @@ func (p *proxy) logMutation(ctx context.Context, u user.Info, a authorizer.Attri
 		code, auditID = res.StatusCode, res.Header.Get("Audit-Id")
 	}
 	pod := extraValue(u, serviceaccount.PodNameKey)
-	if ns, _, err := serviceaccount.SplitUsername(u.GetName()); err == nil && pod != "" {
+	if ns := serviceAccountNamespace(u.GetName()); ns != "" && pod != "" {
 		pod = ns + "/" + pod
 	}
 	klog.FromContext(ctx).Info("draproxy: forwarded a write as the node",

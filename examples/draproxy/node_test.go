@@ -10,6 +10,7 @@ import (
 	"testing"
 
 	"github.com/go-logr/logr/funcr"
+	"k8s.io/apiserver/pkg/authentication/serviceaccount"
 	"k8s.io/apiserver/pkg/authentication/user"
 	"k8s.io/apiserver/pkg/endpoints/request"
 	"k8s.io/klog/v2"
@@ -160,6 +161,22 @@ func TestNodeImpersonation(t *testing.T) {
 	} {
 		if got := forwardedUserAgent("node-a", tt.u, tt.sent); got != tt.want {
 			t.Errorf("forwardedUserAgent(%s, %q) = %q; want %q", tt.u.GetName(), tt.sent, got, tt.want)
+		}
+	}
+}
+
+// TestServiceAccountNamespace: the namespace of a user name as the API
+// server's serviceaccount.SplitUsername reads it (the oracle).
+func TestServiceAccountNamespace(t *testing.T) {
+	t.Parallel()
+	for _, name := range []string{"system:serviceaccount:ns:sa", "system:serviceaccount:ns:", "system:serviceaccount::sa", "system:serviceaccount:ns:sa:x",
+		"system:serviceaccount:ns", "system:node:a", "admin", "", "system:serviceaccount:a:b:c"} {
+		ns, _, err := serviceaccount.SplitUsername(name)
+		if err != nil {
+			ns = ""
+		}
+		if got := serviceAccountNamespace(name); got != ns {
+			t.Errorf("serviceAccountNamespace(%q) = %q; want %q (serviceaccount.SplitUsername)", name, got, ns)
 		}
 	}
 }
