@@ -89,7 +89,7 @@ func shippedAdmission() (*admissionregistrationv1.ValidatingAdmissionPolicy, *ad
 // writes into its copy (CEL string literals, kustomize's replacements
 // split on '"'). Every other part of the policy is the same in every
 // copy.
-var valueVariables = []string{"namespace", "serviceAccount", "drivers", "exempt"}
+var valueVariables = []string{"driverNamespace", "serviceAccount", "drivers", "exempt"}
 
 // policyValues are the values of one copy of the policy: the driver's
 // namespace, its ServiceAccount, the driver names it publishes and the

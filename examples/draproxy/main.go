@@ -153,8 +153,8 @@
 // if it is reserved for a pod, by name and UID, that the node reads now as
 // bound to it. No cache decides a read: a pod deleted on this node and
 // re-created under the same name on another, with the claim reserved for
-// both UIDs, gets this node's driver a refusal (TestClaims,
-// TestDRAProxyClaimGraph). Nothing about objects is cached at all (the
+// both UIDs, gets this node's driver a refusal (TestClaimPodMoved; on a
+// real API server, TestDRAProxy in test/e2e). Nothing about objects is cached at all (the
 // deprecated --pod-cache-ttl and --slice-cache-ttl have no effect); what
 // is cached is reviewauth's: the reviews of the drivers' tokens and of
 // their requests (--authentication-*, --authorization-*).

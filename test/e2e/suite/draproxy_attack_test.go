@@ -531,7 +531,7 @@ func TestDRAProxyPolicyScope(t *testing.T) {
 		s := e.slice(cluster.UniqueName("p"), node, "dev")
 		s.Spec.Driver = driverName
 		if node == "" {
-			s.Spec.NodeName, s.Spec.AllNodes = nil, ptr.To(true)
+			s.Spec.NodeName, s.Spec.AllNodes, s.Spec.Pool.Name = nil, ptr.To(true), "pool-all"
 		}
 		return s
 	}
@@ -573,10 +573,13 @@ func TestDRAProxyPolicyScope(t *testing.T) {
 	}
 	confined("as applied")
 
-	// A namespace editor of draproxy's namespace and the driver's.
+	// A namespace editor of draproxy's namespace and the driver's: the
+	// built-in edit role is the aggregate of these two (this cluster runs
+	// no controller-manager to aggregate it).
 	editorName := cluster.UniqueName("editor")
 	for _, ns := range []string{proxy.Namespace(), e.ns} {
-		c.BindClusterRole(t, ns, "edit", cluster.UserSubject(editorName))
+		c.BindClusterRole(t, ns, "system:aggregate-to-edit", cluster.UserSubject(editorName))
+		c.BindClusterRole(t, ns, "system:aggregate-to-view", cluster.UserSubject(editorName))
 		c.WaitForAccess(t, authorizationv1.SubjectAccessReviewSpec{User: editorName, ResourceAttributes: &authorizationv1.ResourceAttributes{
 			Namespace: ns, Verb: "create", Resource: "configmaps"}}, true)
 	}

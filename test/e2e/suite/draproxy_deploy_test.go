@@ -177,7 +177,7 @@ func TestDRAProxyDeploy(t *testing.T) {
 			}
 		}
 		policyName, _, _ := unstructured.NestedString(bind.Object, "spec", "policyName")
-		if driverNS != wantNS || values["namespace"] != driverNS || values["serviceAccount"] != saName || values["drivers"] != wantDrivers || values["exempt"] != wantExempt || policyName != pol.GetName() {
+		if driverNS != wantNS || values["driverNamespace"] != driverNS || values["serviceAccount"] != saName || values["drivers"] != wantDrivers || values["exempt"] != wantExempt || policyName != pol.GetName() {
 			t.Errorf("driver part %+v: ServiceAccount %s/%s, policy %s with values %v, binding of %q; want the ServiceAccount's, drivers %q, exempt %q", o, driverNS, saName, pol.GetName(), values, policyName, wantDrivers, wantExempt)
 		}
 		for _, obj := range dm.Objects {

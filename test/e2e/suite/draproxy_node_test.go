@@ -45,6 +45,7 @@ func TestDRAProxyStolenToken(t *testing.T) {
 	nodeA, nodeB := e.nodeA.Name, e.nodeB.Name
 	e.ns = cluster.UniqueName("dra-stolen")
 	_, sa := deployDriver(t, c, e.ns, e.driver, "", false)
+	e.sa = sa
 	driverUser := serviceAccountUser(e.ns, sa)
 
 	// What root on node A reads: draproxy's pod's projected token.

@@ -705,8 +705,11 @@ func TestDRAProxy(t *testing.T) {
 				}
 			}
 		}
+		// This draproxy (its pod on node A; draproxy's ServiceAccount is
+		// shared by every flow) impersonated node A and no one else.
 		evs, err := c.AuditEvents(func(ev *auditv1.Event) bool {
-			return ev.ImpersonatedUser != nil && ev.ImpersonatedUser.Username != "system:node:"+nodeA && ev.User.Username == e.proxyUser
+			return ev.ImpersonatedUser != nil && ev.ImpersonatedUser.Username != "system:node:"+nodeA && ev.User.Username == e.proxyUser &&
+				slices.Equal([]string(ev.User.Extra["authentication.kubernetes.io/pod-name"]), []string{e.proxy.pod.Name})
 		})
 		if err != nil || len(evs) != 0 {
 			t.Errorf("audit events of draproxy impersonating anyone but node A = %d, %v; want none", len(evs), err)
@@ -715,8 +718,9 @@ func TestDRAProxy(t *testing.T) {
 }
 
 // consumer creates, as the admin, the workload pod name in e's namespace
-// on node, using the ResourceClaims claims (spec.resourceClaims, which the
-// Node authorizer's graph follows).
+// on node (as the driver's ServiceAccount, the one the namespace has),
+// using the ResourceClaims claims (spec.resourceClaims, which the Node
+// authorizer's graph follows).
 func (e *draEnv) consumer(t testing.TB, name, node string, claims ...string) *corev1.Pod {
 	t.Helper()
 	ctx, cancel := ctxFor(t, callTimeout)
@@ -724,8 +728,9 @@ func (e *draEnv) consumer(t testing.TB, name, node string, claims ...string) *co
 	pod := &corev1.Pod{
 		ObjectMeta: metav1.ObjectMeta{Name: name, Namespace: e.ns},
 		Spec: corev1.PodSpec{
-			NodeName:   node,
-			Containers: []corev1.Container{{Name: "main", Image: cluster.PauseImage}},
+			NodeName:           node,
+			ServiceAccountName: e.sa, // the namespace has no default ServiceAccount: no controllers run
+			Containers:         []corev1.Container{{Name: "main", Image: cluster.PauseImage}},
 		},
 	}
 	for _, cl := range claims {
