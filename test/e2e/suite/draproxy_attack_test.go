@@ -510,6 +510,7 @@ func TestDRAProxyPolicyScope(t *testing.T) {
 	e.nodeA, e.nodeB = c.CreateNode(t, cluster.UniqueName("node-a")), c.CreateNode(t, cluster.UniqueName("node-b"))
 	e.ns = cluster.UniqueName("dra-policy")
 	drv, sa := deployDriver(t, c, e.ns, e.driver, "central", true)
+	e.sa = sa
 	e.podA = c.CreatePodFromTemplate(t, drv, "DaemonSet", driverWorkload, cluster.PodOptions{NodeName: e.nodeA.Name})
 	e.waitPolicy(t, sa, e.podA, e.driver)
 	elsewhere := c.UniqueNamespace(t, "central")
@@ -572,6 +573,29 @@ func TestDRAProxyPolicyScope(t *testing.T) {
 		}
 	}
 	confined("as applied")
+
+	// The second mode's claim status: the driver's own token writes
+	// status.devices of a claim allocated on its node (the driver part's
+	// resourceclaims/status and resourceclaims/driver associated-node
+	// rules), and the API server refuses it for a claim allocated on node
+	// B (associated-node: its token is bound to node A).
+	for _, tc := range []struct {
+		node string
+		ok   bool
+	}{{nodeA, true}, {nodeB, false}} {
+		claim := e.claim(t, cluster.UniqueName("claim"), e.consumer(t, cluster.UniqueName("job"), tc.node))
+		status := []byte(`{"status":{"devices":[{"driver":"` + e.driver + `","pool":"pool","device":"gpu-0"}]}}`)
+		ctx, cancel := ctxFor(t, callTimeout)
+		_, err := driver.ResourceV1().ResourceClaims(e.ns).Patch(ctx, claim.Name, types.MergePatchType, status, metav1.PatchOptions{}, "status")
+		cancel()
+		t.Logf("observed: the driver's own token: status.devices of a claim allocated on %s: %d %v", tc.node, code(err), err)
+		switch {
+		case tc.ok && err != nil:
+			t.Errorf("the driver's own token: status.devices of a claim allocated on its node = %v; want it written", err)
+		case !tc.ok && code(err) != http.StatusForbidden && code(err) != http.StatusUnprocessableEntity:
+			t.Errorf("the driver's own token: status.devices of a claim allocated on node B = %v; want it refused", err)
+		}
+	}
 
 	// A namespace editor of draproxy's namespace and the driver's: the
 	// built-in edit role is the aggregate of these two (this cluster runs
