@@ -10,6 +10,7 @@ import (
 
 	authenticationv1 "k8s.io/api/authentication/v1"
 	authorizationv1 "k8s.io/api/authorization/v1"
+	apimachineryvalidation "k8s.io/apimachinery/pkg/api/validation"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apiserver/pkg/authentication/serviceaccount"
 	"k8s.io/apiserver/pkg/authentication/user"
@@ -162,14 +163,16 @@ func forwardedUserAgent(node string, u user.Info, sent []string) string {
 
 // serviceAccountNamespace is the namespace of the ServiceAccount user
 // name (system:serviceaccount:NAMESPACE:NAME), "" for another user, as
-// serviceaccount.SplitUsername reads it, without its allocations.
+// serviceaccount.SplitUsername reads it (the same validations), without
+// its allocations.
 func serviceAccountNamespace(name string) string {
 	rest, ok := strings.CutPrefix(name, serviceaccount.ServiceAccountUsernamePrefix)
 	if !ok {
 		return ""
 	}
-	ns, sa, ok := strings.Cut(rest, ":")
-	if !ok || ns == "" || sa == "" || strings.Contains(sa, ":") {
+	ns, sa, ok := strings.Cut(rest, serviceaccount.ServiceAccountUsernameSeparator)
+	if !ok || strings.Contains(sa, serviceaccount.ServiceAccountUsernameSeparator) ||
+		len(apimachineryvalidation.ValidateNamespaceName(ns, false)) != 0 || len(apimachineryvalidation.ValidateServiceAccountName(sa, false)) != 0 {
 		return ""
 	}
 	return ns
