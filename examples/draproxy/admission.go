@@ -8,7 +8,6 @@ import (
 	"errors"
 	"fmt"
 	"io"
-	"net/url"
 	"reflect"
 	"slices"
 	"strings"
@@ -23,35 +22,28 @@ import (
 	sigsyaml "sigs.k8s.io/yaml"
 )
 
-// Defaults of the admission policy check.
-const (
-	// DefaultAdmissionPolicy is the name of the ValidatingAdmissionPolicy
-	// and of its binding in deploy/admission-policy.yaml.
-	DefaultAdmissionPolicy = "draproxy-resourceslices"
-	// DefaultAdmissionCheckInterval is how often draproxy checks, after its
-	// start, that the policy and its binding are still there and still
-	// mean what they should: often enough that a deleted or weakened
-	// policy is reported within a minute, rarely enough that three small
-	// reads a minute per node cost the API server nothing worth counting.
-	DefaultAdmissionCheckInterval = time.Minute
-	// identityLabel selects the policy's parameters (the binding's
-	// paramRef.selector as shipped).
-	identityLabel = "draproxy.reviewauth.io/driver-identity"
-)
+// DefaultAdmissionCheckInterval is how often draproxy checks, after its
+// start and with --require-admission-policy, that the admission policies
+// are still there and still mean what they should: often enough that a
+// deleted or weakened policy is reported within a minute, rarely enough
+// that two small lists a minute per node cost the API server nothing
+// worth counting.
+const DefaultAdmissionCheckInterval = time.Minute
 
-// shippedPolicyYAML is deploy/admission-policy.yaml: the policy and the
-// binding users apply, which the live ones are compared with.
+// shippedPolicyYAML is deploy/driver/admission-policy.yaml: the policy and
+// binding each driver part applies, which the live ones are compared
+// with.
 //
-//go:embed deploy/admission-policy.yaml
+//go:embed deploy/driver/admission-policy.yaml
 var shippedPolicyYAML []byte
 
-// errAdmissionPolicy: the admission policy or its binding is missing, or
-// does not mean what it should. (A policy that could not be read is a
-// *lookupError: "could not check".)
-var errAdmissionPolicy = errors.New("draproxy: the admission policy does not confine the drivers' ResourceSlice writes")
+// errAdmissionPolicy: no admission policy confines a driver identity as
+// it should. (Policies that could not be read are a *lookupError: "could
+// not check".)
+var errAdmissionPolicy = errors.New("draproxy: the admission policies do not confine the drivers' ResourceSlice writes")
 
 // shippedAdmission returns the policy and binding of
-// deploy/admission-policy.yaml.
+// deploy/driver/admission-policy.yaml.
 func shippedAdmission() (*admissionregistrationv1.ValidatingAdmissionPolicy, *admissionregistrationv1.ValidatingAdmissionPolicyBinding, error) {
 	var pol *admissionregistrationv1.ValidatingAdmissionPolicy
 	var bind *admissionregistrationv1.ValidatingAdmissionPolicyBinding
@@ -85,48 +77,107 @@ func shippedAdmission() (*admissionregistrationv1.ValidatingAdmissionPolicy, *ad
 		}
 	}
 	if pol == nil || bind == nil {
-		return nil, nil, errors.New("deploy/admission-policy.yaml holds no policy or no binding")
+		return nil, nil, errors.New("deploy/driver/admission-policy.yaml holds no policy or no binding")
+	}
+	if _, err := readValues(pol.Spec.Variables, pol.Spec.Variables); err != nil {
+		return nil, nil, fmt.Errorf("deploy/driver/admission-policy.yaml: %w", err)
 	}
 	return pol, bind, nil
 }
 
-// admissionCheck checks that the ValidatingAdmissionPolicy draproxy ships,
-// and its binding, are in the cluster and mean what they should, so that
-// the API server itself confines the ResourceSlice writes of the driver
-// identities draproxy serves (deploy/admission-policy.yaml). It reads
-// them with draproxy's own credentials (get validatingadmissionpolicies
-// and validatingadmissionpolicybindings by name; get and list configmaps
-// in the parameters' namespace).
-type admissionCheck struct {
-	objects         *objects
-	policy, binding string
-	drivers         *drivers
-	shipped         *admissionregistrationv1.ValidatingAdmissionPolicy
+// The value variables of the policy, in order: what each driver part
+// writes into its copy (CEL string literals, kustomize's replacements
+// split on '"'). Every other part of the policy is the same in every
+// copy.
+var valueVariables = []string{"driverNamespace", "serviceAccount", "drivers", "exempt"}
 
-	// verified is 1 while the last check found the policy in place, 0
-	// otherwise (draproxy_admission_policy_verified).
+// policyValues are the values of one copy of the policy: the driver's
+// namespace, its ServiceAccount, the driver names it publishes and the
+// ServiceAccounts of the namespace the policy does not confine, as the
+// policy's CEL reads them (lists split on ',', trimmed, empty entries
+// dropped; sorted).
+type policyValues struct {
+	namespace, serviceAccount string
+	drivers, exempt           []string
+}
+
+// readValues reads the value variables of vars, whose expressions must be
+// those of shipped but for the string literal each starts with.
+func readValues(vars, shipped []admissionregistrationv1.Variable) (policyValues, error) {
+	var v policyValues
+	if len(vars) < len(valueVariables) || len(shipped) < len(valueVariables) {
+		return v, errors.New("the policy has no value variables")
+	}
+	lit := make([]string, len(valueVariables))
+	for i, name := range valueVariables {
+		if vars[i].Name != name || shipped[i].Name != name {
+			return v, fmt.Errorf("variable %d is %q, not %q", i, vars[i].Name, name)
+		}
+		value, rest, ok := cutLiteral(vars[i].Expression)
+		_, want, okShipped := cutLiteral(shipped[i].Expression)
+		if !ok || !okShipped || rest != want {
+			return v, fmt.Errorf("variable %s is %q: want a string literal, then %q", name, vars[i].Expression, want)
+		}
+		lit[i] = value
+	}
+	list := func(s string) []string {
+		var out []string
+		for e := range strings.SplitSeq(s, ",") {
+			if e = strings.TrimSpace(e); e != "" {
+				out = append(out, e)
+			}
+		}
+		slices.Sort(out)
+		return slices.Compact(out)
+	}
+	return policyValues{namespace: lit[0], serviceAccount: lit[1], drivers: list(lit[2]), exempt: list(lit[3])}, nil
+}
+
+// cutLiteral splits a CEL expression that starts with a string literal
+// without escapes ("...") into the literal's value and what follows.
+func cutLiteral(expr string) (value, rest string, ok bool) {
+	if !strings.HasPrefix(expr, `"`) {
+		return "", "", false
+	}
+	end := strings.IndexByte(expr[1:], '"')
+	if end < 0 || strings.ContainsRune(expr[1:1+end], '\\') {
+		return "", "", false
+	}
+	return expr[1 : 1+end], expr[2+end:], true
+}
+
+// admissionCheck checks, with --require-admission-policy, that each
+// driver identity draproxy serves is confined by a copy of the
+// ValidatingAdmissionPolicy its driver part ships
+// (deploy/driver/admission-policy.yaml): the same policy but for its
+// values, naming the identity's namespace and ServiceAccount and exactly
+// the driver names draproxy binds to it, not exempting it, and bound with
+// Deny. It lists the policies and bindings with draproxy's own
+// credentials (list validatingadmissionpolicies and
+// validatingadmissionpolicybindings: deploy/admission-policy-check.yaml).
+// draproxy's own mode does not depend on it.
+type admissionCheck struct {
+	objects *objects
+	drivers *drivers
+	shipped *admissionregistrationv1.ValidatingAdmissionPolicy
+
+	// verified is 1 while the last check found every identity confined,
+	// 0 otherwise (draproxy_admission_policy_verified).
 	verified prometheus.Gauge
 }
 
-// newAdmissionCheck returns the check of the policy and binding named
-// policy and binding (DefaultAdmissionPolicy when empty) for the
-// identities of d. Register its Collector to serve its metric.
-func newAdmissionCheck(o *objects, policy, binding string, d *drivers) (*admissionCheck, error) {
+// newAdmissionCheck returns the check of the identities of d. Register
+// its Collector to serve its metric.
+func newAdmissionCheck(o *objects, d *drivers) (*admissionCheck, error) {
 	shipped, _, err := shippedAdmission()
 	if err != nil {
-		return nil, fmt.Errorf("draproxy: deploy/admission-policy.yaml: %w", err)
-	}
-	if policy == "" {
-		policy = DefaultAdmissionPolicy
-	}
-	if binding == "" {
-		binding = DefaultAdmissionPolicy
+		return nil, fmt.Errorf("draproxy: %w", err)
 	}
 	return &admissionCheck{
-		objects: o, policy: policy, binding: binding, drivers: d, shipped: shipped,
+		objects: o, drivers: d, shipped: shipped,
 		verified: prometheus.NewGauge(prometheus.GaugeOpts{
 			Name: "draproxy_admission_policy_verified",
-			Help: "1 when draproxy's last check found its ValidatingAdmissionPolicy and binding in place, listing every driver identity it serves; 0 when they are missing, changed, or could not be read (then draproxy alone confines the drivers' ResourceSlice writes).",
+			Help: "With --require-admission-policy: 1 when draproxy's last check found a ValidatingAdmissionPolicy of deploy/driver/admission-policy.yaml, bound with Deny, confining every driver identity it serves; 0 when one is missing, changed, or could not be read (the API server's second line is then missing for that driver's own token; draproxy still forwards as its node).",
 		}),
 	}, nil
 }
@@ -134,9 +185,9 @@ func newAdmissionCheck(o *objects, policy, binding string, d *drivers) (*admissi
 // Collector is the check's metric.
 func (c *admissionCheck) Collector() prometheus.Collector { return c.verified }
 
-// check reads the policy, its binding and its parameters, and reports
-// whether they are in place (nil), missing or changed (an error matching
-// errAdmissionPolicy, naming every problem), or could not be read (a
+// check reads the policies and their bindings, and reports whether every
+// identity is confined (nil), is not (an error matching
+// errAdmissionPolicy, naming every problem), or could not be checked (a
 // *lookupError). It records the result in the metric.
 func (c *admissionCheck) check(ctx context.Context) error {
 	err := c.verify(ctx)
@@ -149,28 +200,61 @@ func (c *admissionCheck) check(ctx context.Context) error {
 }
 
 func (c *admissionCheck) verify(ctx context.Context) error {
-	var problems []string
-	var pol admissionregistrationv1.ValidatingAdmissionPolicy
-	switch err := c.readTyped(ctx, "ValidatingAdmissionPolicy", "validatingadmissionpolicies", c.policy, &pol); {
-	case errors.Is(err, errNotFound):
-		problems = append(problems, fmt.Sprintf("ValidatingAdmissionPolicy %q does not exist", c.policy))
-	case err != nil:
-		return err
-	default:
-		problems = append(problems, c.policyProblems(&pol)...)
+	var pols struct {
+		Kind  string                                              `json:"kind"`
+		Items []admissionregistrationv1.ValidatingAdmissionPolicy `json:"items"`
 	}
-	var bind admissionregistrationv1.ValidatingAdmissionPolicyBinding
-	switch err := c.readTyped(ctx, "ValidatingAdmissionPolicyBinding", "validatingadmissionpolicybindings", c.binding, &bind); {
-	case errors.Is(err, errNotFound):
-		problems = append(problems, fmt.Sprintf("ValidatingAdmissionPolicyBinding %q does not exist", c.binding))
-	case err != nil:
-		return err
-	default:
-		p, err := c.bindingProblems(ctx, &bind)
+	var binds struct {
+		Kind  string                                                     `json:"kind"`
+		Items []admissionregistrationv1.ValidatingAdmissionPolicyBinding `json:"items"`
+	}
+	for _, l := range []struct {
+		what, resource, kind string
+		into                 any
+		kindOf               func() string
+	}{
+		{"the ValidatingAdmissionPolicies", "validatingadmissionpolicies", "ValidatingAdmissionPolicyList", &pols, func() string { return pols.Kind }},
+		{"the ValidatingAdmissionPolicyBindings", "validatingadmissionpolicybindings", "ValidatingAdmissionPolicyBindingList", &binds, func() string { return binds.Kind }},
+	} {
+		data, err := c.objects.read(ctx, l.what, "/apis/admissionregistration.k8s.io/v1/"+l.resource)
+		if errors.Is(err, errNotFound) {
+			err = &lookupError{what: l.what, code: 404}
+		}
 		if err != nil {
 			return err
 		}
-		problems = append(problems, p...)
+		if err := decodeJSON(data, l.into); err != nil {
+			return &lookupError{what: l.what, err: err}
+		}
+		if k := l.kindOf(); k != l.kind {
+			return &lookupError{what: l.what, err: fmt.Errorf("the answer is a %q, not a %s", k, l.kind)}
+		}
+	}
+	var problems []string
+	for _, id := range c.drivers.ids {
+		var found []string
+		confined := false
+		for i := range pols.Items {
+			pol := &pols.Items[i]
+			v, err := readValues(pol.Spec.Variables, c.shipped.Spec.Variables)
+			if err != nil || v.namespace != id.namespace || v.serviceAccount != id.name {
+				continue // not a copy of draproxy's policy, or another identity's
+			}
+			p := c.policyProblems(pol, v, id)
+			p = append(p, c.bindingProblems(pol.Name, binds.Items)...)
+			if len(p) == 0 {
+				confined = true
+				break
+			}
+			found = append(found, p...)
+		}
+		switch {
+		case confined:
+		case len(found) == 0:
+			problems = append(problems, fmt.Sprintf("no ValidatingAdmissionPolicy of deploy/driver/admission-policy.yaml names %s, which draproxy serves (--driver): apply its driver part", id))
+		default:
+			problems = append(problems, found...)
+		}
 	}
 	if len(problems) > 0 {
 		return fmt.Errorf("%w: %s", errAdmissionPolicy, strings.Join(problems, "; "))
@@ -178,56 +262,39 @@ func (c *admissionCheck) verify(ctx context.Context) error {
 	return nil
 }
 
-// readTyped reads the cluster-scoped admissionregistration.k8s.io/v1
-// object resource/name into v, checking its kind and name.
-func (c *admissionCheck) readTyped(ctx context.Context, kind, resource, name string, v any) error {
-	what := kind + " " + fmt.Sprintf("%q", name)
-	data, err := c.objects.read(ctx, what, "/apis/admissionregistration.k8s.io/v1/"+resource+"/"+url.PathEscape(name))
-	if err != nil {
-		return err
-	}
-	if err := decodeJSON(data, v); err != nil {
-		return &lookupError{what: what, err: err}
-	}
-	var tm metav1.TypeMeta
-	var om metav1.ObjectMeta
-	switch o := v.(type) {
-	case *admissionregistrationv1.ValidatingAdmissionPolicy:
-		tm, om = o.TypeMeta, o.ObjectMeta
-	case *admissionregistrationv1.ValidatingAdmissionPolicyBinding:
-		tm, om = o.TypeMeta, o.ObjectMeta
-	}
-	if tm.Kind != kind || tm.APIVersion != "admissionregistration.k8s.io/v1" || om.Name != name || om.UID == "" {
-		return &lookupError{what: what, err: fmt.Errorf("the answer is %s %q (%s), not the object asked for", tm.Kind, om.Name, tm.APIVersion)}
-	}
-	return nil
-}
-
-// policyProblems compares the live policy with the shipped one: what it
-// matches, how it fails, and its expressions must be the shipped ones.
-func (c *admissionCheck) policyProblems(pol *admissionregistrationv1.ValidatingAdmissionPolicy) []string {
+// policyProblems compares the live policy pol, whose values are v, with
+// the shipped one for the identity id: what it matches, how it fails, and
+// its expressions must be the shipped ones; its driver names draproxy's
+// for id; id not exempt.
+func (c *admissionCheck) policyProblems(pol *admissionregistrationv1.ValidatingAdmissionPolicy, v policyValues, id identity) []string {
 	var problems []string
 	add := func(format string, args ...any) {
-		problems = append(problems, fmt.Sprintf("ValidatingAdmissionPolicy %q: ", c.policy)+fmt.Sprintf(format, args...))
+		problems = append(problems, fmt.Sprintf("ValidatingAdmissionPolicy %q: ", pol.Name)+fmt.Sprintf(format, args...))
 	}
 	live, want := &pol.Spec, &c.shipped.Spec
 	if live.FailurePolicy != nil && *live.FailurePolicy != admissionregistrationv1.Fail {
 		add("failurePolicy is %s, not Fail: a write the policy cannot evaluate would be allowed", *live.FailurePolicy)
 	}
-	if !reflect.DeepEqual(live.ParamKind, want.ParamKind) {
-		add("paramKind is %v, not %v", live.ParamKind, want.ParamKind)
+	if live.ParamKind != nil {
+		add("paramKind is %v: draproxy's policy takes no parameter", live.ParamKind)
 	}
 	if why := narrowed(live.MatchConstraints, want.MatchConstraints.ResourceRules); why != "" {
 		add("matchConstraints %s", why)
 	}
-	if !slices.Equal(live.MatchConditions, want.MatchConditions) {
-		add("matchConditions differ from draproxy's")
+	if len(live.MatchConditions) > 0 {
+		add("matchConditions narrow it")
 	}
-	if !slices.Equal(live.Variables, want.Variables) {
+	if !slices.Equal(live.Variables[len(valueVariables):], want.Variables[len(valueVariables):]) {
 		add("variables differ from draproxy's")
 	}
 	if !reflect.DeepEqual(live.Validations, want.Validations) {
 		add("validations differ from draproxy's")
+	}
+	if names := c.drivers.of(id); !slices.Equal(v.drivers, names) {
+		add("binds %s to the drivers %q, and draproxy to %q (--driver): they must agree", id, v.drivers, names)
+	}
+	if slices.Contains(v.exempt, id.name) {
+		add("exempts %s", id)
 	}
 	// Type checking is done by kube-controller-manager's
 	// validatingadmissionpolicy-status-controller; until it has seen this
@@ -310,158 +377,37 @@ func ruleCovers(r, want admissionregistrationv1.NamedRuleWithOperations) bool {
 		covers(r.Resources, want.Resources) && covers(ops(r.Operations), ops(want.Operations))
 }
 
-// bindingProblems checks the live binding: it must bind the policy, deny,
-// match every request the policy does, and have parameters that list each
-// identity draproxy serves with exactly its driver names.
-func (c *admissionCheck) bindingProblems(ctx context.Context, b *admissionregistrationv1.ValidatingAdmissionPolicyBinding) ([]string, error) {
+// bindingProblems checks that a binding of binds binds the policy named
+// policy with Deny, matching every request the policy does; it names the
+// problems of each binding of it, or says there is none.
+func (c *admissionCheck) bindingProblems(policy string, binds []admissionregistrationv1.ValidatingAdmissionPolicyBinding) []string {
 	var problems []string
-	add := func(format string, args ...any) {
-		problems = append(problems, fmt.Sprintf("ValidatingAdmissionPolicyBinding %q: ", c.binding)+fmt.Sprintf(format, args...))
-	}
-	if b.Spec.PolicyName != c.policy {
-		add("binds policy %q, not %q", b.Spec.PolicyName, c.policy)
-	}
-	if !slices.Contains(b.Spec.ValidationActions, admissionregistrationv1.Deny) {
-		add("validationActions are %v, without Deny: the policy's refusals would not refuse", b.Spec.ValidationActions)
-	}
-	if m := b.Spec.MatchResources; m != nil {
-		why := selectorsNarrow(m)
-		if why == "" && len(m.ResourceRules) > 0 {
-			if n := narrowed(m, c.shipped.Spec.MatchConstraints.ResourceRules); n != "" {
-				why = n
-			}
-		}
-		if why != "" {
-			add("matchResources %s", why)
-		}
-	}
-	ref := b.Spec.ParamRef
-	if ref == nil {
-		add("has no paramRef: the policy names no driver identity")
-		return problems, nil
-	}
-	params, err := c.params(ctx, ref)
-	if err != nil {
-		if le := (*lookupError)(nil); errors.As(err, &le) {
-			return nil, err // could not check
-		}
-		add("%v", err)
-		return problems, nil
-	}
-	byID := map[identity][][]string{}
-	for _, p := range params {
-		id, names, err := parseParam(p.Data)
-		if err != nil {
-			// The policy errs on it, and with failurePolicy Fail refuses
-			// every ResourceSlice write.
-			add("parameter ConfigMap %s/%s: %v", p.Metadata.Namespace, p.Metadata.Name, err)
+	for _, b := range binds {
+		if b.Spec.PolicyName != policy {
 			continue
 		}
-		byID[id] = append(byID[id], names)
-	}
-	for _, id := range c.drivers.ids {
-		want := c.drivers.of(id)
-		got, ok := byID[id]
-		if !ok {
-			add("no parameter (ConfigMap in namespace %q selected by %s) lists %s, which draproxy serves (--driver): the policy does not confine its writes", ref.Namespace, paramSelector(ref), id)
-			continue
+		var p []string
+		if !slices.Contains(b.Spec.ValidationActions, admissionregistrationv1.Deny) {
+			p = append(p, fmt.Sprintf("ValidatingAdmissionPolicyBinding %q: validationActions are %v, without Deny: the policy's refusals would not refuse", b.Name, b.Spec.ValidationActions))
 		}
-		for _, names := range got {
-			if !slices.Equal(names, want) {
-				add("a parameter binds %s to the drivers %q, and draproxy to %q (--driver): they must agree", id, names, want)
+		if m := b.Spec.MatchResources; m != nil {
+			why := selectorsNarrow(m)
+			if why == "" && len(m.ResourceRules) > 0 {
+				why = narrowed(m, c.shipped.Spec.MatchConstraints.ResourceRules)
+			}
+			if why != "" {
+				p = append(p, fmt.Sprintf("ValidatingAdmissionPolicyBinding %q: matchResources %s", b.Name, why))
 			}
 		}
-	}
-	return problems, nil
-}
-
-// configMap is what draproxy reads of a policy parameter.
-type configMap struct {
-	objectHeader
-	Data map[string]string `json:"data"`
-}
-
-// params reads the parameters ref selects: the ConfigMap it names, or the
-// ConfigMaps its selector selects in its namespace.
-func (c *admissionCheck) params(ctx context.Context, ref *admissionregistrationv1.ParamRef) ([]configMap, error) {
-	if ref.Namespace == "" {
-		return nil, errors.New("paramRef has no namespace, which parameters of a cluster-scoped resource need")
-	}
-	if ref.Name != "" {
-		cm := objectRef{version: "v1", resource: "configmaps", kind: "ConfigMap", namespace: ref.Namespace, name: ref.Name}
-		data, err := c.objects.read(ctx, cm.String(), cm.path())
-		if errors.Is(err, errNotFound) {
-			return nil, fmt.Errorf("parameter %s does not exist", cm)
+		if len(p) == 0 {
+			return nil
 		}
-		if err != nil {
-			return nil, err
-		}
-		var m configMap
-		if err := decodeObject(data, cm, &m); err != nil {
-			return nil, &lookupError{what: cm.String(), err: err}
-		}
-		return []configMap{m}, nil
+		problems = append(problems, p...)
 	}
-	sel, err := metav1.LabelSelectorAsSelector(ref.Selector)
-	if err != nil {
-		return nil, fmt.Errorf("paramRef.selector: %v", err)
+	if len(problems) == 0 {
+		problems = append(problems, fmt.Sprintf("no ValidatingAdmissionPolicyBinding binds ValidatingAdmissionPolicy %q", policy))
 	}
-	what := fmt.Sprintf("the ConfigMaps of namespace %q selected by %s", ref.Namespace, paramSelector(ref))
-	data, err := c.objects.read(ctx, what, "/api/v1/namespaces/"+url.PathEscape(ref.Namespace)+"/configmaps?labelSelector="+url.QueryEscape(sel.String()))
-	if err != nil {
-		return nil, err
-	}
-	var list struct {
-		Kind  string      `json:"kind"`
-		Items []configMap `json:"items"`
-	}
-	if err := decodeJSON(data, &list); err != nil {
-		return nil, &lookupError{what: what, err: err}
-	}
-	if list.Kind != "ConfigMapList" {
-		return nil, &lookupError{what: what, err: fmt.Errorf("the answer is a %q, not a ConfigMapList", list.Kind)}
-	}
-	return list.Items, nil
-}
-
-func paramSelector(ref *admissionregistrationv1.ParamRef) string {
-	if ref.Name != "" {
-		return "name " + ref.Name
-	}
-	sel, err := metav1.LabelSelectorAsSelector(ref.Selector)
-	if err != nil || sel.Empty() {
-		return "no label selector (every ConfigMap)"
-	}
-	return "labels " + sel.String()
-}
-
-// parseParam reads a parameter's data: serviceAccount NAMESPACE/NAME and
-// drivers, a comma-separated list, as the policy reads them. The names
-// are returned sorted.
-func parseParam(data map[string]string) (identity, []string, error) {
-	sa, ok := data["serviceAccount"]
-	if !ok {
-		return identity{}, nil, errors.New("no serviceAccount (NAMESPACE/NAME)")
-	}
-	ds, ok := data["drivers"]
-	if !ok {
-		return identity{}, nil, errors.New("no drivers (NAME[,NAME...])")
-	}
-	var names []string
-	for d := range strings.SplitSeq(ds, ",") {
-		if d = strings.TrimSpace(d); d != "" {
-			names = append(names, d)
-		}
-	}
-	if len(names) == 0 {
-		return identity{}, nil, errors.New("drivers lists no driver name")
-	}
-	_, id, err := parseDriver(names[0] + "=" + sa)
-	if err != nil {
-		return identity{}, nil, fmt.Errorf("serviceAccount %q: want NAMESPACE/NAME", sa)
-	}
-	slices.Sort(names)
-	return id, slices.Compact(names), nil
+	return problems
 }
 
 // run checks the policy every interval (after the check at start, which
@@ -488,17 +434,16 @@ func (c *admissionCheck) run(ctx context.Context, clk clock.WithDelayedExecution
 	}
 }
 
-// log says what a check found: loudly when the policy is missing, changed
-// or could not be read, since draproxy then confines the drivers' writes
-// alone.
+// log says what a check found: loudly when a policy is missing, changed
+// or could not be read.
 func (c *admissionCheck) log(ctx context.Context, err error) {
 	logger := klog.FromContext(ctx)
 	switch {
 	case err == nil:
-		logger.V(2).Info("draproxy: the admission policy confines the drivers' ResourceSlice writes", "policy", c.policy, "binding", c.binding)
+		logger.V(2).Info("draproxy: the admission policies confine every driver identity's ResourceSlice writes")
 	case errors.Is(err, errAdmissionPolicy):
-		logger.Error(err, "draproxy: the API server does not confine the drivers' ResourceSlice writes: only draproxy does; apply deploy/admission-policy.yaml and a parameter per --driver identity", "policy", c.policy, "binding", c.binding)
+		logger.Error(err, "draproxy: the API server does not confine every driver's own ResourceSlice writes (draproxy still forwards as its node): apply each driver's part, deploy/driver")
 	default:
-		logger.Error(err, "draproxy: could not check the admission policy", "policy", c.policy, "binding", c.binding)
+		logger.Error(err, "draproxy: could not check the admission policies")
 	}
 }

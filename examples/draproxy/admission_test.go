@@ -20,19 +20,21 @@ import (
 	clocktesting "k8s.io/utils/clock/testing"
 )
 
-const (
-	policyPath  = "/apis/admissionregistration.k8s.io/v1/validatingadmissionpolicies/" + DefaultAdmissionPolicy
-	bindingPath = "/apis/admissionregistration.k8s.io/v1/validatingadmissionpolicybindings/" + DefaultAdmissionPolicy
-	paramPath   = "/api/v1/namespaces/dra-system/configmaps/driver-identity-dra-other"
+// The admission policy and binding of the dra/other identity, as
+// installAdmission stores them.
+var (
+	policyPath  = policiesPath + "/draproxy-resourceslices-dra-other"
+	bindingPath = bindingsPath + "/draproxy-resourceslices-dra-other"
 )
 
-// TestShippedAdmission: deploy/admission-policy.yaml is a policy of
-// ResourceSlice writes that fails closed, matched by the driver
-// identities in its parameters, and a binding that denies. Its
-// expressions are single lines: kustomize (kubectl apply -k) writes a
-// folded scalar with more-indented lines back with an extra line break,
-// and the policy it stored would then differ from draproxy's, which
-// draproxy refuses.
+// TestShippedAdmission: deploy/driver/admission-policy.yaml is a policy of
+// ResourceSlice writes that fails closed, takes no parameter and is not
+// narrowed by match conditions, with its values (the driver's namespace,
+// ServiceAccount, driver names, exemptions) first, and a binding that
+// denies. Its expressions are single lines: kustomize (kubectl apply -k)
+// writes a folded scalar with more-indented lines back with an extra line
+// break, and the policy it stored would then differ from draproxy's,
+// which draproxy refuses.
 func TestShippedAdmission(t *testing.T) {
 	t.Parallel()
 	pol, bind, err := shippedAdmission()
@@ -44,26 +46,24 @@ func TestShippedAdmission(t *testing.T) {
 		Operations: []admissionregistrationv1.OperationType{"CREATE", "UPDATE", "DELETE"},
 		Rule:       admissionregistrationv1.Rule{APIGroups: []string{"resource.k8s.io"}, APIVersions: []string{"*"}, Resources: []string{"resourceslices"}},
 	}}
+	v, err := readValues(s.Variables, s.Variables)
 	switch {
 	case s.FailurePolicy == nil || *s.FailurePolicy != admissionregistrationv1.Fail:
 		t.Errorf("failurePolicy = %v; want Fail", s.FailurePolicy)
-	case s.ParamKind == nil || s.ParamKind.Kind != "ConfigMap" || s.ParamKind.APIVersion != "v1":
-		t.Errorf("paramKind = %v; want v1 ConfigMap", s.ParamKind)
+	case s.ParamKind != nil:
+		t.Errorf("paramKind = %v; want none: nothing outside the policy may change what it confines", s.ParamKind)
 	case narrowed(s.MatchConstraints, []admissionregistrationv1.NamedRuleWithOperations{want}) != "":
 		t.Errorf("matchConstraints %v do not cover every ResourceSlice write", s.MatchConstraints)
-	case len(s.MatchConditions) != 1 || !strings.Contains(s.MatchConditions[0].Expression, "params.data.serviceAccount"):
-		t.Errorf("matchConditions = %v; want the parameter's ServiceAccount", s.MatchConditions)
+	case len(s.MatchConditions) != 0:
+		t.Errorf("matchConditions = %v; want none", s.MatchConditions)
 	case len(s.Validations) != 5:
 		t.Errorf("%d validations; want 5", len(s.Validations))
-	case bind.Spec.PolicyName != pol.Name || !slices.Equal(bind.Spec.ValidationActions, []admissionregistrationv1.ValidationAction{admissionregistrationv1.Deny}):
-		t.Errorf("binding %v; want Deny of %s", bind.Spec, pol.Name)
-	case bind.Spec.ParamRef == nil || bind.Spec.ParamRef.Selector == nil || bind.Spec.ParamRef.Selector.MatchLabels[identityLabel] != "true":
-		t.Errorf("binding paramRef %v; want the %s label", bind.Spec.ParamRef, identityLabel)
+	case err != nil || v.namespace != "gpu-driver" || v.serviceAccount != "kubelet-plugin" || !slices.Equal(v.drivers, []string{"gpu.example.com"}) || len(v.exempt) != 0:
+		t.Errorf("the values = %+v, %v; want gpu-driver/kubelet-plugin publishing gpu.example.com, none exempt", v, err)
+	case bind.Spec.PolicyName != pol.Name || !slices.Equal(bind.Spec.ValidationActions, []admissionregistrationv1.ValidationAction{admissionregistrationv1.Deny}) || bind.Spec.ParamRef != nil:
+		t.Errorf("binding %v; want Deny of %s, without parameters", bind.Spec, pol.Name)
 	}
 	var exprs []string
-	for _, m := range s.MatchConditions {
-		exprs = append(exprs, m.Expression)
-	}
 	for _, v := range s.Variables {
 		exprs = append(exprs, v.Expression)
 	}
@@ -75,12 +75,33 @@ func TestShippedAdmission(t *testing.T) {
 			t.Errorf("expression %q spans lines; want one line", e)
 		}
 	}
+	for _, tt := range []struct {
+		expr, value, rest string
+		ok                bool
+	}{
+		{`"a".split(",")`, "a", `.split(",")`, true},
+		{`""`, "", "", true},
+		{`"a\"b"`, "", "", false},
+		{`x + "a"`, "", "", false},
+		{`"a`, "", "", false},
+	} {
+		if value, rest, ok := cutLiteral(tt.expr); value != tt.value || rest != tt.rest || ok != tt.ok {
+			t.Errorf("cutLiteral(%q) = %q, %q, %v; want %q, %q, %v", tt.expr, value, rest, ok, tt.value, tt.rest, tt.ok)
+		}
+	}
 }
 
-// TestAdmissionCheck: the check finds the policy in place only when the
-// policy, the binding and the parameters mean what they should, names
-// each problem otherwise, and says "could not check" (not "missing") when
-// it cannot read them. The metric follows.
+// ownFor is draproxy's own reads of f.
+func ownFor(t testing.TB, f *fakeAPI) *objects {
+	t.Helper()
+	return must(ownObjects(f.config()))
+}
+
+// TestAdmissionCheck: the check finds the identities confined only when a
+// copy of the shipped policy names each, with the same driver names, not
+// exempting it, bound with Deny and not narrowed; it names each problem
+// otherwise, and says "could not check" (not "missing") when it cannot
+// read them. The metric follows.
 func TestAdmissionCheck(t *testing.T) {
 	t.Parallel()
 	edit := func(path string, change func(obj map[string]any)) func(f *fakeAPI) {
@@ -91,24 +112,37 @@ func TestAdmissionCheck(t *testing.T) {
 		}
 	}
 	spec := func(obj map[string]any) map[string]any { return obj["spec"].(map[string]any) }
+	value := func(i int, v string) func(o map[string]any) {
+		return func(o map[string]any) {
+			vars := spec(o)["variables"].([]any)
+			e := vars[i].(map[string]any)
+			_, rest, _ := cutLiteral(e["expression"].(string))
+			e["expression"] = `"` + v + `"` + rest
+		}
+	}
 	tests := []struct {
 		name   string
 		change func(f *fakeAPI)
 		want   string // "" verified; "unavailable" could not check; else a problem
 	}{
 		{name: "in place"},
-		{name: "policy missing", change: func(f *fakeAPI) { f.remove(policyPath) }, want: `ValidatingAdmissionPolicy "draproxy-resourceslices" does not exist`},
-		{name: "binding missing", change: func(f *fakeAPI) { f.remove(bindingPath) }, want: `ValidatingAdmissionPolicyBinding "draproxy-resourceslices" does not exist`},
+		{name: "policy missing", change: func(f *fakeAPI) { f.remove(policyPath) }, want: `no ValidatingAdmissionPolicy of deploy/driver/admission-policy.yaml names dra/other`},
+		{name: "binding missing", change: func(f *fakeAPI) { f.remove(bindingPath) }, want: `no ValidatingAdmissionPolicyBinding binds ValidatingAdmissionPolicy "draproxy-resourceslices-dra-other"`},
 		{name: "failurePolicy Ignore", change: edit(policyPath, func(o map[string]any) { spec(o)["failurePolicy"] = "Ignore" }), want: "failurePolicy is Ignore"},
 		{name: "a validation dropped", change: edit(policyPath, func(o map[string]any) {
 			v := spec(o)["validations"].([]any)
 			spec(o)["validations"] = v[1:]
 		}), want: "validations differ"},
-		{name: "match condition changed", change: edit(policyPath, func(o map[string]any) {
-			spec(o)["matchConditions"] = []any{map[string]any{"name": "listed-driver-identity", "expression": `request.userInfo.username == "system:serviceaccount:x:y"`}}
-		}), want: "matchConditions differ"},
-		{name: "variables changed", change: edit(policyPath, func(o map[string]any) { spec(o)["variables"] = []any{} }), want: "variables differ"},
-		{name: "paramKind changed", change: edit(policyPath, func(o map[string]any) { spec(o)["paramKind"] = map[string]any{"apiVersion": "v1", "kind": "Secret"} }), want: "paramKind"},
+		{name: "a match condition", change: edit(policyPath, func(o map[string]any) {
+			spec(o)["matchConditions"] = []any{map[string]any{"name": "never", "expression": `request.userInfo.username == "nobody"`}}
+		}), want: "matchConditions narrow it"},
+		{name: "a derived variable changed", change: edit(policyPath, func(o map[string]any) {
+			spec(o)["variables"].([]any)[5].(map[string]any)["expression"] = "false"
+		}), want: "variables differ"},
+		{name: "a value no longer a literal", change: edit(policyPath, func(o map[string]any) {
+			spec(o)["variables"].([]any)[0].(map[string]any)["expression"] = `"d" + "ra"`
+		}), want: "names dra/other"},
+		{name: "paramKind set", change: edit(policyPath, func(o map[string]any) { spec(o)["paramKind"] = map[string]any{"apiVersion": "v1", "kind": "ConfigMap"} }), want: "paramKind"},
 		{name: "only creates", change: edit(policyPath, func(o map[string]any) {
 			r := spec(o)["matchConstraints"].(map[string]any)["resourceRules"].([]any)[0].(map[string]any)
 			r["operations"] = []any{"CREATE"}
@@ -134,22 +168,32 @@ func TestAdmissionCheck(t *testing.T) {
 		})},
 		{name: "binding warns only", change: edit(bindingPath, func(o map[string]any) { spec(o)["validationActions"] = []any{"Warn", "Audit"} }), want: "without Deny"},
 		{name: "binding denies and audits", change: edit(bindingPath, func(o map[string]any) { spec(o)["validationActions"] = []any{"Deny", "Audit"} })},
-		{name: "binding of another policy", change: edit(bindingPath, func(o map[string]any) { spec(o)["policyName"] = "other" }), want: `binds policy "other"`},
+		{name: "binding of another policy", change: edit(bindingPath, func(o map[string]any) { spec(o)["policyName"] = "other" }), want: `no ValidatingAdmissionPolicyBinding binds`},
 		{name: "binding narrowed", change: edit(bindingPath, func(o map[string]any) {
 			spec(o)["matchResources"] = map[string]any{"namespaceSelector": map[string]any{"matchLabels": map[string]any{"x": "y"}}}
 		}), want: "matchResources select namespaces"},
-		{name: "binding without parameters", change: edit(bindingPath, func(o map[string]any) { delete(spec(o), "paramRef") }), want: "has no paramRef"},
-		{name: "parameters elsewhere", change: edit(bindingPath, func(o map[string]any) { spec(o)["paramRef"].(map[string]any)["namespace"] = "elsewhere" }), want: "no parameter"},
-		{name: "an identity not listed", change: func(f *fakeAPI) { f.remove(paramPath) }, want: "lists dra/other"},
-		{name: "other drivers listed", change: edit(paramPath, func(o map[string]any) { o["data"].(map[string]any)["drivers"] = "other.example.com, extra.example.com" }), want: "they must agree"},
-		{name: "drivers said with spaces", change: edit(paramPath, func(o map[string]any) { o["data"].(map[string]any)["drivers"] = " other.example.com ,," })},
-		{name: "a parameter without drivers", change: edit(paramPath, func(o map[string]any) { delete(o["data"].(map[string]any), "drivers") }), want: "no drivers"},
-		{name: "a parameter without serviceAccount", change: edit(paramPath, func(o map[string]any) { delete(o["data"].(map[string]any), "serviceAccount") }), want: "no serviceAccount"},
-		{name: "the policy's answer is a Status", change: func(f *fakeAPI) {
-			f.put(policyPath, map[string]any{"apiVersion": "v1", "kind": "Status", "status": "Failure", "code": 200})
+		{name: "other drivers listed", change: edit(policyPath, value(2, "other.example.com, extra.example.com")), want: "they must agree"},
+		{name: "drivers said with spaces", change: edit(policyPath, value(2, " other.example.com ,,"))},
+		{name: "the identity exempted", change: edit(policyPath, value(3, "x,other")), want: "exempts dra/other"},
+		{name: "another namespace", change: edit(policyPath, value(0, "elsewhere")), want: "names dra/other"},
+		{name: "another ServiceAccount", change: edit(policyPath, value(1, "driver")), want: "names dra/other"},
+		{name: "a second, weakened copy", change: func(f *fakeAPI) {
+			pol := f.get(policyPath)
+			pol["metadata"].(map[string]any)["name"] = "weak"
+			spec(pol)["failurePolicy"] = "Ignore"
+			f.put(policiesPath+"/weak", pol)
+		}},
+		{name: "the policies' answer is a Status", change: func(f *fakeAPI) {
+			f.fault.Store(ptrTo(func(w http.ResponseWriter, r *http.Request, _ []byte) bool {
+				if r.URL.Path != policiesPath {
+					return false
+				}
+				writeJSON(w, http.StatusOK, status(http.StatusOK, "all is well"))
+				return true
+			}))
 		}, want: "unavailable"},
-		{name: "the binding's answer is the policy", change: func(f *fakeAPI) { f.put(bindingPath, f.get(policyPath)) }, want: "unavailable"},
 		{name: "outage", change: func(f *fakeAPI) { f.fail.Store(http.StatusServiceUnavailable) }, want: "unavailable"},
+		{name: "no RBAC for the lists", change: func(f *fakeAPI) { f.fail.Store(http.StatusForbidden) }, want: "unavailable"},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
@@ -159,7 +203,7 @@ func TestAdmissionCheck(t *testing.T) {
 			if tt.change != nil {
 				tt.change(f)
 			}
-			c := must(newAdmissionCheckFor(f.config(), &config{admissionPolicy: DefaultAdmissionPolicy, admissionBinding: DefaultAdmissionPolicy, drivers: testDrivers()}))
+			c := must(newAdmissionCheck(ownFor(t, f), testDrivers()))
 			err := c.check(t.Context())
 			var le *lookupError
 			switch {
@@ -177,6 +221,8 @@ func TestAdmissionCheck(t *testing.T) {
 	}
 }
 
+func ptrTo[T any](v T) *T { return &v }
+
 // TestAdmissionCheckRun: after the check at start, the policy is checked
 // every interval, on the injected clock, until the context ends; a policy
 // that goes is logged and measured at the next check.
@@ -184,7 +230,7 @@ func TestAdmissionCheckRun(t *testing.T) {
 	t.Parallel()
 	f := startFakeAPI(t)
 	f.installAdmission(t, testIdentities)
-	c := must(newAdmissionCheckFor(f.config(), &config{admissionPolicy: DefaultAdmissionPolicy, admissionBinding: DefaultAdmissionPolicy, drivers: testDrivers()}))
+	c := must(newAdmissionCheck(ownFor(t, f), testDrivers()))
 	clk := clocktesting.NewFakeClock(time.Now())
 	var mu sync.Mutex
 	var logged []string
@@ -231,7 +277,7 @@ func TestAdmissionCheckRun(t *testing.T) {
 		t.Errorf("draproxy_admission_policy_verified = %v; want 0", got)
 	}
 	mu.Lock()
-	found := slices.ContainsFunc(logged, func(l string) bool { return strings.Contains(l, "does not exist") })
+	found := slices.ContainsFunc(logged, func(l string) bool { return strings.Contains(l, "names dra/other") })
 	mu.Unlock()
 	if !found {
 		t.Errorf("logged %q; want the missing policy named", logged)
@@ -244,24 +290,30 @@ func TestAdmissionCheckRun(t *testing.T) {
 	<-stopped // the loop ends with its context
 }
 
-// TestRunRequiresAdmission: draproxy does not start without the admission
-// policy unless told to, and then says so in its metric.
+// TestRunRequiresAdmission: with --require-admission-policy draproxy does
+// not start unless the admission policies confine its identities, and
+// says so; without it, it starts whatever the policies (its own mode does
+// not depend on them).
 func TestRunRequiresAdmission(t *testing.T) {
 	t.Parallel()
 	f := startFakeAPI(t)
 	sock := filepath.Join(shortDir(t), "d.sock")
-	err := run(t.Context(), append(runArgs(t, f), "--socket="+sock), io.Discard)
-	if !errors.Is(err, errAdmissionPolicy) || !strings.Contains(err.Error(), "does not exist") || !strings.Contains(err.Error(), "--require-admission-policy=false") {
-		t.Errorf("run() without the policy = %v; want errAdmissionPolicy naming it and the flag", err)
+	err := run(t.Context(), append(runArgs(t, f), "--socket="+sock, "--require-admission-policy"), io.Discard)
+	if !errors.Is(err, errAdmissionPolicy) || !strings.Contains(err.Error(), "names dra/driver") || !strings.Contains(err.Error(), "--require-admission-policy") {
+		t.Errorf("run() without the policies = %v; want errAdmissionPolicy naming the identity and the flag", err)
 	}
 	f.fail.Store(http.StatusServiceUnavailable)
-	err = run(t.Context(), append(runArgs(t, f), "--socket="+sock), io.Discard)
+	err = run(t.Context(), append(runArgs(t, f), "--socket="+sock, "--require-admission-policy"), io.Discard)
 	if le := (*lookupError)(nil); !errors.As(err, &le) {
 		t.Errorf("run() while the API server is down = %v; want could not check", err)
 	}
 	f.fail.Store(0)
 
-	out, _ := startRunAs(t, f, "--socket="+sock, "--require-admission-policy=false", "--metrics-listen=127.0.0.1:0")
+	// Without the flag: serves, without the policies.
+	startRunAs(t, f, "--socket="+sock)
+	// With it and the policies: serves, and says so in its metric.
+	f.installAdmission(t, testIdentities)
+	out, _ := startRunAs(t, f, "--socket="+filepath.Join(shortDir(t), "d.sock"), "--require-admission-policy", "--metrics-listen=127.0.0.1:0")
 	_, addr, _ := strings.Cut(out.String(), "metrics on ")
 	addr, _, _ = strings.Cut(addr, "\n")
 	resp, err := http.Get(addr)
@@ -270,7 +322,7 @@ func TestRunRequiresAdmission(t *testing.T) {
 	}
 	b, _ := io.ReadAll(resp.Body)
 	resp.Body.Close()
-	if !strings.Contains(string(b), "\ndraproxy_admission_policy_verified 0\n") {
-		t.Errorf("metrics without the policy:\n%s\nwant draproxy_admission_policy_verified 0", b)
+	if !strings.Contains(string(b), "\ndraproxy_admission_policy_verified 1\n") {
+		t.Errorf("metrics with the policies:\n%s\nwant draproxy_admission_policy_verified 1", b)
 	}
 }

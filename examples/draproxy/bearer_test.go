@@ -31,7 +31,7 @@ func TestOutHeaderSetsOwnBearer(t *testing.T) {
 	driver := http.Header{"Authorization": {"Bearer driver-token"}, "Accept": {"application/json"}}
 	r := httptest.NewRequestWithContext(request.WithUser(t.Context(), &user.DefaultInfo{Name: driverSA}), http.MethodGet, "/", nil)
 	r.Header = driver
-	h := p.outHeader(r, nil)
+	h := p.outHeader(r, &user.DefaultInfo{Name: driverSA}, nil)
 	if got, want := h.Values("Authorization"), []string{"Bearer " + f.proxyToken}; len(got) != 1 || got[0] != want[0] {
 		t.Errorf("outHeader: Authorization = %q; want %q", got, want)
 	}

@@ -95,6 +95,7 @@ const watchEvents = 200
 func BenchmarkDRAProxy(b *testing.B) {
 	f := startFakeAPI(b)
 	f.noRecord.Store(true)
+	f.noNodeAuthz.Store(true)
 	f.addSlice("a-1", "node-a")
 	token := f.token(driverOn("node-a"))
 	upstream := f.srv.Config.Handler
@@ -272,14 +273,14 @@ func BenchmarkDRAProxy(b *testing.B) {
 
 	b.Run("proxy", func(b *testing.B) {
 		// Once warm, once recorded: the get reaches the fake API server
-		// as the driver, impersonated with draproxy's own token.
+		// as the node, impersonated with draproxy's own token.
 		get(b, proxyInProcess)
 		f.noRecord.Store(false)
 		f.seen()
 		get(b, proxyInProcess)
 		f.noRecord.Store(true)
-		if s := f.seen(); len(s) != 1 || s[0].Header.Get("Impersonate-User") != driverSA || s[0].Header.Get("Authorization") != "Bearer "+f.proxyToken {
-			b.Fatalf("the fake API server saw %+v; want one get impersonating %s with draproxy's token", s, driverSA)
+		if s := f.seen(); len(s) != 1 || s[0].Header.Get("Impersonate-User") != "system:node:node-a" || s[0].Header.Get("Authorization") != "Bearer "+f.proxyToken {
+			b.Fatalf("the fake API server saw %+v; want one get impersonating system:node:node-a with draproxy's token", s)
 		}
 		ns, cpu, allocs, bytes := getLoop(b, proxyInProcess)
 		if len(direct) > 0 { // not with -bench 'DRAProxy/proxy$' alone

@@ -70,6 +70,9 @@ type plan struct {
 	read readKind
 	ref  objectRef
 	a    authorizer.Attributes
+	// uid is the UID precondition draproxy added ("" for none), which
+	// the log line of a forwarded write names.
+	uid string
 }
 
 // readKind is what a checked read reads.
@@ -108,8 +111,8 @@ func (p *proxy) checkAnswer(ctx context.Context, pl *plan, data []byte) (*apierr
 	return responsewriters.ForbiddenStatusError(pl.a, "draproxy: unknown check"), nil // fail closed
 }
 
-// readRefusal is the answer to a checked read the API server answers
-// 404: the same as to an object the driver may not see.
+// readRefusal is the answer to a checked read the API server answers 404
+// or 403 (to the node): the same as to an object the driver may not see.
 func (p *proxy) readRefusal(pl *plan) *apierrors.StatusError {
 	if pl.read == sliceRead {
 		return p.sliceNotFound(pl.a)
@@ -173,14 +176,17 @@ func (p *proxy) checkSlice(ctx context.Context, r *http.Request, u user.Info, a 
 		}
 		return nil, nil
 	}
-	// ...and the slice as it is now.
-	cur, err := p.objects.slice(ctx, ref)
+	// ...and the slice as it is now, if it is this node's.
+	cur, err := p.objects.slice(ctx, ref, p.node)
 	switch {
 	case errors.Is(err, errNotFound) && b != nil && b.kind == bodyApply:
-		// An apply to a missing name creates the slice: its body was
-		// checked as a create. Should a slice of that name appear on
-		// another node meanwhile, the apply cannot move it: spec.nodeName
-		// and spec.driver are immutable, and the body names this node.
+		// An apply to a name this node has no slice of: its body was
+		// checked as a create, and the API server decides, as for the
+		// node (the Node authorizer allows the node to patch, apply
+		// included, only a slice of its own, so an apply that would
+		// create is refused there). Should a slice of that name be
+		// another node's, the apply cannot move it: spec.nodeName and
+		// spec.driver are immutable, and the body names this node.
 		pl.body = b.json
 		return nil, nil
 	case errors.Is(err, errNotFound):
@@ -202,7 +208,7 @@ func (p *proxy) pin(a authorizer.Attributes, pl *plan, b *requestBody, uid strin
 	if err != nil {
 		return bodyStatus(a, err)
 	}
-	pl.body = body
+	pl.body, pl.uid = body, uid
 	switch {
 	case b == nil:
 		pl.contentType = mediaJSON
@@ -377,47 +383,29 @@ func (p *proxy) sliceNotFound(a authorizer.Attributes) *apierrors.StatusError {
 	return st
 }
 
-// checkClaim checks a ResourceClaim request: it must be reserved
-// (status.reservedFor) for a pod, by name and UID, whose spec.nodeName is
-// this node. A get is a checked read (the claim the API server returns is
-// checked); a status write is checked against the claim as it is now and
-// carries its UID as a precondition.
-func (p *proxy) checkClaim(ctx context.Context, r *http.Request, a authorizer.Attributes, query url.Values, pl *plan) (*apierrors.StatusError, error) {
+// checkClaim checks a ResourceClaim request, a get: a checked read. The
+// API server returns the claim to the node only through a pod bound to
+// the node that references it (the Node authorizer's graph, which
+// follows live pods); draproxy passes the claim on only if, as well, it
+// is reserved (status.reservedFor) for a pod, by name and UID, that the
+// node reads as bound to it now. Nothing about pods or claims is
+// remembered.
+func (p *proxy) checkClaim(_ context.Context, r *http.Request, a authorizer.Attributes, _ url.Values, pl *plan) (*apierrors.StatusError, error) {
 	if a.GetNamespace() == "" {
 		return &apierrors.StatusError{ErrStatus: metav1.Status{
 			Status: metav1.StatusFailure, Code: http.StatusNotFound, Reason: metav1.StatusReasonNotFound,
 			Message: fmt.Sprintf("draproxy: the request names no namespace: ResourceClaims are namespaced, at /apis/%s/%s/namespaces/NAMESPACE/resourceclaims/%s", a.GetAPIGroup(), a.GetAPIVersion(), a.GetName()),
 		}}, nil
 	}
-	ref := objectRef{group: a.GetAPIGroup(), version: a.GetAPIVersion(), resource: a.GetResource(), kind: "ResourceClaim", namespace: a.GetNamespace(), name: a.GetName()}
-	if a.GetVerb() == "get" {
-		if st := wholeObjectsOnly(r.Header, a); st != nil {
-			return st, nil
-		}
-		pl.read, pl.ref, pl.a = claimRead, ref, a
-		return nil, nil
+	if a.GetVerb() != "get" { // the allow-list has no other verb; fail closed
+		return p.claimRefusal(a), nil
 	}
-	// update or patch of the status.
-	b, st := readRequestBody(a.GetVerb(), r.Header.Get("Content-Type"), pl.body)
-	if st != nil {
+	if st := wholeObjectsOnly(r.Header, a); st != nil {
 		return st, nil
 	}
-	if b.kind == bodyJSONPatch {
-		if err := parseJSONPatch(b.json); err != nil {
-			return apierrors.NewBadRequest(err.Error()), nil
-		}
-	}
-	c, err := p.objects.claim(ctx, ref)
-	switch {
-	case errors.Is(err, errNotFound):
-		return p.claimRefusal(a), nil
-	case err != nil:
-		return p.lookupUnavailable(ctx, ref.String(), err), err
-	}
-	if st, err := p.claimOnNode(ctx, a, ref, c); st != nil {
-		return st, err
-	}
-	return p.pin(a, pl, b, c.Metadata.UID, query), nil
+	ref := objectRef{group: a.GetAPIGroup(), version: a.GetAPIVersion(), resource: a.GetResource(), kind: "ResourceClaim", namespace: a.GetNamespace(), name: a.GetName()}
+	pl.read, pl.ref, pl.a = claimRead, ref, a
+	return nil, nil
 }
 
 // claimOnNode checks that the claim c (of ref) is reserved for a pod on
@@ -434,7 +422,8 @@ func (p *proxy) claimOnNode(ctx context.Context, a authorizer.Attributes, ref ob
 }
 
 // claimRefusal is the answer to a request for a claim that is not reserved
-// for a pod on this node, or does not exist: the same for both.
+// for a pod on this node, or does not exist, or that the API server does
+// not return to the node: the same for all.
 func (p *proxy) claimRefusal(a authorizer.Attributes) *apierrors.StatusError {
 	return responsewriters.ForbiddenStatusError(a, fmt.Sprintf("the ResourceClaim is not reserved for a pod on node %q, or does not exist", p.node))
 }

@@ -67,8 +67,9 @@ func (w write) send(t *testing.T, h *harness, token, name, node, driver string) 
 // draproxy, or by another actor) or re-created on another node, and the
 // driver writes it again. Nothing is remembered: every write is checked
 // against the slice as it is now, or, when it can create, on its body as a
-// create, so node B's slice stays as it is and nothing is created off
-// node A.
+// create, and then forwarded as the node, which the (fake) Node
+// authorizer holds to node A's slices; so node B's slice stays as it is
+// and nothing is created off node A.
 func TestStaleNames(t *testing.T) {
 	t.Parallel()
 	tests := []struct {
@@ -114,13 +115,16 @@ func TestStaleNames(t *testing.T) {
 					t.Errorf("%s x (node-b) = %d %s; want a refusal", w.method, code, body)
 				}
 				// 4. ... and as if it were still node-a's.
+				// An apply, which may create, is forwarded on its body
+				// (node-a's), and the API server refuses it to the node:
+				// the Node authorizer lets a node patch only a slice of
+				// its own. Any other write is draproxy's 404: node-a has
+				// no slice x now.
 				code, body = w.send(t, h, token, "x", "node-a", testDriver)
 				switch {
-				case tt.recreate && code != http.StatusNotFound:
-					t.Errorf("%s x (node-a body, node-b's slice) = %d %s; want 404", w.method, code, body)
-				case !tt.recreate && w.contentType == mediaApplyYAML && code != http.StatusCreated:
-					t.Errorf("apply x (node-a) after it went = %d %s; want 201: a create of node-a's", code, body)
-				case !tt.recreate && w.contentType != mediaApplyYAML && code != http.StatusNotFound:
+				case w.contentType == mediaApplyYAML && (code != http.StatusForbidden || !strings.Contains(body, "no relationship found between node")):
+					t.Errorf("apply x (node-a) after it went = %d %s; want the API server's 403 to the node", code, body)
+				case w.contentType != mediaApplyYAML && code != http.StatusNotFound:
 					t.Errorf("%s x (node-a) after it went = %d %s; want 404", w.method, code, body)
 				}
 				if code, body := h.do(t, http.MethodGet, sliceCollection+"/x", token, nil, nil); tt.recreate && code != http.StatusNotFound {
@@ -163,11 +167,14 @@ func TestUIDPrecondition(t *testing.T) {
 			h := startProxy(t, f)
 			token := f.token(driverOn("node-a"))
 			f.addSlice("x", "node-a")
-			// After draproxy's own read (not impersonated), x becomes
-			// node-b's, once.
+			// After draproxy's own read (a list), as the write arrives, x
+			// becomes node-b's, once, and the Node authorizer's graph has
+			// not followed yet (it lags behind the change): only the UID
+			// precondition holds the write to the slice draproxy checked.
 			var swapped atomic.Bool
 			hook := func(_ http.ResponseWriter, r *http.Request, _ []byte) bool {
-				if r.Header.Get("Impersonate-User") != "" && r.URL.Path == slicePath("x") && swapped.CompareAndSwap(false, true) {
+				if r.URL.Path == slicePath("x") && swapped.CompareAndSwap(false, true) {
+					f.graphFrozen.Store(true)
 					f.addSliceOf("x", "node-b", testDriver, "uid-of-b")
 				}
 				return false

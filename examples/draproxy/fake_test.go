@@ -19,8 +19,8 @@ import (
 	"testing"
 	"time"
 
+	admissionregistrationv1 "k8s.io/api/admissionregistration/v1"
 	"k8s.io/apimachinery/pkg/fields"
-	"k8s.io/apimachinery/pkg/labels"
 	"k8s.io/apiserver/pkg/authentication/user"
 	"k8s.io/client-go/rest"
 	"k8s.io/client-go/tools/clientcmd"
@@ -119,15 +119,59 @@ type fakeAPI struct {
 	// noRecord stops recording requests (benchmarks).
 	noRecord atomic.Bool
 	// forwarded, when set, serves the requests that impersonate someone,
-	// in any spelling (those draproxy forwards for a driver, not its own
-	// reads), in place of the fake's own serve, which it calls in turn:
-	// the differential test's difftest.Upstream.
+	// in any spelling, but draproxy's own reads (User-Agent "... (own
+	// check)"): those draproxy forwards for a driver, in place of the
+	// fake's own serve, which it calls in turn: the differential test's
+	// difftest.Upstream.
 	forwarded atomic.Pointer[http.Handler]
+	// self is who draproxy's own credential is (the SelfSubjectReview's
+	// answer): by default draproxy's ServiceAccount with a token bound to
+	// its pod on node-a. Its node-name extra is the node it may
+	// impersonate (associated-node).
+	self atomic.Pointer[user.DefaultInfo]
+	// denied are the verbs draproxy's RBAC lacks
+	// (impersonate:associated-node, impersonate-on:associated-node:VERB),
+	// for its SelfSubjectAccessReviews; the fake's impersonation itself
+	// grants every verb.
+	denied sync.Map
+	// graphFrozen stops the Node authorizer's graph from following the
+	// objects stored: the graph's lag behind a change, as the API server's
+	// has, for a moment.
+	graphFrozen atomic.Bool
+	// noNodeAuthz skips the fake's model of constrained impersonation,
+	// the Node authorizer and NodeRestriction: the benchmarks measure
+	// draproxy against an upstream that does the same work for a proxied
+	// request as for a direct one.
+	noNodeAuthz atomic.Bool
 
 	mu       sync.Mutex
 	objects  map[string]map[string]any // API path -> object
 	requests []seen
 	watchers map[chan map[string]any]fields.Selector
+	// The Node authorizer's graph: slice name -> node; pod namespace/name
+	// -> its node and the claims it references.
+	sliceGraph map[string]string
+	podGraph   map[string]podVertex
+}
+
+// podVertex is a pod in the Node authorizer's graph.
+type podVertex struct {
+	node   string
+	claims []string
+}
+
+// proxyUser is draproxy's ServiceAccount in the tests.
+const proxyUser = "system:serviceaccount:dra-system:draproxy"
+
+// proxyOn is draproxy's own identity with a token bound to its pod on
+// node (bound to no pod when node is empty).
+func proxyOn(node string) *user.DefaultInfo {
+	u := &user.DefaultInfo{Name: proxyUser, UID: "uid-draproxy", Groups: []string{"system:serviceaccounts", "system:serviceaccounts:dra-system", "system:authenticated"}, Extra: map[string][]string{}}
+	if node != "" {
+		u.Extra["authentication.kubernetes.io/node-name"] = []string{node}
+		u.Extra["authentication.kubernetes.io/pod-name"] = []string{"draproxy-" + node}
+	}
+	return u
 }
 
 func startFakeAPI(t testing.TB) *fakeAPI {
@@ -137,7 +181,10 @@ func startFakeAPI(t testing.TB) *fakeAPI {
 		proxyToken: "draproxy-own-token",
 		objects:    map[string]map[string]any{},
 		watchers:   map[chan map[string]any]fields.Selector{},
+		sliceGraph: map[string]string{},
+		podGraph:   map[string]podVertex{},
 	}
+	f.self.Store(proxyOn("node-a"))
 	f.auth.SetPolicy(driverRBAC())
 	authURL, err := url.Parse(f.auth.URL())
 	if err != nil {
@@ -159,13 +206,30 @@ func startFakeAPI(t testing.TB) *fakeAPI {
 			writeJSON(w, http.StatusUnauthorized, status(http.StatusUnauthorized, "Unauthorized"))
 			return
 		}
+		switch r.URL.Path {
+		case "/apis/authentication.k8s.io/v1/selfsubjectreviews":
+			f.selfSubjectReview(w)
+			return
+		case "/apis/authorization.k8s.io/v1/selfsubjectaccessreviews":
+			f.selfSubjectAccessReview(w, r)
+			return
+		}
 		if strings.HasPrefix(r.URL.Path, "/apis/authentication.k8s.io/") || strings.HasPrefix(r.URL.Path, "/apis/authorization.k8s.io/") {
 			reviews.ServeHTTP(w, r)
 			return
 		}
-		if fw := f.forwarded.Load(); fw != nil && impersonates(r.Header) {
-			(*fw).ServeHTTP(w, r)
-			return
+		if impersonates(r.Header) && !f.noNodeAuthz.Load() {
+			// Constrained impersonation, associated-node: the node of
+			// draproxy's own token, its name alone.
+			node := extraValue(f.self.Load(), "authentication.kubernetes.io/node-name")
+			if v := r.Header.Values("Impersonate-User"); node == "" || len(v) != 1 || v[0] != nodeUserPrefix+node || !onlyImpersonateUser(r.Header) {
+				writeJSON(w, http.StatusForbidden, status(http.StatusForbidden, fmt.Sprintf("users %q is forbidden: User %q cannot impersonate resource \"users\" in API group \"\" at the cluster scope", r.Header.Get("Impersonate-User"), f.self.Load().Name)))
+				return
+			}
+			if fw := f.forwarded.Load(); fw != nil && !strings.HasSuffix(r.Header.Get("User-Agent"), "(own check)") {
+				(*fw).ServeHTTP(w, r)
+				return
+			}
 		}
 		f.serve(w, r)
 	}))
@@ -173,6 +237,40 @@ func startFakeAPI(t testing.TB) *fakeAPI {
 	f.srv.StartTLS()
 	t.Cleanup(f.close)
 	return f
+}
+
+// onlyImpersonateUser reports whether Impersonate-User is the only
+// impersonation header of h, in any spelling.
+func onlyImpersonateUser(h http.Header) bool {
+	for k := range h {
+		k = strings.ToLower(strings.ReplaceAll(k, "_", "-"))
+		if strings.HasPrefix(k, "impersonate-") && k != "impersonate-user" {
+			return false
+		}
+	}
+	return true
+}
+
+// selfSubjectReview answers draproxy's SelfSubjectReview with f.self.
+func (f *fakeAPI) selfSubjectReview(w http.ResponseWriter) {
+	u := f.self.Load()
+	writeJSON(w, http.StatusCreated, map[string]any{"apiVersion": "authentication.k8s.io/v1", "kind": "SelfSubjectReview",
+		"status": map[string]any{"userInfo": map[string]any{"username": u.Name, "uid": u.UID, "groups": u.Groups, "extra": u.Extra}}})
+}
+
+// selfSubjectAccessReview answers draproxy's SelfSubjectAccessReviews:
+// allowed unless the verb is in f.denied.
+func (f *fakeAPI) selfSubjectAccessReview(w http.ResponseWriter, r *http.Request) {
+	var ssar struct {
+		Spec struct {
+			ResourceAttributes struct {
+				Verb string `json:"verb"`
+			} `json:"resourceAttributes"`
+		} `json:"spec"`
+	}
+	_ = json.NewDecoder(r.Body).Decode(&ssar)
+	_, denied := f.denied.Load(ssar.Spec.ResourceAttributes.Verb)
+	writeJSON(w, http.StatusCreated, map[string]any{"apiVersion": "authorization.k8s.io/v1", "kind": "SelfSubjectAccessReview", "status": map[string]any{"allowed": !denied}})
 }
 
 // impersonates reports whether h has an Impersonate-* header, in any
@@ -293,6 +391,7 @@ func (f *fakeAPI) remove(path string) {
 	defer f.mu.Unlock()
 	if obj, ok := f.objects[path]; ok {
 		delete(f.objects, path)
+		f.graphLocked(obj, true)
 		f.notifyLocked("DELETED", obj)
 	}
 }
@@ -311,40 +410,59 @@ func (f *fakeAPI) sliceNode(name string) (node, uid string) {
 	return node, uid
 }
 
-// installAdmission stores the admission policy and binding draproxy ships
-// and, for each identity in ids (NAMESPACE/NAME=DRIVER,...), a parameter
-// ConfigMap in dra-system.
+// installAdmission stores, for each identity in ids (NAMESPACE/NAME ->
+// DRIVER[,DRIVER...]), a copy of the admission policy draproxy ships
+// (deploy/driver/admission-policy.yaml) with its values, as its driver
+// part renders it (named after the identity), and its binding.
 func (f *fakeAPI) installAdmission(t testing.TB, ids map[string]string) {
+	t.Helper()
+	for id, drivers := range ids {
+		ns, sa, _ := strings.Cut(id, "/")
+		pol, bind := renderedAdmission(t, ns, sa, drivers, "")
+		for _, o := range []struct {
+			path string
+			obj  any
+		}{
+			{policiesPath + "/" + pol.Name, pol},
+			{bindingsPath + "/" + bind.Name, bind},
+		} {
+			b, _ := json.Marshal(o.obj)
+			var m map[string]any
+			_ = json.Unmarshal(b, &m)
+			m["metadata"].(map[string]any)["uid"] = fmt.Sprintf("uid-%d", f.uids.Add(1))
+			f.put(o.path, m)
+		}
+	}
+}
+
+const (
+	policiesPath = "/apis/admissionregistration.k8s.io/v1/validatingadmissionpolicies"
+	bindingsPath = "/apis/admissionregistration.k8s.io/v1/validatingadmissionpolicybindings"
+)
+
+// renderedAdmission is the policy and binding of
+// deploy/driver/admission-policy.yaml as kustomize renders them for the
+// ServiceAccount ns/sa publishing drivers and exempting exempt: its
+// values written into the value variables, named after the identity.
+func renderedAdmission(t testing.TB, ns, sa, drivers, exempt string) (*admissionregistrationv1.ValidatingAdmissionPolicy, *admissionregistrationv1.ValidatingAdmissionPolicyBinding) {
 	t.Helper()
 	pol, bind, err := shippedAdmission()
 	if err != nil {
 		t.Fatal(err)
 	}
-	for _, o := range []struct {
-		path string
-		obj  any
-	}{
-		{"/apis/admissionregistration.k8s.io/v1/validatingadmissionpolicies/" + pol.Name, pol},
-		{"/apis/admissionregistration.k8s.io/v1/validatingadmissionpolicybindings/" + bind.Name, bind},
-	} {
-		b, _ := json.Marshal(o.obj)
-		var m map[string]any
-		_ = json.Unmarshal(b, &m)
-		m["metadata"].(map[string]any)["uid"] = fmt.Sprintf("uid-%d", f.uids.Add(1))
-		f.put(o.path, m)
+	for i, v := range []string{ns, sa, drivers, exempt} {
+		_, rest, _ := cutLiteral(pol.Spec.Variables[i].Expression)
+		pol.Spec.Variables[i].Expression = `"` + v + `"` + rest
 	}
-	for sa, names := range ids {
-		name := "driver-identity-" + strings.ReplaceAll(sa, "/", "-")
-		f.put("/api/v1/namespaces/dra-system/configmaps/"+name, map[string]any{
-			"apiVersion": "v1", "kind": "ConfigMap",
-			"metadata": map[string]any{"name": name, "namespace": "dra-system", "uid": "uid-" + name, "labels": map[string]any{identityLabel: "true"}},
-			"data":     map[string]any{"serviceAccount": sa, "drivers": names},
-		})
-	}
+	name := pol.Name + "-" + ns + "-" + sa
+	pol.Name, bind.Name, bind.Spec.PolicyName = name, name, name
+	pol.APIVersion, pol.Kind = "admissionregistration.k8s.io/v1", "ValidatingAdmissionPolicy"
+	bind.APIVersion, bind.Kind = "admissionregistration.k8s.io/v1", "ValidatingAdmissionPolicyBinding"
+	return pol, bind
 }
 
-// testIdentities are the parameters of the test identities, as
-// installAdmission takes them.
+// testIdentities are the identities of the tests, as installAdmission
+// takes them.
 var testIdentities = map[string]string{"dra/driver": testDriver, "dra/other": otherDriver}
 
 func claimPath(ns, name string) string {
@@ -367,12 +485,18 @@ func (f *fakeAPI) addClaim(ns, name string, reservedFor ...[2]string) {
 
 func podPath(ns, name string) string { return "/api/v1/namespaces/" + ns + "/pods/" + name }
 
-// addPod stores the pod ns/name with uid on node (unscheduled when empty).
-func (f *fakeAPI) addPod(ns, name, uid, node string) {
+// addPod stores the pod ns/name with uid on node (unscheduled when
+// empty), referencing the ResourceClaims claims (spec.resourceClaims,
+// which the Node authorizer's graph follows).
+func (f *fakeAPI) addPod(ns, name, uid, node string, claims ...string) {
+	var refs []any
+	for _, c := range claims {
+		refs = append(refs, map[string]any{"name": c, "resourceClaimName": c})
+	}
 	f.put(podPath(ns, name), map[string]any{
 		"apiVersion": "v1", "kind": "Pod",
 		"metadata": map[string]any{"name": name, "namespace": ns, "uid": uid},
-		"spec":     map[string]any{"nodeName": node},
+		"spec":     map[string]any{"nodeName": node, "resourceClaims": refs},
 	})
 }
 
@@ -385,7 +509,113 @@ func (f *fakeAPI) put(path string, obj map[string]any) {
 	f.mu.Lock()
 	defer f.mu.Unlock()
 	f.objects[path] = obj
+	f.graphLocked(obj, false)
 	f.notifyLocked("ADDED", obj)
+}
+
+// graphLocked updates the Node authorizer's graph for obj, stored or
+// (deleted) gone, unless the graph is frozen.
+func (f *fakeAPI) graphLocked(obj map[string]any, deleted bool) {
+	if f.graphFrozen.Load() {
+		return
+	}
+	md, _ := obj["metadata"].(map[string]any)
+	name, _ := md["name"].(string)
+	ns, _ := md["namespace"].(string)
+	spec, _ := obj["spec"].(map[string]any)
+	node, _ := spec["nodeName"].(string)
+	switch kind, _ := obj["kind"].(string); {
+	case kind == "ResourceSlice" && deleted:
+		delete(f.sliceGraph, name)
+	case kind == "ResourceSlice" && node != "":
+		f.sliceGraph[name] = node
+	case kind == "ResourceSlice":
+		delete(f.sliceGraph, name)
+	case kind == "Pod" && (deleted || node == ""):
+		delete(f.podGraph, ns+"/"+name)
+	case kind == "Pod":
+		v := podVertex{node: node}
+		refs, _ := spec["resourceClaims"].([]any)
+		for _, ref := range refs {
+			m, _ := ref.(map[string]any)
+			if c, _ := m["resourceClaimName"].(string); c != "" {
+				v.claims = append(v.claims, c)
+			}
+		}
+		f.podGraph[ns+"/"+name] = v
+	}
+}
+
+// nodeAuthorize is the Node authorizer and the NodeRestriction admission
+// plugin for a request of node (as the fake models them: slices, claims,
+// pods, nodes; anything else passes): a refusal to write, or "" to serve
+// the request.
+func (f *fakeAPI) nodeAuthorize(r *http.Request, body []byte, node string) string {
+	const slices = "/apis/resource.k8s.io/v1/resourceslices"
+	p := r.URL.Path
+	noEdge := func() string {
+		return fmt.Sprintf("User %q cannot %s %s: no relationship found between node %q and this object", nodeUserPrefix+node, r.Method, p, node)
+	}
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	switch {
+	case p == slices && r.Method == http.MethodPost:
+		var obj struct {
+			Spec struct {
+				NodeName *string `json:"nodeName"`
+			} `json:"spec"`
+		}
+		if err := json.Unmarshal(body, &obj); err != nil || obj.Spec.NodeName == nil || *obj.Spec.NodeName != node {
+			return "can only create ResourceSlice with the same NodeName as the requesting node"
+		}
+	case p == slices:
+		sel, err := fields.ParseSelector(r.URL.Query().Get("fieldSelector"))
+		if err != nil {
+			return err.Error()
+		}
+		for _, req := range sel.Requirements() {
+			if req.Field == "spec.nodeName" && req.Operator == "=" && req.Value == node {
+				return ""
+			}
+		}
+		return "can only list/watch/deletecollection resourceslices with nodeName field selector"
+	case strings.HasPrefix(p, slices+"/"):
+		if f.sliceGraph[strings.TrimPrefix(p, slices+"/")] != node {
+			return noEdge()
+		}
+	case strings.HasPrefix(p, "/apis/resource.k8s.io/v1/namespaces/") && strings.Contains(p, "/resourceclaims/"):
+		rest := strings.TrimPrefix(p, "/apis/resource.k8s.io/v1/namespaces/")
+		ns, name, _ := strings.Cut(rest, "/resourceclaims/")
+		if r.Method != http.MethodGet || strings.Contains(name, "/") {
+			return "can only get individual resources of this type"
+		}
+		for key, v := range f.podGraph {
+			if strings.HasPrefix(key, ns+"/") && v.node == node && slicesContains(v.claims, name) {
+				return ""
+			}
+		}
+		return noEdge()
+	case strings.HasPrefix(p, "/api/v1/namespaces/") && strings.Contains(p, "/pods/"):
+		rest := strings.TrimPrefix(p, "/api/v1/namespaces/")
+		ns, name, _ := strings.Cut(rest, "/pods/")
+		if r.Method != http.MethodGet || f.podGraph[ns+"/"+name].node != node {
+			return noEdge()
+		}
+	case strings.HasPrefix(p, "/api/v1/nodes"):
+		if r.Method != http.MethodGet || p != "/api/v1/nodes/"+node {
+			return fmt.Sprintf("node %q cannot read %q, only its own Node object", node, p)
+		}
+	}
+	return ""
+}
+
+func slicesContains(s []string, v string) bool {
+	for _, e := range s {
+		if e == v {
+			return true
+		}
+	}
+	return false
 }
 
 func (f *fakeAPI) notifyLocked(typ string, obj map[string]any) {
@@ -429,6 +659,12 @@ func (f *fakeAPI) serve(w http.ResponseWriter, r *http.Request) {
 		writeJSON(w, int(code), status(int(code), "injected failure"))
 		return
 	}
+	if u, ok := strings.CutPrefix(r.Header.Get("Impersonate-User"), nodeUserPrefix); ok && !f.noNodeAuthz.Load() {
+		if why := f.nodeAuthorize(r, body, u); why != "" {
+			writeJSON(w, http.StatusForbidden, status(http.StatusForbidden, why))
+			return
+		}
+	}
 
 	p := r.URL.Path
 	const slices = "/apis/resource.k8s.io/v1/resourceslices"
@@ -447,7 +683,7 @@ func (f *fakeAPI) serve(w http.ResponseWriter, r *http.Request) {
 		items := []any{}
 		for k, obj := range f.objects {
 			if strings.HasPrefix(k, slices+"/") && sel.Matches(sliceFields(obj)) {
-				items = append(items, obj)
+				items = append(items, listItem(obj))
 			}
 		}
 		f.mu.Unlock()
@@ -483,36 +719,42 @@ func (f *fakeAPI) serve(w http.ResponseWriter, r *http.Request) {
 		for k, obj := range f.objects {
 			if strings.HasPrefix(k, slices+"/") && sel.Matches(sliceFields(obj)) {
 				delete(f.objects, k)
+				f.graphLocked(obj, true)
 				f.notifyLocked("DELETED", obj)
 				items = append(items, obj)
 			}
 		}
 		f.mu.Unlock()
 		writeJSON(w, http.StatusOK, map[string]any{"apiVersion": "resource.k8s.io/v1", "kind": "ResourceSliceList", "items": items})
-	case strings.HasSuffix(p, "/configmaps") && r.Method == http.MethodGet:
-		sel, err := labels.Parse(r.URL.Query().Get("labelSelector"))
-		if err != nil {
-			writeJSON(w, http.StatusBadRequest, status(http.StatusBadRequest, err.Error()))
-			return
+	case (p == policiesPath || p == bindingsPath) && r.Method == http.MethodGet:
+		kind := "ValidatingAdmissionPolicyList"
+		if p == bindingsPath {
+			kind = "ValidatingAdmissionPolicyBindingList"
 		}
 		f.mu.Lock()
 		items := []any{}
 		for k, obj := range f.objects {
-			md, _ := obj["metadata"].(map[string]any)
-			lm, _ := md["labels"].(map[string]any)
-			ls := labels.Set{}
-			for k, v := range lm {
-				ls[k], _ = v.(string)
-			}
-			if strings.HasPrefix(k, p+"/") && sel.Matches(ls) {
-				items = append(items, obj)
+			if strings.HasPrefix(k, p+"/") {
+				items = append(items, listItem(obj))
 			}
 		}
 		f.mu.Unlock()
-		writeJSON(w, http.StatusOK, map[string]any{"apiVersion": "v1", "kind": "ConfigMapList", "metadata": map[string]any{}, "items": items})
+		writeJSON(w, http.StatusOK, map[string]any{"apiVersion": "admissionregistration.k8s.io/v1", "kind": kind, "metadata": map[string]any{}, "items": items})
 	default:
 		f.serveObject(w, r, strings.TrimSuffix(p, "/status"), body)
 	}
+}
+
+// listItem is obj as the API server writes it in a list: without kind
+// and apiVersion.
+func listItem(obj map[string]any) map[string]any {
+	item := make(map[string]any, len(obj))
+	for k, v := range obj {
+		if k != "kind" && k != "apiVersion" {
+			item[k] = v
+		}
+	}
+	return item
 }
 
 // serveObject serves a request for the object at key as the API server
@@ -585,6 +827,7 @@ func (f *fakeAPI) serveObject(w http.ResponseWriter, r *http.Request, key string
 		}
 		md["uid"] = fmt.Sprintf("uid-created-%d", f.uids.Add(1))
 		f.objects[key] = doc
+		f.graphLocked(doc, false)
 		f.notifyLocked("ADDED", doc)
 		writeJSON(w, http.StatusCreated, doc)
 		return
@@ -598,9 +841,18 @@ func (f *fakeAPI) serveObject(w http.ResponseWriter, r *http.Request, key string
 		conflict(uidPre, have)
 		return
 	}
+	if node, ok := strings.CutPrefix(r.Header.Get("Impersonate-User"), nodeUserPrefix); ok && r.Method == http.MethodDelete {
+		// NodeRestriction, after the preconditions (as the storage
+		// checks them before admission's validation of a delete).
+		if spec, _ := obj["spec"].(map[string]any); spec["nodeName"] != node {
+			writeJSON(w, http.StatusForbidden, status(http.StatusForbidden, "can only delete ResourceSlice with the same NodeName as the requesting node"))
+			return
+		}
+	}
 	switch r.Method {
 	case http.MethodDelete:
 		delete(f.objects, key)
+		f.graphLocked(obj, true)
 		f.notifyLocked("DELETED", obj)
 	case http.MethodPut:
 		md, _ := doc["metadata"].(map[string]any)
@@ -610,6 +862,7 @@ func (f *fakeAPI) serveObject(w http.ResponseWriter, r *http.Request, key string
 		}
 		md["uid"] = have
 		f.objects[key], obj = doc, doc
+		f.graphLocked(doc, false)
 		f.notifyLocked("MODIFIED", doc)
 	case http.MethodPatch:
 		if doc != nil {

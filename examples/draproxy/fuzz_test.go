@@ -12,6 +12,7 @@ import (
 	"k8s.io/apimachinery/pkg/runtime"
 	"k8s.io/apimachinery/pkg/runtime/schema"
 	"k8s.io/apimachinery/pkg/runtime/serializer/json"
+	"k8s.io/apiserver/pkg/authentication/serviceaccount"
 	"k8s.io/utils/ptr"
 	sigsjson "sigs.k8s.io/json"
 
@@ -354,6 +355,49 @@ func FuzzForwardedIsAuthorized(f *testing.F) {
 		r.Body = body
 		if err := difftest.CheckOne(p, r); err != nil {
 			t.Fatal(err)
+		}
+	})
+}
+
+// FuzzServiceAccountNamespace holds serviceAccountNamespace, which names
+// the driver's pod in the forwarded User-Agent and the log line, to the
+// API server's own reading of a ServiceAccount user name
+// (serviceaccount.SplitUsername).
+func FuzzServiceAccountNamespace(f *testing.F) {
+	for _, s := range []string{"system:serviceaccount:ns:sa", "system:serviceaccount::sa", "system:serviceaccount:ns:sa:x", "system:node:a", ""} {
+		f.Add(s)
+	}
+	f.Fuzz(func(t *testing.T, name string) {
+		ns, _, err := serviceaccount.SplitUsername(name)
+		if err != nil {
+			ns = ""
+		}
+		if got := serviceAccountNamespace(name); got != ns {
+			t.Errorf("serviceAccountNamespace(%q) = %q; want %q (serviceaccount.SplitUsername)", name, got, ns)
+		}
+	})
+}
+
+// FuzzCutLiteral: the value variables draproxy reads from a live
+// admission policy are exactly the literal kustomize wrote (split on '"'
+// as kustomize splits it), and anything else is not read as one.
+func FuzzCutLiteral(f *testing.F) {
+	f.Add("gpu.example.com", `.split(",")`)
+	f.Add("", "")
+	f.Add(`a"b`, "")
+	f.Fuzz(func(t *testing.T, value, rest string) {
+		expr := `"` + value + `"` + rest
+		got, gotRest, ok := cutLiteral(expr)
+		clean := !strings.ContainsAny(value, `"\`)
+		switch {
+		case clean && (!ok || got != value || gotRest != rest):
+			t.Errorf("cutLiteral(%q) = %q, %q, %v; want %q, %q", expr, got, gotRest, ok, value, rest)
+		case ok && (strings.ContainsAny(got, `"\`) || `"`+got+`"`+gotRest != expr):
+			t.Errorf("cutLiteral(%q) = %q, %q: not the expression's own literal", expr, got, gotRest)
+		}
+		// kustomize's split on '"', index 1, is the value read.
+		if parts := strings.Split(expr, `"`); ok && parts[1] != got {
+			t.Errorf("cutLiteral(%q) = %q; kustomize's replacement field is %q", expr, got, parts[1])
 		}
 	})
 }

@@ -1,6 +1,7 @@
 // Command draproxy is a node-local proxy to the Kubernetes API server that
 // confines DRA (Dynamic Resource Allocation) drivers to their own node,
-// reads included.
+// reads included, and acts as that node: a compromised node stays one
+// node.
 //
 // A DRA driver's kubelet plugin runs on every node and talks to the API
 // server itself: it publishes the ResourceSlices of its node and reads the
@@ -12,15 +13,15 @@
 //
 //	ResourceSlices  list, watch                    only with the field selector spec.nodeName=NODE (authz.NodeScope)
 //	                deletecollection               only with spec.nodeName=NODE and spec.driver=one of the caller's drivers
-//	                get                            the API server's answer, passed on only if bound to NODE
+//	                get                            the API server's answer (to the node), passed on only if bound to NODE
 //	                create, apply                  the body: spec.nodeName NODE, no other node binding, spec.driver the caller's
 //	                update, patch, delete          the slice as it is now (read for the request): bound to NODE and of the
 //	                                               caller's driver; forwarded with its UID as a precondition (and the body checked)
-//	ResourceClaims  get                            the API server's answer, passed on only if reserved (status.reservedFor) for a pod on NODE
-//	                update, patch of status        the claim as it is now, reserved for a pod on NODE; forwarded with its UID as a precondition
-//	                list, watch                    refused
+//	ResourceClaims  get                            the API server's answer to the node, passed on only if reserved
+//	                                               (status.reservedFor) for a pod the node reads as bound to NODE
+//	                list, watch; status            refused
 //	Nodes           get                            only NODE itself (the slice controller reads it when not given the node's UID)
-//	anything else                                  refused, unless named by --allow (then forwarded under the driver's RBAC alone)
+//	anything else                                  refused, unless named by --allow
 //
 // Every request is authenticated with the driver's pod-bound
 // service-account token, reviewed with draproxy's own audience (--audience),
@@ -36,45 +37,127 @@
 // something could not be checked, the API server included), so client-go
 // shows the reason.
 //
+// # As the node
+//
+// draproxy forwards every request it allows, and makes every read of its
+// own checks, as its node, system:node:NODE: its token is its pod's
+// projected ServiceAccount token, which the API server binds to the pod
+// and so to the node, and the API server's constrained impersonation
+// (KEP-5284, beta and on by default since Kubernetes 1.36), in its
+// associated-node mode, lets a ServiceAccount so bound impersonate that
+// node and no other, for the verbs and resources its RBAC names
+// (impersonate:associated-node on nodes, impersonate-on:associated-node:VERB
+// on each resource; deploy/rbac.yaml). draproxy holds no legacy impersonate
+// verb and no read of its own. The API server gives the node user its
+// groups (system:nodes) and nothing else, and then applies the code that
+// holds a kubelet to its node: the Node authorizer (a node gets, updates,
+// patches and deletes a ResourceSlice only along its graph's edge from the
+// slice to the node, lists, watches and deletes collections of them only
+// with spec.nodeName=NODE, gets a claim only through a pod bound to it that
+// references the claim, and a pod only if bound to it) and the
+// NodeRestriction admission plugin (a node creates and deletes only
+// slices whose spec.nodeName is its own). Whoever steals draproxy's token
+// from node A (root on A, a privileged pod there) gets node A's DRA
+// objects and nothing else: TestDRAProxyStolenToken (test/e2e) tries the
+// rest on a real API server. The node identity may write any driver's
+// slices of its node: draproxy's binding of driver names to identities
+// (--driver) is what separates the drivers of one node.
+//
+// At start draproxy asks the API server who it is (a SelfSubjectReview)
+// and refuses to start, saying why, unless it is a ServiceAccount whose
+// token carries the node-name extra of --node-name (a Secret token, a
+// token bound to no pod, or a pod elsewhere cannot act as this node), and
+// whether its RBAC lets it act as the node for every request it forwards
+// (SelfSubjectAccessReviews); a refusal names the missing verb.
+//
+// draproxy's own credentials stay for what is not a node's: the reviews
+// of the drivers' tokens and requests (TokenReview, SubjectAccessReview:
+// system:auth-delegator), its own SelfSubjectReview and
+// SelfSubjectAccessReviews at start, and, with --require-admission-policy,
+// the list of the admission policies and their bindings
+// (deploy/admission-policy-check.yaml). Whoever may create pods (or tokens
+// bound to pods) for draproxy's ServiceAccount can place one on any node
+// and act as that node's DRA objects: draproxy's namespace is as sensitive
+// as the nodes, and nothing draproxy ships grants that.
+//
+// # The audit log still names the driver
+//
+// The API server's audit event of a forwarded request shows user
+// draproxy's ServiceAccount (with its pod and node extras) and
+// impersonatedUser system:node:NODE. draproxy puts the driver where an
+// auditor finds it: the forwarded User-Agent, which the event records as
+// userAgent, is
+//
+//	draproxy/NODE (driver=system:serviceaccount:NS:SA; pod=NS/POD; pod-uid=UID) DRIVER-USER-AGENT
+//
+// (draproxy's part first, so a driver cannot write what comes before),
+// and every forwarded write (create, update, patch, delete,
+// deletecollection) is one structured log line, at any verbosity:
+//
+//	"draproxy: forwarded a write as the node" driver="system:serviceaccount:NS:SA" pod="NS/POD" podUID="..."
+//	    verb="update" resource="resourceslices" name="..." uidPrecondition="..." status=200 auditID="..." node="NODE"
+//
+// whose auditID is the Audit-ID the API server answered with: the
+// auditID of the request's event. No token or body is logged. Joining
+// them: the event with that auditID, or (from the audit log alone) the
+// events whose impersonatedUser is system:node:NODE and whose userAgent
+// starts with draproxy/NODE. draproxy's own reads carry the User-Agent
+// "draproxy/NODE (own check)".
+//
 // # Nothing remembered, names are not objects
 //
 // A ResourceSlice's spec.nodeName is immutable, but its name is not an
 // object: a slice can be deleted (by a deletecollection, by another actor)
 // and a slice of the same name created for another node. So draproxy never
-// lets a decision rest on what it once saw. A get is a checked read:
-// draproxy asks the API server for the slice as JSON (whatever the
-// driver's Accept; client-go decodes an answer by its Content-Type), reads
-// the whole answer, checks that it is that slice (kind, apiVersion, name,
+// lets a decision rest on what it once saw, and the Node authorizer's
+// graph, which the API server updates a moment after each change, is
+// not the only line either. A get is a checked read: draproxy asks the API
+// server (as the node) for the slice as JSON (whatever the driver's
+// Accept; client-go decodes an answer by its Content-Type), reads the
+// whole answer, checks that it is that slice (kind, apiVersion, name,
 // UID) and that it is bound to this node alone (spec.nodeName, no
 // allNodes, nodeSelector or perDeviceNodeSelection), and only then passes
-// it on; a slice of another node and a missing one are both the API
-// server's 404, with a message saying why, so a driver learns nothing
-// about other nodes' slices. A get asking for a Table or
-// PartialObjectMetadata (Accept: ...;as=...), which carry no spec, is 406.
-// An update, patch or delete reads the slice as it is now, and carries its
-// UID as a precondition the API server enforces (metadata.uid in an
-// update, a merge, strategic merge or apply patch; a leading test of
-// /metadata/uid in a JSON patch; preconditions.uid in DeleteOptions, the
-// options of a delete without a body moved into one): whatever happens to
-// the name between draproxy's read and the write, the write applies to the
-// slice draproxy checked or to nothing (409). The UID is the only
-// precondition draproxy adds, so a driver's unconditional patch does not
-// start failing on every concurrent change; a UID the driver set itself
-// is kept when it is the slice's (the upstream ResourceSlice controller
-// deletes with one) and refused (409) when it is not. Anything that can
-// create, a create or a server-side apply (which creates a missing name),
-// is checked on its body exactly as a create is; an apply to an existing
-// slice is checked both ways. The bodies of a patch are checked too: a
-// merge or strategic merge patch may set spec.nodeName only to this node
-// and spec.driver only to the caller's, and neither remove spec nor carry
-// $patch or $retainKeys; a JSON patch may not write what binds a slice
-// (the API server keeps nodeName and driver immutable anyway). Every object
-// draproxy reads, for a decision or to pass on, is checked to be the one
-// asked for, whole: an empty object, a Status or another object answered
-// with 200, a truncated answer, an answer that is not JSON are "could not
-// check" (503), never a refusal, never remembered. The only thing
-// remembered is a pod's node, by the pod's UID (--pod-cache-ttl), and only
-// to decide on claims.
+// it on; a slice of another node and a missing one (to the node, both the
+// API server's 403) are the API server's 404 to the driver, with a message
+// saying why, so a driver learns nothing about other nodes' slices. A get
+// asking for a Table or PartialObjectMetadata (Accept: ...;as=...), which
+// carry no spec, is 406. An update, patch or delete reads the slice as it
+// is now (a list, as the node, with metadata.name=NAME,spec.nodeName=NODE,
+// which does not depend on the graph), and carries its UID as a
+// precondition the API server enforces (metadata.uid in an update, a
+// merge, strategic merge or apply patch; a leading test of /metadata/uid
+// in a JSON patch; preconditions.uid in DeleteOptions, the options of a
+// delete without a body moved into one): whatever happens to the name
+// between draproxy's read and the write, the write applies to the slice
+// draproxy checked or to nothing (409). The UID is the only precondition
+// draproxy adds, so a driver's unconditional patch does not start failing
+// on every concurrent change; a UID the driver set itself is kept when it
+// is the slice's (the upstream ResourceSlice controller deletes with one)
+// and refused (409) when it is not. Anything that can create, a create or
+// a server-side apply (which creates a missing name; the Node authorizer
+// lets a node apply only to a slice of its own), is checked on its body
+// exactly as a create is; an apply to an existing slice is checked both
+// ways. The bodies of a patch are checked too: a merge or strategic merge
+// patch may set spec.nodeName only to this node and spec.driver only to
+// the caller's, and neither remove spec nor carry $patch or $retainKeys; a
+// JSON patch may not write what binds a slice (the API server keeps
+// nodeName and driver immutable anyway). Every object draproxy reads, for
+// a decision or to pass on, is checked to be the one asked for, whole: an
+// empty object, a Status or another object answered with 200, a truncated
+// answer, an answer that is not JSON are "could not check" (503), never a
+// refusal, never remembered.
+//
+// Claims by the API server's graph: a claim is passed on only if the API
+// server returns it to the node (the Node authorizer follows the live
+// pods bound to the node that reference it), and, as the second line, only
+// if it is reserved for a pod, by name and UID, that the node reads now as
+// bound to it. No cache decides a read: a pod deleted on this node and
+// re-created under the same name on another, with the claim reserved for
+// both UIDs, gets this node's driver a refusal (TestClaimPodMoved; on a
+// real API server, TestDRAProxy in test/e2e). Nothing about objects is cached at all (the
+// deprecated --pod-cache-ttl and --slice-cache-ttl have no effect); what
+// is cached is reviewauth's: the reviews of the drivers' tokens and of
+// their requests (--authentication-*, --authorization-*).
 //
 // # Driver names
 //
@@ -83,83 +166,47 @@
 // ResourceSlice whose spec.driver is not bound to the caller is refused on
 // create and on every write, and a deletecollection must select one of the
 // caller's drivers (spec.driver=NAME). A second driver identity on the same
-// node cannot touch another's slices. The admission policy below binds the
-// same names to the same identities.
+// node cannot touch another's slices, although the node identity, which
+// draproxy writes as, could. The admission policy below binds the same
+// names to the same identities.
 //
-// # The admission policy: the API server's own check of every write
+// # Two modes, and the admission policy
 //
-// draproxy is the first line. The second is in the API server itself,
-// atomic with the write and whether or not the driver goes through
-// draproxy: a ValidatingAdmissionPolicy and its binding
-// (deploy/admission-policy.yaml) that refuse a ResourceSlice create,
-// update or delete (a deletecollection is admitted item by item) by a
-// listed driver identity unless the new object (and, for an update or a
-// delete, the old one) has spec.nodeName equal to the node in the writer's
-// authentication.kubernetes.io/node-name extra, no other node binding, and
-// spec.driver one of the names bound to that identity:
-//
-//	apiVersion: admissionregistration.k8s.io/v1
-//	kind: ValidatingAdmissionPolicy
-//	metadata: {name: draproxy-resourceslices}
-//	spec:
-//	  failurePolicy: Fail
-//	  paramKind: {apiVersion: v1, kind: ConfigMap}
-//	  matchConstraints:
-//	    resourceRules:
-//	    - {apiGroups: [resource.k8s.io], apiVersions: ["*"], operations: [CREATE, UPDATE, DELETE], resources: [resourceslices]}
-//	  matchConditions:
-//	  - name: listed-driver-identity
-//	    expression: request.userInfo.username == "system:serviceaccount:" + params.data.serviceAccount.replace("/", ":")
-//	  variables: [nodeNames, node, drivers]  # the extra's one value; the parameter's driver names
-//	  validations:                           # each with a message naming what is wrong
-//	  - expression: variables.node != ""
-//	  - expression: request.operation == "DELETE" || (has(object.spec.nodeName) && object.spec.nodeName == variables.node)
-//	  - expression: request.operation == "DELETE" || (no allNodes, nodeSelector or perDeviceNodeSelection)
-//	  - expression: request.operation == "DELETE" || object.spec.driver in variables.drivers
-//	  - expression: request.operation == "CREATE" || (oldObject of variables.node and of variables.drivers)
-//	---
-//	kind: ValidatingAdmissionPolicyBinding
-//	metadata: {name: draproxy-resourceslices}
-//	spec:
-//	  policyName: draproxy-resourceslices
-//	  validationActions: [Deny]
-//	  paramRef:
-//	    namespace: dra-system   # draproxy's
-//	    selector: {matchLabels: {draproxy.reviewauth.io/driver-identity: "true"}}
-//	    parameterNotFoundAction: Allow
-//
-// Which identities it confines is said by its parameters, one ConfigMap
-// per driver ServiceAccount in draproxy's namespace
-// (deploy/driver/driver-identity.yaml):
-//
-//	data:
-//	  serviceAccount: gpu-driver/kubelet-plugin
-//	  drivers: gpu.example.com
-//
-// It matches on the listed ServiceAccount and the node-name extra, never on
-// the extra alone: every pod-bound token carries the extra, a central DRA
-// controller's included, which legitimately publishes nodeSelector and
-// allNodes slices and is not listed, so not confined. A parameter without
-// serviceAccount or drivers is an error, and with failurePolicy Fail an
-// error refuses every ResourceSlice write: a broken parameter is loud,
-// never silently permissive. The node-name extra is in every token bound
-// to a pod that has a node (GA since Kubernetes 1.32; draproxy forwards it
-// by impersonation); where it is absent (a legacy Secret token, a token
-// bound to no pod, an older cluster), a listed identity can write no
+// Through draproxy (the first mode), a driver mounts no API token: it
+// reaches the API server only as its node, through draproxy's checks. A
+// driver may instead write with its own pod-bound API token (the second
+// mode; the alternative the drivers' charts ship today, and the only way
+// for a driver to write a claim's status.devices, which a node may not).
+// Then the API server's own check confines it: each driver part ships a
+// ValidatingAdmissionPolicy and its binding
+// (deploy/driver/admission-policy.yaml, one per driver, its values written
+// into it by kustomize: no parameter object anyone can edit) that refuse a
+// ResourceSlice create, update or delete by any ServiceAccount of the
+// driver's namespace but those it exempts (central controllers that
+// publish allNodes slices) unless the new object (and, for an update or a
+// delete, the old one) has spec.nodeName equal to the node in the
+// writer's authentication.kubernetes.io/node-name extra and no other node
+// binding; the part's own ServiceAccount must write its driver names, and
+// the namespace's other ServiceAccounts none of them. Users outside the
+// namespace (the kubelet, draproxy's node writes, central controllers
+// elsewhere) are not matched. The node-name extra is in every token bound
+// to a pod on a node (GA since Kubernetes 1.32); a confined identity's
+// token without it (a Secret token, a token bound to no pod) can write no
 // ResourceSlice at all.
 //
-// draproxy checks, at start and then every --admission-policy-check-interval
-// (1m), that the policy and its binding exist and mean what they should:
-// the policy's matchConditions, variables and validations are those
-// draproxy ships (it embeds deploy/admission-policy.yaml), failurePolicy is
-// Fail, its match covers every ResourceSlice write and is not narrowed by
-// selectors or exclusions, kube-controller-manager's type checking (when it
-// has run) found nothing; the binding binds it with Deny, is not narrowed,
-// and its parameters list every identity draproxy serves (--driver) with
-// exactly the same driver names. Missing, changed or unreadable, it says so
-// in an error log line and in the metric draproxy_admission_policy_verified
-// (0), and at start it is an error unless --require-admission-policy=false.
-// The periodic check runs with the servers and stops with them.
+// draproxy's own mode does not depend on the policy. With
+// --require-admission-policy (off by default) draproxy checks, at start
+// and then every --admission-policy-check-interval (1m), that each
+// --driver identity is confined by a copy of the shipped policy (the same
+// matchConstraints, failurePolicy Fail, no matchConditions, the same
+// expressions; naming the identity's namespace and ServiceAccount, with
+// exactly its --driver names, not exempting it; kube-controller-manager's
+// type checking, when it has run, found nothing) bound with Deny and not
+// narrowed; missing, changed or unreadable, it says so in an error log
+// line and in the metric draproxy_admission_policy_verified (0), and at
+// start it is an error. That check lists the policies and bindings with
+// draproxy's own credentials (deploy/admission-policy-check.yaml, not
+// applied by default).
 //
 // # Deadlines and dead links
 //
@@ -201,14 +248,25 @@
 // # Listening
 //
 // draproxy listens on a Unix socket (--socket, mode 0660, group
-// --socket-group) for a hostPath directory shared with the driver pods,
+// --socket-group) in a hostPath directory shared with the driver pods,
 // serving HTTP/1.1 and HTTP/2 without TLS (h2c), and optionally on a
 // loopback TLS port (--tls-listen, HTTP/2 and HTTP/1.1) for drivers on the
-// host network. A driver points unmodified client-go at the socket:
+// host network. The socket belongs to draproxy: its directory must be
+// draproxy's alone (owned by its user, writable by no one else; the
+// drivers mount it read-only and run as users of their own, since
+// connecting needs no write access to the directory), or draproxy refuses
+// to start; a driver that could write there could replace the socket with
+// its own and collect other drivers' tokens. What is at --socket already
+// is replaced only if it is a socket no one serves (a connection is
+// refused); a live socket or anything else is an error naming it.
+// --chown-socket-dir=UID:GID, run once as root with CAP_CHOWN alone (the
+// DaemonSet's init container, draproxy's own image), makes the hostPath
+// directory the kubelet created draproxy's (mode 0755) and exits. A driver
+// points unmodified client-go at the socket:
 //
 //	cfg := &rest.Config{
 //		Host:            "http://localhost",
-//		BearerTokenFile: "/var/run/secrets/draproxy/token", // projected, audience draproxy
+//		BearerTokenFile: "/var/run/secrets/draproxy/token", // projected, draproxy's audience
 //		ContentType:     "application/json",
 //		Dial: func(ctx context.Context, _, _ string) (net.Conn, error) {
 //			return (&net.Dialer{}).DialContext(ctx, "unix", "/var/run/draproxy/draproxy.sock")
@@ -223,31 +281,31 @@
 // # Deploying
 //
 // deploy/ holds draproxy (kubectl apply -k examples/draproxy/deploy; its
-// kustomization.yaml says what to edit: namespace, image, --driver,
-// --audience), and deploy/driver/ one DRA driver's part, applied once per
-// driver (kubectl apply -k examples/draproxy/deploy/driver after
-// replacing its namespace, gpu-driver, its driver name, gpu.example.com,
-// and the example kubelet plugin; the ServiceAccount's name and namespace
-// follow into the parameter and the RBAC by themselves):
+// kustomization.yaml says what to edit: namespace, image, --driver), and
+// deploy/driver/ one DRA driver's part, applied once per driver (kubectl
+// apply -k examples/draproxy/deploy/driver after replacing its namespace,
+// gpu-driver, and its values.yaml, and the example kubelet plugin):
 //
-//	deploy/namespace.yaml                dra-system, Pod Security "privileged" (the socket's hostPath needs it)
+//	deploy/namespace.yaml                dra-system, Pod Security "privileged" enforced (the socket's hostPath), "restricted" warned and audited
 //	deploy/serviceaccount.yaml           draproxy's ServiceAccount
 //	deploy/rbac.yaml                     draproxy's own RBAC (below)
-//	deploy/admission-policy.yaml         the ValidatingAdmissionPolicy and its binding (above)
 //	deploy/daemonset.yaml                draproxy on every node
-//	deploy/driver/namespace.yaml         the driver's namespace, Pod Security "privileged" (its hostPath)
+//	deploy/admission-policy-check.yaml   the RBAC of --require-admission-policy (not applied by default)
+//	deploy/driver/namespace.yaml         the driver's namespace, Pod Security as draproxy's
 //	deploy/driver/serviceaccount.yaml    the kubelet plugin's ServiceAccount
 //	deploy/driver/rbac.yaml              the driver's RBAC (below)
-//	deploy/driver/draproxy-rbac.yaml     draproxy's permission to impersonate that ServiceAccount and its namespace's group
-//	deploy/driver/driver-identity.yaml   the policy's parameter for the driver, in draproxy's namespace
-//	deploy/driver/daemonset.yaml         the kubelet plugin: the socket's directory, its group, a token for draproxy
+//	deploy/driver/admission-policy.yaml  the policy and binding confining the ServiceAccounts of the driver's namespace
+//	deploy/driver/daemonset.yaml         the kubelet plugin: the socket's directory (read-only), its group, its own user, a token for draproxy
+//	deploy/driver/values.yaml            what to edit: driver names, exemptions, draproxy's audience (never applied)
 //
 // One draproxy per node, as a DaemonSet, with the node's name from the
-// downward API, the socket's directory on the host, its health on a pod
-// port, and restricted defaults (non-root, read-only root file system, no
-// privilege escalation, no capabilities, RuntimeDefault seccomp, requests
-// and limits); an init container with CAP_CHOWN alone hands the hostPath
-// directory, which the kubelet creates for root, to draproxy's user:
+// downward API, its audience from its namespace and name
+// (draproxy.reviewauth.io/NAMESPACE/NAME, which drivers' tokens ask for),
+// the socket's directory on the host, its health on a pod port, and
+// restricted defaults (non-root, read-only root file system, no privilege
+// escalation, no capabilities, RuntimeDefault seccomp, requests and
+// limits); an init container of its own image, as root with CAP_CHOWN
+// alone, hands the hostPath directory to draproxy's user:
 //
 //	apiVersion: apps/v1
 //	kind: DaemonSet
@@ -258,11 +316,17 @@
 //	      serviceAccountName: draproxy
 //	      automountServiceAccountToken: false  # draproxy's container mounts its own (kube-api-access)
 //	      securityContext: {runAsNonRoot: true, runAsUser: 65532, supplementalGroups: [2000], seccompProfile: {type: RuntimeDefault}}
+//	      initContainers:
+//	      - name: socket-dir
+//	        image: reviewauth/draproxy
+//	        args: [--chown-socket-dir=65532:65532, --socket=/var/run/draproxy/draproxy.sock]
+//	        securityContext: {runAsUser: 0, capabilities: {drop: [ALL], add: [CHOWN]}, ...}
 //	      containers:
 //	      - name: draproxy
 //	        image: reviewauth/draproxy
-//	        args: [--node-name=$(NODE_NAME), --audience=draproxy, --socket=/var/run/draproxy/draproxy.sock,
-//	               --socket-group=2000, --driver=gpu.example.com=gpu-driver/kubelet-plugin, --metrics-listen=$(POD_IP):9090]
+//	        args: [--node-name=$(NODE_NAME), --audience=draproxy.reviewauth.io/dra-system/draproxy,
+//	               --socket=/var/run/draproxy/draproxy.sock, --socket-group=2000,
+//	               --driver=gpu.example.com=gpu-driver/kubelet-plugin, --metrics-listen=$(POD_IP):9090]
 //	        env:
 //	        - name: NODE_NAME
 //	          valueFrom: {fieldRef: {fieldPath: spec.nodeName}}
@@ -275,124 +339,105 @@
 //	        hostPath: {path: /var/run/draproxy, type: DirectoryOrCreate}
 //	      - name: kube-api-access  # token, ca.crt, namespace, as the kubelet would mount them
 //
-// The driver's DaemonSet (deploy/driver/daemonset.yaml) runs in group
-// 2000, mounts no API-server token, the same hostPath and a projected
-// token for draproxy's audience (the kubelet binds it to the pod, hence to
-// the node):
+// The driver's DaemonSet (deploy/driver/daemonset.yaml) runs as a user of
+// its own (65533) in group 2000, mounts no API-server token, the same
+// hostPath read-only and a projected token for draproxy's audience (the
+// kubelet binds it to the pod, hence to the node):
 //
 //	automountServiceAccountToken: false
+//	securityContext: {runAsUser: 65533, supplementalGroups: [2000], ...}
+//	volumeMounts: [{name: draproxy, mountPath: /var/run/draproxy, readOnly: true}, ...]
 //	volumes:
 //	- name: draproxy
 //	  hostPath: {path: /var/run/draproxy, type: Directory}
 //	- name: draproxy-token
 //	  projected:
 //	    sources:
-//	    - serviceAccountToken: {audience: draproxy, expirationSeconds: 3600, path: token}
+//	    - serviceAccountToken: {audience: draproxy.reviewauth.io/dra-system/draproxy, expirationSeconds: 3600, path: token}
 //
 // # RBAC
 //
 // The driver keeps the RBAC its chart grants (deploy/driver/rbac.yaml:
 // resourceslices get, list, watch, create, update, patch, delete,
-// deletecollection; resourceclaims get; resourceclaims/status update,
-// patch; nodes get; and, since Kubernetes 1.37, resourceclaims/driver
-// associated-node:update and associated-node:patch with resourceNames
-// [DRIVER_NAME] to write a claim's status.devices): draproxy asks for it
-// in a SubjectAccessReview, and the API server checks it again on the
-// impersonated request. Because draproxy impersonates the node-name
-// extra, the API server's own node-association checks (the associated-node
-// verbs) and the admission policy work through it as they do for a direct
-// call. draproxy's own ServiceAccount needs (deploy/rbac.yaml, and
-// deploy/driver/draproxy-rbac.yaml per driver):
+// deletecollection; resourceclaims get; nodes get; and, for the second
+// mode, resourceclaims/status update, patch and, since Kubernetes 1.37,
+// resourceclaims/driver associated-node:update and associated-node:patch
+// with resourceNames [DRIVER_NAME] to write a claim's status.devices):
+// draproxy asks for it in a SubjectAccessReview as the driver, its second
+// line. draproxy's own ServiceAccount needs (deploy/rbac.yaml), whatever
+// the drivers, and holds no impersonate verb:
 //
 //	# Reviews: create tokenreviews and subjectaccessreviews.
 //	kind: ClusterRoleBinding  # roleRef: ClusterRole system:auth-delegator
 //	---
-//	# Per driver: impersonating its ServiceAccount, a Role in the driver's namespace...
-//	kind: Role
-//	metadata: {name: draproxy-impersonate, namespace: DRIVER_NS}
-//	rules:
-//	- apiGroups: [""]
-//	  resources: [serviceaccounts]
-//	  verbs: [impersonate]
-//	  resourceNames: [DRIVER_SA]
-//	---
-//	# ...and its namespace's group, a ClusterRole.
-//	kind: ClusterRole
-//	rules:
-//	- apiGroups: [""]
-//	  resources: [groups]
-//	  verbs: [impersonate]
-//	  resourceNames: ["system:serviceaccounts:DRIVER_NS"]
-//	---
+//	# Acting as its node (the API server allows only the node of its pod).
 //	kind: ClusterRole
 //	metadata: {name: draproxy}
 //	rules:
-//	- apiGroups: [""]
-//	  resources: [groups]
-//	  verbs: [impersonate]
-//	  resourceNames: ["system:serviceaccounts"]
 //	- apiGroups: [authentication.k8s.io]
-//	  resources: [uids]
-//	  verbs: [impersonate]  # optional narrowing: resourceNames [DRIVER_SA_UID...]; a UID changes if its ServiceAccount is re-created
-//	- apiGroups: [authentication.k8s.io]
-//	  resources:
-//	  - userextras/authentication.kubernetes.io/node-name
-//	  - userextras/authentication.kubernetes.io/node-uid
-//	  - userextras/authentication.kubernetes.io/pod-name
-//	  - userextras/authentication.kubernetes.io/pod-uid
-//	  - userextras/authentication.kubernetes.io/credential-id
-//	  verbs: [impersonate]
-//	# Its own checks: a slice as it is now before each write, a claim's
-//	# reservations, the reserving pods' nodes.
+//	  resources: [nodes]
+//	  verbs: ["impersonate:associated-node"]
 //	- apiGroups: [resource.k8s.io]
-//	  resources: [resourceslices, resourceclaims]
-//	  verbs: [get]
+//	  resources: [resourceslices]
+//	  verbs: ["impersonate-on:associated-node:get", "impersonate-on:associated-node:list", "impersonate-on:associated-node:watch",
+//	          "impersonate-on:associated-node:create", "impersonate-on:associated-node:update", "impersonate-on:associated-node:patch",
+//	          "impersonate-on:associated-node:delete", "impersonate-on:associated-node:deletecollection"]
+//	- apiGroups: [resource.k8s.io]
+//	  resources: [resourceclaims]
+//	  verbs: ["impersonate-on:associated-node:get"]
 //	- apiGroups: [""]
-//	  resources: [pods]
-//	  verbs: [get]
-//	# The admission policy and its binding, checked at start and periodically.
-//	- apiGroups: [admissionregistration.k8s.io]
-//	  resources: [validatingadmissionpolicies, validatingadmissionpolicybindings]
-//	  verbs: [get]
-//	  resourceNames: [draproxy-resourceslices]
-//	---
-//	# The policy's parameters.
-//	kind: Role
-//	metadata: {name: draproxy-admission-parameters, namespace: dra-system}
-//	rules:
-//	- apiGroups: [""]
-//	  resources: [configmaps]
-//	  verbs: [get, list]
+//	  resources: [pods, nodes]            # the pods a claim is reserved for; the driver's Node
+//	  verbs: ["impersonate-on:associated-node:get"]
 //
-// The extras' values cannot be narrowed with resourceNames: pod names,
-// pod and node UIDs and credential IDs differ per pod and per token, and
-// node names differ per node while one ServiceAccount serves the whole
-// DaemonSet (listing every node's name narrows node-name only to the
-// cluster's nodes). So draproxy, like the kubelet, is trusted with node
-// identity: its credentials can claim any node's drivers. The credential
-// ID is forwarded anyway: it ties each write in the audit log to the very
-// token that made it, and impersonating it adds no power the pod extras do
-// not already need. The API server's constrained impersonation (KEP-5284)
-// cannot carry UID, groups or extras for a ServiceAccount user, so
-// draproxy uses the impersonate verb.
+// An --allow entry is forwarded as the node too: draproxy's RBAC must grant
+// impersonate-on:associated-node:VERB on it, and the node must be allowed
+// it (the Node authorizer), or draproxy refuses to start.
+//
+// Migrating from the manifests that impersonated the drivers (draproxy
+// before issue #28): delete what is gone, then apply deploy/ and each
+// driver part again. Gone: the ClusterRole draproxy's legacy impersonate
+// rules (groups, uids, userextras), draproxy's get of resourceslices,
+// resourceclaims and pods, the Role draproxy-admission-parameters (get,
+// list configmaps), each driver part's draproxy-rbac.yaml (Role
+// draproxy-impersonate in the driver's namespace, ClusterRole and
+// ClusterRoleBinding draproxy-impersonate-DRIVER_NS), each part's
+// parameter ConfigMap draproxy-driver-identity in draproxy's namespace,
+// and the cluster-wide policy and binding draproxy-resourceslices with
+// paramKind ConfigMap (each driver part now ships its own, without
+// parameters):
+//
+//	kubectl delete validatingadmissionpolicybinding,validatingadmissionpolicy draproxy-resourceslices
+//	kubectl -n dra-system delete configmap -l draproxy.reviewauth.io/driver-identity
+//	kubectl -n dra-system delete role,rolebinding draproxy-admission-parameters
+//	kubectl -n DRIVER_NS delete role,rolebinding draproxy-impersonate
+//	kubectl delete clusterrole,clusterrolebinding draproxy-impersonate-DRIVER_NS
+//
+// (kubectl apply replaces the ClusterRole draproxy with the new rules.)
+// draproxy's --audience changes from draproxy to
+// draproxy.reviewauth.io/NAMESPACE/NAME: the drivers' DaemonSets ask for
+// the new one (values.yaml). --require-admission-policy is off by default
+// now (it was on); --admission-policy, --admission-policy-binding and
+// --pod-cache-ttl have no effect. A driver that wrote a claim's status
+// through draproxy writes it with its own pod-bound token (the second
+// mode). The cluster must serve constrained impersonation (Kubernetes
+// 1.36 or later, ConstrainedImpersonation on) and run the Node authorizer
+// and NodeRestriction, as kubeadm clusters do.
 //
 // # Limits
 //
 // A request body is read whole, at most --max-request-body-bytes (3 MiB;
-// more is 413); an object draproxy reads, at most 4 MiB. A pod's node is
-// remembered for --pod-cache-ttl (1m, keyed by the pod's UID; at most 4096
-// pods); nothing else is. Token and SubjectAccessReview caches are
+// more is 413); an object draproxy reads, at most 4 MiB. Nothing about
+// objects is remembered. Token and SubjectAccessReview caches are
 // reviewauth's (--authentication-*, --authorization-* flags).
-// --slice-cache-ttl is deprecated and has no effect.
 //
 // Usage:
 //
 //	draproxy --node-name=NODE --audience=AUDIENCE --driver=NAME=NAMESPACE/SERVICEACCOUNT... [--kubeconfig=PATH] \
 //	    [--socket=/var/run/draproxy/draproxy.sock] [--socket-group=GID] \
 //	    [--tls-listen=127.0.0.1:PORT [--tls-cert-file=PATH --tls-private-key-file=PATH | --self-signed-ca-file=PATH]] \
-//	    [--require-admission-policy=true] [--admission-policy=NAME] [--admission-policy-binding=NAME] \
-//	    [--admission-policy-check-interval=1m] [--request-timeout=1m] \
+//	    [--require-admission-policy] [--admission-policy-check-interval=1m] [--request-timeout=1m] \
 //	    [--allow=VERB[,VERB...]:RESOURCE[.GROUP][/SUBRESOURCE] ...]
+//	draproxy --chown-socket-dir=UID:GID [--socket=/var/run/draproxy/draproxy.sock]
 //
 // Without --kubeconfig it uses the in-cluster configuration, for the
 // reviews and for the forwarded requests. Once serving it prints
@@ -408,6 +453,7 @@ import (
 	"net"
 	"net/http"
 	"os"
+	"path/filepath"
 	"sync"
 	"time"
 
@@ -430,6 +476,7 @@ func main() {
 type config struct {
 	socket            string
 	socketGroup       int
+	chownSocketDir    string
 	tlsListen         string
 	nodeUID           string
 	allow             []string
@@ -452,26 +499,39 @@ func parseFlags(args []string, out io.Writer) (*config, error) {
 	c.review = &c.flags.Review
 	fs := pflag.NewFlagSet("draproxy", pflag.ContinueOnError)
 	fs.SetOutput(out)
-	fs.StringVar(&c.socket, "socket", "/var/run/draproxy/draproxy.sock", "Unix socket to serve on (mode 0660), in a directory shared with driver pods; empty for none")
+	fs.StringVar(&c.socket, "socket", "/var/run/draproxy/draproxy.sock", "Unix socket to serve on (mode 0660), in a directory that must be draproxy's alone (owned by its user, writable by no one else), shared read-only with driver pods; empty for none")
 	fs.IntVar(&c.socketGroup, "socket-group", -1, "group ID to give the socket; -1 keeps the process's group")
+	fs.StringVar(&c.chownSocketDir, "chown-socket-dir", "", "UID:GID: make the directory of --socket owned by UID:GID with mode 0755, then exit (run once as root with CAP_CHOWN, as an init container, before draproxy runs as UID)")
 	fs.StringVar(&c.tlsListen, "tls-listen", "", "loopback address to serve TLS on, such as 127.0.0.1:8443; empty for none")
 	fs.StringVar(&c.nodeUID, "node-uid", "", "UID of this node; when set, drivers' tokens must carry it too (node-uid extra)")
-	fs.StringArrayVar(&c.allow, "allow", nil, "VERB[,VERB...]:RESOURCE[.GROUP][/SUBRESOURCE] to forward under the driver's RBAC alone, such as get,list,watch:deviceclasses.resource.k8s.io (repeatable)")
+	fs.StringArrayVar(&c.allow, "allow", nil, "VERB[,VERB...]:RESOURCE[.GROUP][/SUBRESOURCE] to forward, as the node, under the driver's RBAC alone, such as get:runtimeclasses.node.k8s.io (repeatable; draproxy's RBAC must let it act as the node for it)")
 	fs.StringArrayVar(&c.driver, "driver", nil, "NAME=NAMESPACE/SERVICEACCOUNT: the DRA driver name NAME may be published (spec.driver of the ResourceSlices written) by that ServiceAccount only, such as gpu.example.com=gpu-driver/kubelet-plugin (repeatable; at least one)")
-	fs.BoolVar(&c.requireAdmission, "require-admission-policy", true, "refuse to start unless the ValidatingAdmissionPolicy and binding of deploy/admission-policy.yaml are in place, with a parameter listing every --driver identity; false serves without them (logged, and draproxy_admission_policy_verified is 0)")
-	fs.StringVar(&c.admissionPolicy, "admission-policy", DefaultAdmissionPolicy, "name of the ValidatingAdmissionPolicy to check")
-	fs.StringVar(&c.admissionBinding, "admission-policy-binding", DefaultAdmissionPolicy, "name of the ValidatingAdmissionPolicyBinding to check")
-	fs.DurationVar(&c.admissionInterval, "admission-policy-check-interval", DefaultAdmissionCheckInterval, "how often to check, after the start, that the admission policy is still in place")
+	fs.BoolVar(&c.requireAdmission, "require-admission-policy", false, "refuse to start unless a ValidatingAdmissionPolicy of deploy/driver/admission-policy.yaml, bound with Deny, confines each --driver identity with the same driver names, and check it every --admission-policy-check-interval (needs deploy/admission-policy-check.yaml's RBAC); draproxy's own confinement does not depend on it")
+	fs.StringVar(&c.admissionPolicy, "admission-policy", "", "no effect: each driver part ships a policy of its own, which --require-admission-policy finds")
+	_ = fs.MarkDeprecated("admission-policy", "each driver part ships a policy of its own; the flag has no effect")
+	fs.StringVar(&c.admissionBinding, "admission-policy-binding", "", "no effect: each driver part ships a binding of its own")
+	_ = fs.MarkDeprecated("admission-policy-binding", "each driver part ships a binding of its own; the flag has no effect")
+	fs.DurationVar(&c.admissionInterval, "admission-policy-check-interval", DefaultAdmissionCheckInterval, "with --require-admission-policy, how often to check, after the start, that the admission policies are still in place")
 	fs.DurationVar(&c.requestTimeout, "request-timeout", DefaultRequestTimeout, "deadline of every forwarded request but watches, as the API server's own --request-timeout: 504 with Retry-After past it")
 	fs.DurationVar(&c.sliceTTL, "slice-cache-ttl", 0, "no effect: draproxy reads a ResourceSlice on every request that needs it")
 	_ = fs.MarkDeprecated("slice-cache-ttl", "draproxy no longer remembers ResourceSlices; the flag has no effect")
-	fs.DurationVar(&c.podTTL, "pod-cache-ttl", DefaultPodTTL, "how long a pod's spec.nodeName is remembered (by UID); 0 disables the cache")
+	fs.DurationVar(&c.podTTL, "pod-cache-ttl", 0, "no effect: draproxy reads the pods a claim is reserved for, as the node, on every read of the claim")
+	_ = fs.MarkDeprecated("pod-cache-ttl", "draproxy no longer remembers pods: claims are decided by the API server's graph and a read of the pods as the node; the flag has no effect")
 	fs.Int64Var(&c.maxBody, "max-request-body-bytes", DefaultMaxBodyBytes, "largest request body accepted (413 above)")
 	c.flags.AddFlags(fs, true) // logging, --version, --metrics-listen, --max-connections, --kubeconfig, --audience, --node-name, --authentication-*, --authorization-*, --tls-* (for --tls-listen), --self-signed-ca-file
 	if err := fs.Parse(args); err != nil {
 		return nil, err
 	}
 	if c.flags.Version {
+		return c, nil
+	}
+	if c.chownSocketDir != "" {
+		if _, _, err := parseOwner(c.chownSocketDir); err != nil {
+			return nil, fmt.Errorf("draproxy: %w", err)
+		}
+		if c.socket == "" {
+			return nil, errors.New("draproxy: --chown-socket-dir needs --socket")
+		}
 		return c, nil
 	}
 	if err := c.flags.TLS.Validate(); err != nil {
@@ -488,8 +548,6 @@ func parseFlags(args []string, out io.Writer) (*config, error) {
 		return nil, errors.New("draproxy: --socket or --tls-listen is required")
 	case len(c.review.Authz.AlwaysAllowGroups) > 0:
 		return nil, errors.New("draproxy: --authorization-always-allow-groups is not supported: every request is checked")
-	case c.podTTL < 0:
-		return nil, errors.New("draproxy: --pod-cache-ttl must not be negative")
 	case c.requestTimeout <= 0:
 		return nil, errors.New("draproxy: --request-timeout must be positive")
 	case c.admissionInterval <= 0:
@@ -516,9 +574,10 @@ func parseFlags(args []string, out io.Writer) (*config, error) {
 	return c, nil
 }
 
-// newAdmissionCheckFor is the admission policy check of c, reading with
-// the API server's configuration up (draproxy's own credentials).
-func newAdmissionCheckFor(up *rest.Config, c *config) (*admissionCheck, error) {
+// ownObjects is what draproxy reads and asks with its own credentials
+// (the API server's configuration up): its self-check at start, and the
+// admission policy check.
+func ownObjects(up *rest.Config) (*objects, error) {
 	host, _, err := rest.DefaultServerUrlFor(up)
 	if err != nil {
 		return nil, fmt.Errorf("draproxy: the API server's URL: %w", err)
@@ -527,7 +586,7 @@ func newAdmissionCheckFor(up *rest.Config, c *config) (*admissionCheck, error) {
 	if err != nil {
 		return nil, fmt.Errorf("draproxy: the API server's transport: %w", err)
 	}
-	return newAdmissionCheck(newObjects(&http.Client{Transport: base}, host, clock.RealClock{}, -1), c.admissionPolicy, c.admissionBinding, c.drivers)
+	return newObjects(&http.Client{Transport: base}, host, nodeImpersonation{}), nil
 }
 
 // upstreamConfig is the API server with draproxy's own credentials: the
@@ -539,20 +598,21 @@ func upstreamConfig(path string) (*rest.Config, error) {
 	return clientcmd.BuildConfigFromFlags("", path)
 }
 
-// ttl turns a flag's 0 ("disabled") into newProxy's negative.
-func ttl(d time.Duration) time.Duration {
-	if d == 0 {
-		return -1
-	}
-	return d
-}
-
 // run parses args and serves until ctx is done, then shuts down: the
 // listeners close, in-flight requests (watches included) are cancelled,
 // and the socket is removed.
 func run(ctx context.Context, args []string, stdout io.Writer) error {
 	c, err := parseFlags(args, os.Stderr)
 	if err != nil {
+		return err
+	}
+	if c.chownSocketDir != "" && !c.flags.Version {
+		uid, gid, _ := parseOwner(c.chownSocketDir)
+		dir := filepath.Dir(c.socket)
+		if err := prepareSocketDir(dir, uid, gid); err != nil {
+			return fmt.Errorf("draproxy: %w", err)
+		}
+		_, err := fmt.Fprintf(stdout, "socket directory %s owned by %d:%d, mode 0755\n", dir, uid, gid)
 		return err
 	}
 	started, err := c.flags.Start(ctx, "draproxy", stdout)
@@ -568,15 +628,15 @@ func run(ctx context.Context, args []string, stdout io.Writer) error {
 	if err != nil {
 		return fmt.Errorf("draproxy: --kubeconfig: %w", err)
 	}
+	node := c.review.Authz.NodeName
 	handler, err := newProxy(options{
-		NodeName:       c.review.Authz.NodeName,
+		NodeName:       node,
 		NodeUID:        c.nodeUID,
 		Drivers:        c.drivers,
 		Authenticator:  built.Authenticator,
 		SAR:            built.SAR,
 		Upstream:       up,
 		Allow:          c.rules,
-		PodTTL:         ttl(c.podTTL),
 		RequestTimeout: c.requestTimeout,
 		MaxBodyBytes:   c.maxBody,
 		Metrics:        built.Metrics,
@@ -585,23 +645,40 @@ func run(ctx context.Context, args []string, stdout io.Writer) error {
 		return err
 	}
 
-	// The second line: the API server's own check of every ResourceSlice
-	// write (deploy/admission-policy.yaml), checked now and then every
-	// --admission-policy-check-interval.
-	admission, err := newAdmissionCheckFor(up, c)
+	// draproxy acts as its node: its own credentials must be a token bound
+	// to a pod on this node, and its RBAC must let it act as the node for
+	// everything it forwards.
+	own, err := ownObjects(up)
 	if err != nil {
 		return err
 	}
-	if err := built.Registry.Register(admission.Collector()); err != nil {
-		return fmt.Errorf("draproxy: %w", err)
-	}
 	clk := clock.RealClock{}
 	checkCtx, stopCheck := withDeadline(ctx, clk, c.requestTimeout)
-	err = admission.check(checkCtx)
+	err = selfCheck(checkCtx, own, node, append(defaultRules(), c.rules...))
 	stopCheck()
-	admission.log(ctx, err)
-	if err != nil && c.requireAdmission {
-		return fmt.Errorf("%w (--require-admission-policy=false serves without it)", err)
+	if err != nil {
+		return fmt.Errorf("draproxy: cannot act as node %q: %w", node, err)
+	}
+
+	// With --require-admission-policy: the API server's own check of the
+	// drivers' ResourceSlice writes with their own tokens
+	// (deploy/driver/admission-policy.yaml), checked now and then every
+	// --admission-policy-check-interval.
+	var admission *admissionCheck
+	if c.requireAdmission {
+		if admission, err = newAdmissionCheck(own, c.drivers); err != nil {
+			return err
+		}
+		if err := built.Registry.Register(admission.Collector()); err != nil {
+			return fmt.Errorf("draproxy: %w", err)
+		}
+		checkCtx, stopCheck := withDeadline(ctx, clk, c.requestTimeout)
+		err = admission.check(checkCtx)
+		stopCheck()
+		admission.log(ctx, err)
+		if err != nil {
+			return fmt.Errorf("%w (--require-admission-policy)", err)
+		}
 	}
 
 	// Requests, watches included, end when serving ends.
@@ -663,7 +740,7 @@ func run(ctx context.Context, args []string, stdout io.Writer) error {
 	if _, err := fmt.Fprintf(stdout, "listening on %s\n", listening); err != nil {
 		return err
 	}
-	klog.FromContext(ctx).Info("Serving", "address", listening, "node", c.review.Authz.NodeName, "audiences", built.Authenticator.Audiences())
+	klog.FromContext(ctx).Info("Serving", "address", listening, "node", node, "actingAs", nodeUserPrefix+node, "audiences", built.Authenticator.Audiences())
 
 	// Every server stops when ctx is done or any of them fails.
 	ctx, cancel := context.WithCancel(ctx)
@@ -677,8 +754,10 @@ func run(ctx context.Context, args []string, stdout io.Writer) error {
 			cancel()
 		})
 	}
-	// The admission policy, again every interval, until serving ends.
-	wg.Go(func() { admission.run(ctx, clk, c.admissionInterval, c.requestTimeout, nil) })
+	// The admission policies, again every interval, until serving ends.
+	if admission != nil {
+		wg.Go(func() { admission.run(ctx, clk, c.admissionInterval, c.requestTimeout, nil) })
+	}
 	wg.Wait()
 	if err := errors.Join(errs...); err != nil {
 		return fmt.Errorf("draproxy: %w", err)

@@ -10,12 +10,15 @@ import (
 	"net/http"
 	"os"
 	"path/filepath"
+	"strconv"
 	"strings"
 	"sync"
+	"syscall"
 	"testing"
 	"time"
 
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apiserver/pkg/authentication/user"
 	"k8s.io/client-go/kubernetes"
 	"k8s.io/client-go/rest"
 )
@@ -61,8 +64,9 @@ func shortDir(t testing.TB) string {
 
 // startRun runs draproxy with args plus the fake API server's kubeconfig,
 // the test audience, node-a and the test drivers, once the fake holds the
-// admission policy for them, and returns its output once it listens and a
-// stop function that cancels it and returns run's result.
+// admission policies for them (which draproxy checks with
+// --require-admission-policy), and returns its output once it listens and
+// a stop function that cancels it and returns run's result.
 func startRun(t *testing.T, f *fakeAPI, args ...string) (*lines, func() error) {
 	t.Helper()
 	f.installAdmission(t, testIdentities)
@@ -244,7 +248,13 @@ func TestRun(t *testing.T) {
 	}
 }
 
-func TestRunReplacesStaleSocket(t *testing.T) {
+// TestRunSocket: the socket belongs to draproxy. A stale socket (one no
+// one serves) is replaced; a socket someone serves, a regular file, a
+// directory or a symbolic link at the path is refused with an error
+// naming it, and left as it is; a socket directory draproxy does not own,
+// or that its group or others may write in, is refused.
+// --chown-socket-dir makes a directory draproxy's alone, mode 0755.
+func TestRunSocket(t *testing.T) {
 	t.Parallel()
 	f := startFakeAPI(t)
 	sock := filepath.Join(shortDir(t), "draproxy.sock")
@@ -256,13 +266,138 @@ func TestRunReplacesStaleSocket(t *testing.T) {
 	ln.Close() // a stale socket file stays
 	startRun(t, f, "--socket="+sock)
 
-	file := filepath.Join(shortDir(t), "file")
-	if err := os.WriteFile(file, nil, 0o600); err != nil {
+	runOn := func(path string) error {
+		return run(t.Context(), append(runArgs(t, f), "--socket="+path), io.Discard)
+	}
+	dir := shortDir(t)
+	live := filepath.Join(dir, "live.sock")
+	other, err := net.Listen("unix", live) // another process's server
+	if err != nil {
 		t.Fatal(err)
 	}
-	err = run(t.Context(), []string{"--kubeconfig=" + f.writeKubeconfig(t), "--audience=a", "--node-name=n", "--driver=" + testDriverFlags[0], "--socket=" + file}, io.Discard)
-	if err == nil || !strings.Contains(err.Error(), "not a socket") {
-		t.Errorf("run(--socket=regular file) = %v; want an error saying it is not a socket", err)
+	defer other.Close()
+	file := filepath.Join(dir, "file")
+	if err := os.WriteFile(file, []byte("x"), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	sub := filepath.Join(dir, "dir")
+	if err := os.Mkdir(sub, 0o700); err != nil {
+		t.Fatal(err)
+	}
+	link := filepath.Join(dir, "link")
+	if err := os.Symlink(live, link); err != nil {
+		t.Fatal(err)
+	}
+	for _, tt := range []struct {
+		path, want string
+	}{
+		{live, "served by another process"},
+		{file, "is a regular file, not a socket"},
+		{sub, "is a directory, not a socket"},
+		{link, "is a symbolic link, not a socket"},
+	} {
+		if err := runOn(tt.path); err == nil || !strings.Contains(err.Error(), tt.want) {
+			t.Errorf("run(--socket=%s) = %v; want an error containing %q", filepath.Base(tt.path), err, tt.want)
+		}
+	}
+	if b, err := os.ReadFile(file); err != nil || string(b) != "x" {
+		t.Errorf("the file at --socket after the refusal: %q, %v; want it untouched", b, err)
+	}
+	if c, err := net.Dial("unix", live); err != nil {
+		t.Errorf("the live socket after the refusal: %v; want it still served", err)
+	} else {
+		c.Close()
+	}
+
+	// The directory.
+	open := shortDir(t)
+	if err := os.Chmod(open, 0o777); err != nil {
+		t.Fatal(err)
+	}
+	if err := runOn(filepath.Join(open, "d.sock")); err == nil || !strings.Contains(err.Error(), "writable by its group or others") {
+		t.Errorf("run(--socket in a 0777 directory) = %v; want a refusal", err)
+	}
+	groupWritable := shortDir(t)
+	if err := os.Chmod(groupWritable, 0o770); err != nil {
+		t.Fatal(err)
+	}
+	if err := runOn(filepath.Join(groupWritable, "d.sock")); err == nil || !strings.Contains(err.Error(), "writable by its group or others") {
+		t.Errorf("run(--socket in a 0770 directory) = %v; want a refusal", err)
+	}
+	notOurs := "/" // root's, unless the test runs as root
+	if os.Geteuid() == 0 {
+		notOurs = shortDir(t)
+		if err := os.Chown(notOurs, 65534, 65534); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if err := runOn(filepath.Join(notOurs, "d.sock")); err == nil || !strings.Contains(err.Error(), "not by draproxy's") {
+		t.Errorf("run(--socket in %s, another user's) = %v; want a refusal", notOurs, err)
+	}
+	if _, err := os.Lstat(filepath.Join(notOurs, "d.sock")); !os.IsNotExist(err) {
+		t.Errorf("a socket was made in another user's directory: %v", err)
+	}
+
+	// --chown-socket-dir: as root, to another user; otherwise to itself.
+	uid, gid := os.Geteuid(), os.Getegid()
+	if uid == 0 {
+		uid, gid = 65532, 65532
+	}
+	prep := shortDir(t)
+	if err := os.Chmod(prep, 0o777); err != nil {
+		t.Fatal(err)
+	}
+	var out strings.Builder
+	owner := strconv.Itoa(uid) + ":" + strconv.Itoa(gid)
+	if err := run(t.Context(), []string{"--chown-socket-dir=" + owner, "--socket=" + filepath.Join(prep, "draproxy.sock")}, &out); err != nil {
+		t.Fatalf("run(--chown-socket-dir) = %v", err)
+	}
+	fi, err := os.Stat(prep)
+	if err != nil {
+		t.Fatal(err)
+	}
+	st := fi.Sys().(*syscall.Stat_t)
+	if fi.Mode().Perm() != 0o755 || int(st.Uid) != uid || int(st.Gid) != gid || !strings.Contains(out.String(), "owned by "+owner) {
+		t.Errorf("after --chown-socket-dir=%s: %v owned by %d:%d, output %q; want 0755 owned by %s", owner, fi.Mode(), st.Uid, st.Gid, out.String(), owner)
+	}
+}
+
+// TestRunIdentity: draproxy starts only with credentials that can act as
+// its node: a ServiceAccount token bound to a pod on --node-name, whose
+// RBAC lets it act as the node for everything it forwards and reads; else
+// it says why.
+func TestRunIdentity(t *testing.T) {
+	t.Parallel()
+	admin := &user.DefaultInfo{Name: "admin", Groups: []string{"system:masters"}}
+	for _, tt := range []struct {
+		name   string
+		self   *user.DefaultInfo
+		denied string
+		want   string
+	}{
+		{name: "bound to no pod", self: proxyOn(""), want: "carries no authentication.kubernetes.io/node-name extra"},
+		{name: "another node", self: proxyOn("node-b"), want: `bound to node "node-b", and --node-name is "node-a"`},
+		{name: "not a ServiceAccount", self: admin, want: `authenticates as "admin", not as a ServiceAccount`},
+		{name: "no impersonate:associated-node", self: proxyOn("node-a"), denied: "impersonate:associated-node", want: "may not impersonate:associated-node on nodes.authentication.k8s.io"},
+		{name: "no patch as the node", self: proxyOn("node-a"), denied: "impersonate-on:associated-node:patch", want: "may not impersonate-on:associated-node:patch on resourceslices.resource.k8s.io"},
+		{name: "no pod reads as the node", self: proxyOn("node-a"), denied: "impersonate-on:associated-node:get", want: "impersonate-on:associated-node:get on pods"},
+	} {
+		t.Run(tt.name, func(t *testing.T) {
+			t.Parallel()
+			f := startFakeAPI(t)
+			f.self.Store(tt.self)
+			if tt.denied != "" {
+				f.denied.Store(tt.denied, true)
+			}
+			sock := filepath.Join(shortDir(t), "draproxy.sock")
+			err := run(t.Context(), append(runArgs(t, f), "--socket="+sock), io.Discard)
+			if err == nil || !strings.Contains(err.Error(), tt.want) || !strings.Contains(err.Error(), `cannot act as node "node-a"`) {
+				t.Errorf("run() = %v; want an error containing %q", err, tt.want)
+			}
+			if _, err := os.Lstat(sock); !os.IsNotExist(err) {
+				t.Errorf("the socket after a refused start: %v; want none", err)
+			}
+		})
 	}
 }
 
@@ -290,7 +425,8 @@ func TestFlags(t *testing.T) {
 		{args: append(base, "--tls-cert-file=c"), want: "go together"},
 		{args: append(base, "--authorization-always-allow-groups=system:masters"), want: "not supported"},
 		{args: append(base, "--authorization-always-allow-paths=/healthz"), want: "unknown flag"},
-		{args: append(base, "--pod-cache-ttl=-1s"), want: "must not be negative"},
+		{args: append(base, "--chown-socket-dir=65532"), want: "want UID:GID"},
+		{args: append(base, "--chown-socket-dir=a:b"), want: "want UID:GID"},
 		{args: append(base, "--max-request-body-bytes=0"), want: "must be positive"},
 		{args: append(base, "--allow=list:resourceclaims.resource.k8s.io"), want: "checked by content"},
 		{args: append(base, "extra"), want: "unexpected arguments"},
@@ -304,9 +440,8 @@ func TestFlags(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if c.socket != "/var/run/draproxy/draproxy.sock" || len(c.rules) != 2 || c.podTTL != DefaultPodTTL || c.maxBody != DefaultMaxBodyBytes ||
-		!c.requireAdmission || c.admissionPolicy != DefaultAdmissionPolicy || c.admissionBinding != DefaultAdmissionPolicy ||
-		c.admissionInterval != DefaultAdmissionCheckInterval || c.requestTimeout != DefaultRequestTimeout || len(c.drivers.ids) != 1 {
+	if c.socket != "/var/run/draproxy/draproxy.sock" || len(c.rules) != 2 || c.maxBody != DefaultMaxBodyBytes ||
+		c.requireAdmission || c.admissionInterval != DefaultAdmissionCheckInterval || c.requestTimeout != DefaultRequestTimeout || len(c.drivers.ids) != 1 {
 		t.Errorf("parseFlags defaults = %+v", c)
 	}
 	if _, err := parseFlags(append(base, "--tls-listen=localhost:0"), io.Discard); err != nil {

@@ -1,7 +1,9 @@
 package main
 
 import (
+	"bytes"
 	"context"
+	"encoding/json"
 	"errors"
 	"fmt"
 	"io"
@@ -11,7 +13,7 @@ import (
 	"strings"
 	"time"
 
-	"k8s.io/utils/clock"
+	"k8s.io/apimachinery/pkg/fields"
 	sigsjson "sigs.k8s.io/json"
 
 	"github.com/reviewauth/reviewauth/internal/cache"
@@ -19,14 +21,6 @@ import (
 
 // Bounds of the object checks.
 const (
-	// DefaultPodTTL is how long a pod's spec.nodeName is remembered, keyed
-	// by the pod's namespace, name and UID: a pod's node never changes once
-	// set, and a pod re-created under the same name has another UID. A pod
-	// not yet scheduled is not remembered. It is the only thing draproxy
-	// remembers about objects, and it only ever lets a driver read a claim
-	// or write a claim's status (under a UID precondition), never write a
-	// ResourceSlice.
-	DefaultPodTTL = time.Minute
 	// DefaultMaxBodyBytes bounds a request body, which draproxy reads whole
 	// before it forwards it: the API server's own limit for JSON and
 	// protobuf bodies (3 MiB), above etcd's 1.5 MiB object limit.
@@ -35,8 +29,6 @@ const (
 	// or reads back to check before it answers a get; a bigger answer is
 	// "could not check".
 	maxObjectBytes = 4 << 20
-	// lookupCacheSize bounds the pod cache.
-	lookupCacheSize = 4096
 )
 
 var (
@@ -65,7 +57,7 @@ func (e *lookupError) Error() string {
 	case e.code == http.StatusUnauthorized:
 		return fmt.Sprintf("draproxy: reading %s: the API server rejected draproxy's own credentials", e.what)
 	case e.code == http.StatusForbidden:
-		return fmt.Sprintf("draproxy: reading %s: the API server refused it to draproxy's own credentials: check draproxy's RBAC (get resourceslices, resourceclaims and pods)", e.what)
+		return fmt.Sprintf("draproxy: reading %s: the API server refused it: check draproxy's RBAC (impersonate:associated-node on nodes, impersonate-on:associated-node:VERB on what it reads as the node)", e.what)
 	}
 	return fmt.Sprintf("draproxy: reading %s: the API server answered %d", e.what, e.code)
 }
@@ -82,6 +74,11 @@ type objectRef struct {
 
 // path is the object's API path.
 func (r objectRef) path() string {
+	return r.collection() + "/" + url.PathEscape(r.name)
+}
+
+// collection is the API path of the object's collection.
+func (r objectRef) collection() string {
 	p := "/api/" + r.version
 	if r.group != "" {
 		p = "/apis/" + r.group + "/" + r.version
@@ -89,7 +86,7 @@ func (r objectRef) path() string {
 	if r.namespace != "" {
 		p += "/namespaces/" + url.PathEscape(r.namespace)
 	}
-	return p + "/" + r.resource + "/" + url.PathEscape(r.name)
+	return p + "/" + r.resource
 }
 
 // apiVersion is the apiVersion the object's answer carries.
@@ -228,33 +225,42 @@ type podObject struct {
 	} `json:"spec"`
 }
 
-// objects reads, with the proxy's own credentials, the few fields of stored
-// objects the proxy's checks need, decoding only those fields from JSON, so
-// that it depends on no version of the resource.k8s.io API. Every object
-// read is checked to be the one asked for. Only pods' nodes are
-// remembered (keyed by UID); concurrent reads of one object are shared.
+// sliceList is what draproxy reads of a list of ResourceSlices: the
+// API server writes its items without kind and apiVersion.
+type sliceList struct {
+	APIVersion string        `json:"apiVersion"`
+	Kind       string        `json:"kind"`
+	Items      []sliceObject `json:"items"`
+}
+
+// objects reads the few fields of stored objects the proxy's checks need,
+// decoding only those fields from JSON, so that it depends on no version
+// of the resource.k8s.io API; as the node (node set: the reads of the
+// proxy's checks), or with draproxy's own credentials (node zero: the
+// admission policy check). Every object read is checked to be the one
+// asked for. Nothing is remembered; concurrent reads of one object are
+// shared.
 type objects struct {
 	client *http.Client
 	host   *url.URL
 	keyer  *cache.Keyer
-	podTTL time.Duration
+	node   nodeImpersonation // zero: draproxy's own identity
+	ua     []string          // the User-Agent of reads as the node
 
-	pods       *cache.Cache[string] // namespace, name, UID -> spec.nodeName
 	sliceLoads cache.Group[*sliceObject]
 	podLoads   cache.Group[podInfo]
-	claimLoads cache.Group[*claimObject]
 }
 
 type podInfo struct{ uid, node string }
 
-func newObjects(client *http.Client, host *url.URL, clk clock.PassiveClock, podTTL time.Duration) *objects {
-	return &objects{
-		client: client,
-		host:   host,
-		keyer:  cache.NewKeyer(),
-		podTTL: podTTL,
-		pods:   cache.New[string](cache.Options{MaxEntries: lookupCacheSize, Clock: clk}),
+// newObjects returns the reads through client at host, as node (the zero
+// nodeImpersonation: as draproxy itself).
+func newObjects(client *http.Client, host *url.URL, node nodeImpersonation) *objects {
+	o := &objects{client: client, host: host, keyer: cache.NewKeyer(), node: node}
+	if node.user != nil {
+		o.ua = ownUserAgent(strings.TrimPrefix(node.name(), nodeUserPrefix))
 	}
+	return o
 }
 
 func (o *objects) refKey(ref objectRef) cache.Key {
@@ -267,83 +273,103 @@ func (o *objects) refKey(ref objectRef) cache.Key {
 	return h.Sum()
 }
 
-func (o *objects) podKey(ns, name, uid string) cache.Key {
-	h := o.keyer.NewHash()
-	h.WriteString("pod")
-	h.WriteString(ns)
-	h.WriteString(name)
-	h.WriteString(uid)
-	return h.Sum()
-}
-
-// slice reads the ResourceSlice ref names as it is now: never remembered,
-// so that a decision on it is a decision on the object the API server
-// holds (and the write that follows carries its UID). It returns
-// errNotFound when there is none.
-func (o *objects) slice(ctx context.Context, ref objectRef) (*sliceObject, error) {
+// slice reads the ResourceSlice ref names as it is now, if it is bound to
+// node by spec.nodeName: a list, as the node, with the field selector
+// metadata.name=NAME,spec.nodeName=NODE, which the Node authorizer allows
+// the node whatever its graph holds (a get of a slice is allowed only
+// along the graph's edge from the slice to the node, which the API
+// server adds a moment after the slice is created). Never remembered, so
+// that a decision on it is a decision on the object the API server holds
+// (and the write that follows carries its UID). It returns errNotFound
+// when there is none (none of that name, or one of another node).
+func (o *objects) slice(ctx context.Context, ref objectRef, node string) (*sliceObject, error) {
 	s, _, err := o.sliceLoads.Do(ctx, o.refKey(ref), func(ctx context.Context) (*sliceObject, error) {
-		data, err := o.read(ctx, ref.String(), ref.path())
+		sel := fields.AndSelectors(fields.OneTermEqualSelector("metadata.name", ref.name), fields.OneTermEqualSelector("spec.nodeName", node))
+		data, err := o.read(ctx, ref.String(), ref.collection()+"?fieldSelector="+url.QueryEscape(sel.String()))
 		if err != nil {
 			return nil, err
 		}
-		s, err := decodeSlice(data, ref)
-		if err != nil {
+		s, err := decodeSliceList(data, ref)
+		if err != nil && !errors.Is(err, errNotFound) {
 			return nil, &lookupError{what: ref.String(), err: err}
 		}
-		return s, nil
+		return s, err
 	})
 	return s, err
 }
 
-// claim reads the ResourceClaim ref names as it is now; errNotFound when
-// there is none.
-func (o *objects) claim(ctx context.Context, ref objectRef) (*claimObject, error) {
-	c, _, err := o.claimLoads.Do(ctx, o.refKey(ref), func(ctx context.Context) (*claimObject, error) {
-		data, err := o.read(ctx, ref.String(), ref.path())
-		if err != nil {
-			return nil, err
-		}
-		var c claimObject
-		if err := decodeObject(data, ref, &c); err != nil {
-			return nil, &lookupError{what: ref.String(), err: err}
-		}
-		return &c, nil
-	})
-	return c, err
+// decodeSliceList decodes the answer to slice's list: no item is
+// errNotFound; one must be the slice ref names (its kind and apiVersion
+// those of the list, or absent, as the API server writes list items),
+// with a UID and a driver; more than one cannot be.
+func decodeSliceList(data []byte, ref objectRef) (*sliceObject, error) {
+	var l sliceList
+	if err := decodeJSON(data, &l); err != nil {
+		return nil, err
+	}
+	switch {
+	case l.Kind != ref.kind+"List" || l.APIVersion != ref.apiVersion():
+		return nil, fmt.Errorf("the answer is a %q of %q, not a %sList of %s", l.Kind, l.APIVersion, ref.kind, ref.apiVersion())
+	case len(l.Items) == 0:
+		return nil, errNotFound
+	case len(l.Items) > 1:
+		return nil, fmt.Errorf("the answer lists %d objects named %q", len(l.Items), ref.name)
+	}
+	s := &l.Items[0]
+	if s.Kind == "" && s.APIVersion == "" {
+		s.Kind, s.APIVersion = ref.kind, ref.apiVersion()
+	}
+	if err := s.check(ref); err != nil {
+		return nil, err
+	}
+	if s.Spec.driver() == "" {
+		return nil, errors.New("the answer has no spec.driver")
+	}
+	return s, nil
 }
 
 // reservedOnNode reports whether one of a claim's reservations (in
-// namespace ns) is for a pod (by name and UID) whose spec.nodeName is
-// node. A reservation for a pod that no longer exists, or for another pod
-// of the same name, does not count. An error is "could not check".
+// namespace ns) is for a pod (by name and UID) that the node reads as
+// bound to node now. A reservation for a pod that no longer exists, for
+// another pod of the same name, or for a pod the node may not read (one
+// of another node) does not count. An error is "could not check".
 func (o *objects) reservedOnNode(ctx context.Context, ns string, reserved []consumer, node string) (bool, error) {
 	var lookupErr error
+	// The pods read for this decision, each once (a claim may be reserved
+	// for two pods of one name, by their UIDs): not a cache, gone with
+	// the request.
+	read := map[string]podInfo{}
 	for _, r := range reserved {
 		if r.APIGroup != "" || r.Resource != "pods" || r.Name == "" || r.UID == "" {
 			continue
 		}
-		podNode, err := o.podNode(ctx, ns, r.Name, r.UID)
-		switch {
-		case errors.Is(err, errNotFound):
-		case err != nil:
-			// Keep looking: another reservation may settle it. Only an
-			// unchecked reservation with no positive one is an error.
-			lookupErr = err
-		case podNode == node:
+		p, ok := read[r.Name]
+		if !ok {
+			var err error
+			p, err = o.pod(ctx, ns, r.Name)
+			switch {
+			case errors.Is(err, errNotFound):
+			case err != nil:
+				// Keep looking: another reservation may settle it. Only an
+				// unchecked reservation with no positive one is an error.
+				lookupErr = err
+				continue
+			}
+			read[r.Name] = p
+		}
+		if p.uid == r.UID && p.node == node {
 			return true, nil
 		}
 	}
 	return false, lookupErr
 }
 
-// podNode returns the spec.nodeName of the pod ns/name whose UID is uid,
-// or errNotFound when there is no such pod (none of that name, or one with
-// another UID).
-func (o *objects) podNode(ctx context.Context, ns, name, uid string) (string, error) {
-	k := o.podKey(ns, name, uid)
-	if node, ok := o.pods.Get(k); ok {
-		return node, nil
-	}
+// pod returns the UID and spec.nodeName of the pod ns/name, read as the
+// node, or errNotFound when the node reads no such pod (none of that
+// name, or one the API server does not let the node read: the Node
+// authorizer lets a node get only the pods bound to it). Nothing is
+// remembered.
+func (o *objects) pod(ctx context.Context, ns, name string) (podInfo, error) {
 	ref := objectRef{version: "v1", resource: "pods", kind: "Pod", namespace: ns, name: name}
 	p, _, err := o.podLoads.Do(ctx, o.refKey(ref), func(ctx context.Context) (podInfo, error) {
 		data, err := o.read(ctx, ref.String(), ref.path())
@@ -354,44 +380,73 @@ func (o *objects) podNode(ctx context.Context, ns, name, uid string) (string, er
 		if err := decodeObject(data, ref, &p); err != nil {
 			return podInfo{}, &lookupError{what: ref.String(), err: err}
 		}
-		// Remembered only once read and checked, and only by UID.
-		if p.Spec.NodeName != "" && o.podTTL > 0 {
-			o.pods.Set(o.podKey(ns, name, p.Metadata.UID), p.Spec.NodeName, o.podTTL)
-		}
 		return podInfo{uid: p.Metadata.UID, node: p.Spec.NodeName}, nil
 	})
-	switch {
-	case err != nil:
-		return "", err
-	case p.uid != uid:
-		return "", errNotFound
+	var le *lookupError
+	if errors.As(err, &le) && le.code == http.StatusForbidden && o.node.user != nil {
+		return podInfo{}, errNotFound // not the node's
 	}
-	return p.node, nil
+	return p, err
 }
 
 // read reads what the API server answers at path (under its URL; with a
-// query after "?") as JSON,
-// with the proxy's own credentials. It returns errNotFound for a 404 and a
+// query after "?") as JSON, as the node (or with draproxy's own
+// credentials, see objects). It returns errNotFound for a 404 and a
 // *lookupError for anything else that is not a 200 whose whole body (at
 // most maxObjectBytes) arrived.
 func (o *objects) read(ctx context.Context, what, path string) ([]byte, error) {
+	return o.do(ctx, what, http.MethodGet, path, nil)
+}
+
+// create posts v, JSON, to path with draproxy's own credentials (a
+// review of its own, whatever o acts as) and decodes the answer, a 201 or
+// a 200, into out. Any other answer is a *lookupError.
+func (o *objects) create(ctx context.Context, what, path string, v, out any) error {
+	body, err := json.Marshal(v)
+	if err != nil {
+		return &lookupError{what: what, err: err}
+	}
+	data, err := o.do(ctx, what, http.MethodPost, path, body)
+	if errors.Is(err, errNotFound) {
+		err = &lookupError{what: what, code: http.StatusNotFound}
+	}
+	if err != nil {
+		return err
+	}
+	if err := json.Unmarshal(data, out); err != nil {
+		return &lookupError{what: what, err: err}
+	}
+	return nil
+}
+
+func (o *objects) do(ctx context.Context, what, method, path string, body []byte) ([]byte, error) {
 	u := *o.host
 	path, u.RawQuery, _ = strings.Cut(path, "?")
 	u.Path = joinPath(u.Path, path)
 	u.RawPath = ""
-	req, err := http.NewRequestWithContext(ctx, http.MethodGet, u.String(), nil)
+	var rb io.Reader
+	if body != nil {
+		rb = bytes.NewReader(body)
+	}
+	req, err := http.NewRequestWithContext(ctx, method, u.String(), rb)
 	if err != nil {
 		return nil, &lookupError{what: what, err: err}
 	}
 	req.Header.Set("Accept", "application/json")
+	if body != nil {
+		req.Header.Set("Content-Type", "application/json")
+	} else if o.node.user != nil {
+		o.node.setOn(req.Header)
+		req.Header["User-Agent"] = o.ua
+	}
 	resp, err := o.client.Do(req)
 	if err != nil {
 		return nil, &lookupError{what: what, err: err}
 	}
 	defer resp.Body.Close()
-	switch resp.StatusCode {
-	case http.StatusOK:
-	case http.StatusNotFound:
+	switch {
+	case resp.StatusCode == http.StatusOK, method == http.MethodPost && resp.StatusCode == http.StatusCreated:
+	case resp.StatusCode == http.StatusNotFound:
 		_, _ = io.Copy(io.Discard, io.LimitReader(resp.Body, maxObjectBytes))
 		return nil, errNotFound
 	default:

@@ -23,8 +23,10 @@ const (
 	// update, patch and delete need the stored slice's spec.nodeName to be
 	// NODE.
 	sliceOnNode
-	// claimOnNode: a ResourceClaim reserved for a pod scheduled on this node
-	// (the claim's status.reservedFor, the pod's spec.nodeName).
+	// claimOnNode: a ResourceClaim the API server returns to the node (the
+	// Node authorizer: through a pod bound to it that references the
+	// claim), reserved for a pod bound to this node (the claim's
+	// status.reservedFor, the pod's spec.nodeName, read as the node).
 	claimOnNode
 	// thisNode: the Node object of this node, by name.
 	thisNode
@@ -55,14 +57,20 @@ func (r rule) String() string {
 // lists and watches its node's slices with the field selector
 // "spec.driver=DRIVER,spec.nodeName=NODE", creates, updates and deletes
 // them, and reads its Node when it was not given the node's UID; its
-// NodePrepareResources reads the claims the kubelet names, and a driver may
-// write a claim's status (device status, KEP-4817).
+// NodePrepareResources reads the claims the kubelet names. Each is
+// forwarded as the node, which the Node authorizer allows it. A claim's
+// status (device status, KEP-4817) is not: the Node authorizer gives a node
+// no write of resourceclaims/status, and the API server's own check of
+// status.devices (resourceclaims/driver, associated-node) needs a
+// ServiceAccount bound to the node, which no mode of constrained
+// impersonation yields; a driver that reports device status writes it
+// with its own pod-bound token (the second mode, see the package
+// documentation).
 func defaultRules() []rule {
 	return []rule{
 		{group: "resource.k8s.io", resource: "resourceslices", check: sliceOnNode,
 			verbs: []string{"get", "list", "watch", "create", "update", "patch", "delete", "deletecollection"}},
 		{group: "resource.k8s.io", resource: "resourceclaims", check: claimOnNode, verbs: []string{"get"}},
-		{group: "resource.k8s.io", resource: "resourceclaims", subresource: "status", check: claimOnNode, verbs: []string{"update", "patch"}},
 		{group: "", resource: "nodes", check: thisNode, verbs: []string{"get"}},
 	}
 }
@@ -128,6 +136,8 @@ func (p *policy) Authorize(_ context.Context, a authorizer.Attributes) (authoriz
 	switch {
 	case !ok && a.GetAPIGroup() == "resource.k8s.io" && a.GetResource() == "resourceclaims" && a.GetSubresource() == "" && (a.GetVerb() == "list" || a.GetVerb() == "watch"):
 		return authorizer.DecisionDeny, fmt.Sprintf("draproxy refuses %s of resourceclaims: a driver reads only the claims reserved for pods on node %q, one by one (get)", a.GetVerb(), p.node), nil
+	case !ok && a.GetAPIGroup() == "resource.k8s.io" && a.GetResource() == "resourceclaims" && a.GetSubresource() == "status":
+		return authorizer.DecisionDeny, fmt.Sprintf("draproxy forwards as node %q, and a node may not write a ResourceClaim's status (the Node authorizer; the API server checks status.devices for a ServiceAccount bound to the claim's node): a driver that reports device status writes it with its own pod-bound token", p.node), nil
 	case !ok:
 		what := rule{group: a.GetAPIGroup(), resource: a.GetResource(), subresource: a.GetSubresource()}
 		return authorizer.DecisionDeny, fmt.Sprintf("draproxy forwards only what a DRA kubelet plugin needs, and %s of %s is not on its allow-list (see --allow)", a.GetVerb(), what), nil

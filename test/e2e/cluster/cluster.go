@@ -88,7 +88,10 @@ type Cluster struct {
 // --token-auth-file (one admin token in group system:masters),
 // --service-account-issuer, --service-account-signing-key-file and
 // --service-account-key-file (a generated RSA 2048 key), --api-audiences,
-// --authorization-mode=Node,RBAC, --endpoint-reconciler-type=none,
+// --authorization-mode=Node,RBAC and --enable-admission-plugins=NodeRestriction
+// (added to the default plugins: the Node authorizer and NodeRestriction
+// hold a node's requests to its node, as in a kubeadm cluster),
+// --endpoint-reconciler-type=none,
 // --service-cluster-ip-range=10.0.0.0/24, --permit-port-sharing,
 // --profiling=false, and an audit log of the resource.k8s.io API group
 // ([Cluster.AuditEvents]), then [Options.ExtraAPIServerFlags].
@@ -185,6 +188,7 @@ func Start(ctx context.Context, opts Options) (_ *Cluster, err error) {
 			"--service-account-key-file=" + c.path("sa.key"),
 			"--api-audiences=" + strings.Join(opts.APIAudiences, ","),
 			"--authorization-mode=Node,RBAC",
+			"--enable-admission-plugins=NodeRestriction",
 			"--endpoint-reconciler-type=none",
 			"--service-cluster-ip-range=10.0.0.0/24",
 			"--profiling=false",

@@ -11,13 +11,14 @@ import (
 	"testing"
 	"time"
 
+	authorizationv1 "k8s.io/api/authorization/v1"
 	corev1 "k8s.io/api/core/v1"
-	rbacv1 "k8s.io/api/rbac/v1"
 	resourcev1 "k8s.io/api/resource/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/apimachinery/pkg/util/wait"
+	"k8s.io/client-go/kubernetes"
 	"k8s.io/client-go/kubernetes/scheme"
 	"k8s.io/client-go/rest"
 	"k8s.io/dynamic-resource-allocation/resourceslice"
@@ -483,37 +484,189 @@ func mapsEqual(a, b map[string]string) bool {
 	return true
 }
 
-// TestDRAProxyPolicyScope: the admission policy confines the identities
-// its parameters list, and no other: a central DRA controller whose
-// pod-bound token carries a node-name extra too publishes an allNodes
-// slice and a slice of another node, as it legitimately does.
+// TestDRAProxyPolicyScope: the second mode (a driver writing with its own
+// pod-bound token), against the admission policy of one driver part,
+// applied as users apply it with an exemption (central). The policy
+// confines every ServiceAccount of the driver's namespace: the driver to
+// its node and its driver names; a sibling ServiceAccount bound to the
+// driver's ClusterRole to its node and away from the driver's names
+// (issue #28: it created a node-B and an allNodes slice); and no one else:
+// the exempt central controller of the namespace and a central controller
+// elsewhere publish allNodes slices and slices of other nodes. Then each
+// tampering of issue #28, by a user with the built-in edit role in
+// draproxy's namespace and the driver's (what broke the policy's
+// ConfigMap parameters): deleting or changing the policy or its binding
+// (refused: cluster-scoped), and the parameters' ConfigMaps with their
+// label removed, a trailing space, no data, an extra driver name, one
+// deleted (allowed, and meaningless: the policy takes no parameter). After
+// each, the writes are confined exactly as before: the driver still
+// cannot leave its node or take another's name, the sibling still cannot,
+// and nothing outside the drivers is refused.
 func TestDRAProxyPolicyScope(t *testing.T) {
 	t.Parallel()
 	c := cluster.Get(t)
-	e := setupDRA(t, c)
-	c.CreateServiceAccount(t, e.ns, "central")
-	role := cluster.UniqueName("central")
-	c.CreateClusterRole(t, role, rbacv1.PolicyRule{APIGroups: []string{"resource.k8s.io"}, Resources: []string{"resourceslices"}, Verbs: []string{"create", "delete"}})
-	c.BindClusterRole(t, "", role, cluster.ServiceAccountSubject(e.ns, "central"))
-	pod := c.CreatePod(t, e.ns, "central", cluster.PodOptions{NodeName: e.nodeA.Name, ServiceAccount: "central"})
-	central := e.direct(t, c.RequestToken(t, e.ns, "central", cluster.TokenOptions{BoundPod: pod}))
-	all := e.slice(cluster.UniqueName("all"), "all", "dev")
-	all.Spec.NodeName, all.Spec.AllNodes = nil, ptr.To(true)
-	other := e.slice(cluster.UniqueName("b"), e.nodeB.Name, "dev")
-	for _, s := range []*resourcev1.ResourceSlice{all, other} {
-		var err error
-		waitErr := wait.PollUntilContextTimeout(t.Context(), 100*time.Millisecond, callTimeout, true, func(ctx context.Context) (bool, error) {
-			_, err = central.ResourceV1().ResourceSlices().Create(ctx, s, metav1.CreateOptions{})
-			return err == nil, nil // RBAC may take a moment
-		})
-		if waitErr != nil {
-			t.Errorf("the central controller's create of %s (allNodes %v, node %v) = %v; want it allowed: the policy confines only listed identities", s.Name, s.Spec.AllNodes, s.Spec.NodeName, err)
+	proxy := deployDRAProxy(t, c)
+	e := &draEnv{c: c, driver: cluster.UniqueName("gpu") + ".example.com"}
+	e.nodeA, e.nodeB = c.CreateNode(t, cluster.UniqueName("node-a")), c.CreateNode(t, cluster.UniqueName("node-b"))
+	e.ns = cluster.UniqueName("dra-policy")
+	drv, sa := deployDriver(t, c, e.ns, e.driver, "central", true)
+	e.sa = sa
+	e.podA = c.CreatePodFromTemplate(t, drv, "DaemonSet", driverWorkload, cluster.PodOptions{NodeName: e.nodeA.Name})
+	e.waitPolicy(t, sa, e.podA, e.driver)
+	elsewhere := c.UniqueNamespace(t, "central")
+	role := drv.Name("gpu-driver-kubelet-plugin") // the driver's ClusterRole
+	tokenOf := func(ns, name string) string {
+		c.CreateServiceAccount(t, ns, name)
+		c.BindClusterRole(t, "", role, cluster.ServiceAccountSubject(ns, name))
+		c.WaitForAccess(t, authorizationv1.SubjectAccessReviewSpec{User: serviceAccountUser(ns, name), ResourceAttributes: &authorizationv1.ResourceAttributes{
+			Verb: "create", Group: "resource.k8s.io", Resource: "resourceslices"}}, true)
+		pod := c.CreatePod(t, ns, name, cluster.PodOptions{NodeName: e.nodeA.Name, ServiceAccount: name})
+		return c.RequestToken(t, ns, name, cluster.TokenOptions{BoundPod: pod})
+	}
+	driver := e.direct(t, c.RequestToken(t, e.ns, sa, cluster.TokenOptions{BoundPod: e.podA}))
+	sibling := e.direct(t, tokenOf(e.ns, "sibling"))
+	central := e.direct(t, tokenOf(e.ns, "central"))
+	centralElsewhere := e.direct(t, tokenOf(elsewhere, "central"))
+
+	slice := func(node, driverName string) *resourcev1.ResourceSlice {
+		s := e.slice(cluster.UniqueName("p"), node, "dev")
+		s.Spec.Driver = driverName
+		if node == "" {
+			s.Spec.NodeName, s.Spec.AllNodes, s.Spec.Pool.Name = nil, ptr.To(true), "pool-all"
+		}
+		return s
+	}
+	other := "other-" + e.driver
+	nodeA, nodeB := e.nodeA.Name, e.nodeB.Name
+	writes := []struct {
+		who     string
+		cs      *kubernetes.Clientset
+		s       *resourcev1.ResourceSlice
+		allowed bool
+	}{
+		{"the driver, its node and name", driver, slice(nodeA, e.driver), true},
+		{"the driver, node B", driver, slice(nodeB, e.driver), false},
+		{"the driver, all nodes", driver, slice("", e.driver), false},
+		{"the driver, another driver's name", driver, slice(nodeA, other), false},
+		{"the sibling, node B", sibling, slice(nodeB, other), false},
+		{"the sibling, all nodes", sibling, slice("", other), false},
+		{"the sibling, the driver's name on its node", sibling, slice(nodeA, e.driver), false},
+		{"the sibling, another name on its node", sibling, slice(nodeA, other), true},
+		{"the exempt central controller, all nodes", central, slice("", e.driver), true},
+		{"the exempt central controller, node B", central, slice(nodeB, e.driver), true},
+		{"a central controller elsewhere, all nodes", centralElsewhere, slice("", e.driver), true},
+		{"a central controller elsewhere, node B", centralElsewhere, slice(nodeB, e.driver), true},
+		{"the admin, node B", c.Clientset(), slice(nodeB, e.driver), true},
+	}
+	confined := func(after string) {
+		t.Helper()
+		for _, w := range writes {
+			ctx, cancel := ctxFor(t, callTimeout)
+			_, err := w.cs.ResourceV1().ResourceSlices().Create(ctx, w.s, metav1.CreateOptions{DryRun: []string{metav1.DryRunAll}})
+			cancel()
+			switch {
+			case w.allowed && err != nil:
+				t.Errorf("%s: %s = %v; want it allowed", after, w.who, err)
+			case !w.allowed && (code(err) != http.StatusForbidden || !strings.Contains(err.Error(), "ValidatingAdmissionPolicy")):
+				t.Errorf("%s: %s = %v; want the admission policy's refusal", after, w.who, err)
+			}
 		}
 	}
-	// The listed identity, with the same kind of token, may not.
-	drv := e.direct(t, c.RequestToken(t, e.ns, e.sa, cluster.TokenOptions{BoundPod: e.podA}))
-	s := e.slice(cluster.UniqueName("all"), "all", "dev")
-	s.Spec.NodeName, s.Spec.AllNodes = nil, ptr.To(true)
-	_, err := drv.ResourceV1().ResourceSlices().Create(t.Context(), s, metav1.CreateOptions{})
-	wantAPIStatus(t, "the listed driver's create of an allNodes slice", err, http.StatusForbidden, "ValidatingAdmissionPolicy")
+	confined("as applied")
+
+	// The second mode's claim status: the driver's own token writes
+	// status.devices of a claim allocated on its node (the driver part's
+	// resourceclaims/status and resourceclaims/driver associated-node
+	// rules), and the API server refuses it for a claim allocated on node
+	// B (associated-node: its token is bound to node A).
+	for _, tc := range []struct {
+		node string
+		ok   bool
+	}{{nodeA, true}, {nodeB, false}} {
+		claim := e.claim(t, cluster.UniqueName("claim"), e.consumer(t, cluster.UniqueName("job"), tc.node))
+		status := []byte(`{"status":{"devices":[{"driver":"` + e.driver + `","pool":"pool","device":"gpu-0"}]}}`)
+		ctx, cancel := ctxFor(t, callTimeout)
+		_, err := driver.ResourceV1().ResourceClaims(e.ns).Patch(ctx, claim.Name, types.MergePatchType, status, metav1.PatchOptions{}, "status")
+		cancel()
+		t.Logf("observed: the driver's own token: status.devices of a claim allocated on %s: %d %v", tc.node, code(err), err)
+		switch {
+		case tc.ok && err != nil:
+			t.Errorf("the driver's own token: status.devices of a claim allocated on its node = %v; want it written", err)
+		case !tc.ok && code(err) != http.StatusForbidden && code(err) != http.StatusUnprocessableEntity:
+			t.Errorf("the driver's own token: status.devices of a claim allocated on node B = %v; want it refused", err)
+		}
+	}
+
+	// A namespace editor of draproxy's namespace and the driver's: the
+	// built-in edit role is the aggregate of these two (this cluster runs
+	// no controller-manager to aggregate it).
+	editorName := cluster.UniqueName("editor")
+	for _, ns := range []string{proxy.Namespace(), e.ns} {
+		c.BindClusterRole(t, ns, "system:aggregate-to-edit", cluster.UserSubject(editorName))
+		c.BindClusterRole(t, ns, "system:aggregate-to-view", cluster.UserSubject(editorName))
+		c.WaitForAccess(t, authorizationv1.SubjectAccessReviewSpec{User: editorName, ResourceAttributes: &authorizationv1.ResourceAttributes{
+			Namespace: ns, Verb: "create", Resource: "configmaps"}}, true)
+	}
+	editorCfg, err := c.UserConfig(editorName)
+	if err != nil {
+		t.Fatal(err)
+	}
+	editorCfg.QPS = -1
+	editor, err := kubernetes.NewForConfig(editorCfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	pol, bind := drv.Name(draProxyPolicy), drv.Name(draProxyPolicy)
+	policies := editor.AdmissionregistrationV1().ValidatingAdmissionPolicies()
+	bindings := editor.AdmissionregistrationV1().ValidatingAdmissionPolicyBindings()
+	param := func(ns, name string, labels map[string]string, data map[string]string) func(ctx context.Context) error {
+		return func(ctx context.Context) error {
+			_, err := editor.CoreV1().ConfigMaps(ns).Create(ctx, &corev1.ConfigMap{ObjectMeta: metav1.ObjectMeta{Name: name, Labels: labels}, Data: data}, metav1.CreateOptions{})
+			return err
+		}
+	}
+	label := map[string]string{"draproxy.reviewauth.io/driver-identity": "true"}
+	for _, tamper := range []struct {
+		name    string
+		do      func(ctx context.Context) error
+		refused bool
+	}{
+		{"delete the policy", func(ctx context.Context) error { return policies.Delete(ctx, pol, metav1.DeleteOptions{}) }, true},
+		{"delete the binding", func(ctx context.Context) error { return bindings.Delete(ctx, bind, metav1.DeleteOptions{}) }, true},
+		{"add a driver name to the policy", func(ctx context.Context) error {
+			_, err := policies.Patch(ctx, pol, types.JSONPatchType, []byte(`[{"op":"replace","path":"/spec/variables/2/expression","value":"\"`+e.driver+`,`+other+`\".split(\",\")"}]`), metav1.PatchOptions{})
+			return err
+		}, true},
+		{"exempt the sibling", func(ctx context.Context) error {
+			_, err := policies.Patch(ctx, pol, types.JSONPatchType, []byte(`[{"op":"replace","path":"/spec/variables/3/expression","value":"[\"sibling\"]"}]`), metav1.PatchOptions{})
+			return err
+		}, true},
+		{"make the binding warn only", func(ctx context.Context) error {
+			_, err := bindings.Patch(ctx, bind, types.MergePatchType, []byte(`{"spec":{"validationActions":["Warn"]}}`), metav1.PatchOptions{})
+			return err
+		}, true},
+		{"a parameter with a trailing space", param(proxy.Namespace(), cluster.UniqueName("space"), label, map[string]string{"serviceAccount": e.ns + "/" + sa + " ", "drivers": e.driver}), false},
+		{"a parameter with an extra driver name", param(proxy.Namespace(), cluster.UniqueName("extra"), label, map[string]string{"serviceAccount": e.ns + "/" + sa, "drivers": e.driver + "," + other}), false},
+		{"a parameter without data", param(proxy.Namespace(), cluster.UniqueName("empty"), label, nil), false},
+		{"a parameter without its label, in the driver's namespace", param(e.ns, cluster.UniqueName("unlabelled"), nil, map[string]string{"serviceAccount": e.ns + "/sibling", "drivers": other}), false},
+		{"a parameter deleted", func(ctx context.Context) error {
+			name := cluster.UniqueName("deleted")
+			if err := param(proxy.Namespace(), name, label, map[string]string{"serviceAccount": e.ns + "/" + sa, "drivers": e.driver})(ctx); err != nil {
+				return err
+			}
+			return editor.CoreV1().ConfigMaps(proxy.Namespace()).Delete(ctx, name, metav1.DeleteOptions{})
+		}, false},
+	} {
+		ctx, cancel := ctxFor(t, callTimeout)
+		err := tamper.do(ctx)
+		cancel()
+		t.Logf("observed: namespace editor: %s: %d %v", tamper.name, code(err), err)
+		switch {
+		case tamper.refused && code(err) != http.StatusForbidden:
+			t.Errorf("namespace editor: %s = %v; want 403", tamper.name, err)
+		case !tamper.refused && err != nil:
+			t.Errorf("namespace editor: %s = %v; want it done (and meaningless)", tamper.name, err)
+		}
+		confined("after " + tamper.name)
+	}
 }

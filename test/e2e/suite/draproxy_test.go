@@ -35,16 +35,17 @@ import (
 )
 
 // draEnv is a DRA setup from the manifests users apply: draproxy's
-// examples/draproxy/deploy (applied once per run: the admission policy is
-// cluster-wide), and two drivers' parts, examples/draproxy/deploy/driver
-// rendered twice into one namespace of the test's own (each with a name
-// suffix and a driver name of its own: driver identities 1 and 2), two
-// Nodes, pods made from the drivers' DaemonSet templates (identity 1 on
-// node A and on node B, identity 2 on node A), and draproxy for node A,
-// run from its DaemonSet's pod template on node A (its ServiceAccount's
-// token bound to that pod) with the --driver flags of the two identities.
-// No RBAC is written here: draproxy and the drivers have what the
-// manifests grant.
+// examples/draproxy/deploy (applied once per run: its namespace and
+// ClusterRoles are one per cluster), and two drivers' parts,
+// examples/draproxy/deploy/driver rendered twice into one namespace of the
+// test's own (each with a name suffix and a driver name of its own, and
+// its admission policy: driver identities 1 and 2), two Nodes, pods made
+// from the drivers' DaemonSet templates (identity 1 on node A and on node
+// B, identity 2 on node A), and draproxy for node A, run from its
+// DaemonSet's pod template on node A (its ServiceAccount's token bound to
+// that pod, so that it acts as node A) with the --driver flags of the two
+// identities. No RBAC is written here: draproxy and the drivers have what
+// the manifests grant.
 type draEnv struct {
 	c            *cluster.Cluster
 	nodeA, nodeB *corev1.Node
@@ -61,25 +62,24 @@ type draEnv struct {
 	tlsAddr      string
 	caFile       string
 	proxy        *server
-	// policy: the admission policy lists both identities (each driver
-	// part's parameter is applied), and draproxy requires it.
+	// policy: each driver part's admission policy is applied, and
+	// draproxy requires them (--require-admission-policy).
 	policy bool
 }
 
 // draOptions are setupDRA's choices.
 type draOptions struct {
-	// noPolicy leaves both identities out of the admission policy's
-	// parameters (the driver parts are applied without their parameter
-	// ConfigMap: the API server confines nothing of theirs), and starts
-	// draproxy with --require-admission-policy=false: draproxy alone.
+	// noPolicy applies the driver parts without their admission policy
+	// (the API server confines nothing of the drivers' own tokens), and
+	// starts draproxy without --require-admission-policy: draproxy alone.
 	noPolicy bool
 }
 
 // The names examples/draproxy/deploy and its driver part give the objects
 // the tests use.
 const (
-	draProxyPolicy   = "draproxy-resourceslices" // the policy and its binding
-	draProxyWorkload = "draproxy"                // the DaemonSet
+	draProxyPolicy   = "draproxy-resourceslices" // each driver part's policy and binding (with its name suffix)
+	draProxyWorkload = "draproxy"                // the DaemonSet and the ServiceAccount
 	driverWorkload   = "kubelet-plugin"          // the driver part's DaemonSet and ServiceAccount
 	driverTokenMount = "/var/run/secrets/draproxy"
 )
@@ -91,9 +91,10 @@ var (
 
 // deployDRAProxy applies examples/draproxy/deploy as users apply it (no
 // edits: its namespace, its names), once per run, and returns what it
-// applied: the admission policy is one per cluster, its parameters are
-// in draproxy's namespace, and each test runs a draproxy of its own node
-// from the one DaemonSet.
+// applied: its ClusterRoles are one per cluster, and each test runs a
+// draproxy of its own node from the one DaemonSet, with
+// admission-policy-check.yaml's RBAC too (the flows that set
+// --require-admission-policy).
 func deployDRAProxy(t testing.TB, c *cluster.Cluster) *cluster.Manifests {
 	t.Helper()
 	draProxyDeployOnce.Do(func() {
@@ -101,7 +102,12 @@ func deployDRAProxy(t testing.TB, c *cluster.Cluster) *cluster.Manifests {
 		if err != nil {
 			t.Fatal(err)
 		}
+		check, err := manifestFile(deployDir("draproxy", "admission-policy-check.yaml"))
+		if err != nil {
+			t.Fatal(err)
+		}
 		c.Apply(t, m) // t.Fatal leaves draProxyDeployed nil
+		c.Apply(t, check)
 		draProxyDeployed = m
 	})
 	if draProxyDeployed == nil {
@@ -112,14 +118,15 @@ func deployDRAProxy(t testing.TB, c *cluster.Cluster) *cluster.Manifests {
 
 // deployDriver applies the driver part examples/draproxy/deploy/driver
 // into ns with a name suffix of its own, for the DRA driver name driver
-// (its parameter's data.drivers, which its RBAC follows), without the
-// parameter when withParameter is false, and returns what it applied and
-// the name of its ServiceAccount.
-func deployDriver(t testing.TB, c *cluster.Cluster, ns, driver string, withParameter bool) (*cluster.Manifests, string) {
+// (values.yaml's drivers, which its admission policy and RBAC follow),
+// exempting the ServiceAccounts exempt from its policy, without the policy
+// and its binding when withPolicy is false, and returns what it applied
+// and the name of its ServiceAccount.
+func deployDriver(t testing.TB, c *cluster.Cluster, ns, driver, exempt string, withPolicy bool) (*cluster.Manifests, string) {
 	t.Helper()
-	o := deployOptions{namespace: ns, values: map[string]map[string]any{"driver-identity.yaml": {"data.drivers": driver}}}
-	if !withParameter {
-		o.omit = []string{"ConfigMap"}
+	o := deployOptions{namespace: ns, values: map[string]map[string]any{"values.yaml": {"spec.drivers": driver, "spec.exempt": exempt}}}
+	if !withPolicy {
+		o.omit = []string{"ValidatingAdmissionPolicy", "ValidatingAdmissionPolicyBinding"}
 	}
 	m := deploy(t, c, deployDir("draproxy", "driver"), o)
 	return m, m.Name(driverWorkload)
@@ -136,8 +143,8 @@ func setupDRA(t *testing.T, c *cluster.Cluster, opts ...draOptions) *draEnv {
 	e.driver2 = "second-" + e.driver
 	e.nodeA, e.nodeB = c.CreateNode(t, cluster.UniqueName("node-a")), c.CreateNode(t, cluster.UniqueName("node-b"))
 	e.ns = cluster.UniqueName("dra-driver")
-	drv1, sa := deployDriver(t, c, e.ns, e.driver, e.policy)
-	drv2, sa2 := deployDriver(t, c, e.ns, e.driver2, e.policy)
+	drv1, sa := deployDriver(t, c, e.ns, e.driver, "", e.policy)
+	drv2, sa2 := deployDriver(t, c, e.ns, e.driver2, "", e.policy)
 	e.sa, e.sa2 = sa, sa2
 	e.driverUser = serviceAccountUser(e.ns, sa)
 	e.podA = c.CreatePodFromTemplate(t, drv1, "DaemonSet", driverWorkload, cluster.PodOptions{NodeName: e.nodeA.Name})
@@ -155,8 +162,8 @@ func setupDRA(t *testing.T, c *cluster.Cluster, opts ...draOptions) *draEnv {
 	e.caFile = filepath.Join(t.TempDir(), "draproxy-ca.crt")
 	flags := []string{"--driver=" + e.driver + "=" + e.ns + "/" + sa, "--driver=" + e.driver2 + "=" + e.ns + "/" + sa2,
 		"--tls-listen=127.0.0.1:0", "--self-signed-ca-file=" + e.caFile, "--metrics-listen=127.0.0.1:0"}
-	if !e.policy {
-		flags = append(flags, "--require-admission-policy=false")
+	if e.policy {
+		flags = append(flags, "--require-admission-policy")
 	}
 	e.proxy = startServer(t, c, core, "DaemonSet", draProxyWorkload, e.nodeA.Name, flags...)
 	e.proxyUser = serviceAccountUser(e.proxy.pod.Namespace, e.proxy.pod.Spec.ServiceAccountName)
@@ -177,11 +184,11 @@ func setupDRA(t *testing.T, c *cluster.Cluster, opts ...draOptions) *draEnv {
 	return e
 }
 
-// waitPolicy waits until the API server enforces the admission policy's
-// parameter for the ServiceAccount sa of e's namespace (its driver part's
-// driver-identity.yaml), publishing driver: a create of a slice of node B
-// by sa's API token bound to pod, on node A, is refused by the policy (a
-// dry run, which admission sees as a create).
+// waitPolicy waits until the API server enforces the admission policy of
+// the driver part of the ServiceAccount sa of e's namespace, publishing
+// driver: a create of a slice of node B by sa's API token bound to pod,
+// on node A, is refused by the policy (a dry run, which admission sees as
+// a create).
 func (e *draEnv) waitPolicy(t *testing.T, sa string, pod *corev1.Pod, driver string) {
 	t.Helper()
 	ctx, cancel := ctxFor(t, callTimeout)
@@ -388,8 +395,9 @@ func TestDRAProxy(t *testing.T) {
 		if items, err := e.adminSlices(t.Context(), nodeB); err != nil || len(items) != 0 {
 			t.Errorf("slices for node B = %d, %v; want none", len(items), err)
 		}
-		// Every write reached the API server as the driver, impersonated
-		// by draproxy, bound to node A.
+		// Every write reached the API server as node A, impersonated by
+		// draproxy (its token bound to its pod on node A), the driver
+		// named in the User-Agent.
 		waitAudit(t, c, "the controller's writes through draproxy", func(evs []auditv1.Event) error {
 			verbs := map[string]int{}
 			for _, ev := range evs {
@@ -402,8 +410,8 @@ func TestDRAProxy(t *testing.T) {
 		}, func(ev *auditv1.Event) bool {
 			// The driver's user name is unique to this test; generated
 			// slice names are not in the audit events of creates.
-			return ev.ImpersonatedUser != nil && ev.ImpersonatedUser.Username == e.driverUser && ev.User.Username == e.proxyUser &&
-				slices.Equal([]string(ev.ImpersonatedUser.Extra["authentication.kubernetes.io/node-name"]), []string{nodeA}) &&
+			return ev.ImpersonatedUser != nil && ev.ImpersonatedUser.Username == "system:node:"+nodeA && ev.User.Username == e.proxyUser &&
+				strings.HasPrefix(ev.UserAgent, "draproxy/"+nodeA+" (driver="+e.driverUser+"; pod="+e.ns+"/"+e.podA.Name+";") &&
 				ev.ObjectRef != nil && ev.ObjectRef.Resource == "resourceslices" &&
 				ev.ResponseStatus != nil && ev.ResponseStatus.Code < 300
 		})
@@ -602,27 +610,45 @@ func TestDRAProxy(t *testing.T) {
 	})
 
 	t.Run("claims", func(t *testing.T) {
-		claimA, claimB := e.claim(t, "claim-a", e.podA), e.claim(t, "claim-b", e.podB)
+		// Claims used by workload pods: the Node authorizer returns a
+		// claim to a node through a pod bound to it that references it.
+		jobA, jobB := e.consumer(t, "job-a", nodeA, "claim-a"), e.consumer(t, "job-b", nodeB, "claim-b")
+		claimA, claimB := e.claim(t, "claim-a", jobA), e.claim(t, "claim-b", jobB)
 		claims := drvA.ResourceV1().ResourceClaims(e.ns)
-		got, err := claims.Get(ctx, claimA.Name, metav1.GetOptions{})
-		if err != nil {
+		if _, err := claims.Get(ctx, claimA.Name, metav1.GetOptions{}); err != nil {
 			t.Fatalf("Get(claim reserved for the pod on A) = %v", err)
 		}
-		got.Status.Devices = []resourcev1.AllocatedDeviceStatus{{Driver: e.driver, Pool: "pool", Device: "gpu-0",
-			Conditions: []metav1.Condition{{Type: "Ready", Status: metav1.ConditionTrue, Reason: "Prepared", LastTransitionTime: metav1.Now()}}}}
-		if _, err := claims.UpdateStatus(ctx, got, metav1.UpdateOptions{}); err != nil {
-			t.Errorf("UpdateStatus(claim on A) = %v", err)
-		}
-		_, err = claims.Get(ctx, claimB.Name, metav1.GetOptions{})
+		_, err := claims.Get(ctx, claimB.Name, metav1.GetOptions{})
 		wantAPIStatus(t, "Get(claim reserved for the pod on B)", err, http.StatusForbidden, "is not reserved for a pod on node", tokA)
+		// A claim's status is a driver's own token's to write (the
+		// second mode): a node may not.
+		_, err = claims.UpdateStatus(ctx, claimA, metav1.UpdateOptions{})
+		wantAPIStatus(t, "UpdateStatus(claim on A)", err, http.StatusForbidden, "may not write a ResourceClaim's status", tokA)
 		_, err = claims.UpdateStatus(ctx, claimB, metav1.UpdateOptions{})
-		wantAPIStatus(t, "UpdateStatus(claim on B)", err, http.StatusForbidden, "is not reserved for a pod on node", tokA)
+		wantAPIStatus(t, "UpdateStatus(claim on B)", err, http.StatusForbidden, "may not write a ResourceClaim's status", tokA)
 		_, err = claims.List(ctx, metav1.ListOptions{})
 		wantAPIStatus(t, "List(claims)", err, http.StatusForbidden, "draproxy refuses list of resourceclaims", tokA)
 		code, body := e.raw(t, http.MethodGet, "/apis/resource.k8s.io/v1/resourceclaims/"+claimA.Name, tokA, "", nil)
 		if code != http.StatusNotFound || !strings.Contains(body, "names no namespace") {
 			t.Errorf("GET a claim without its namespace = %d %s; want 404 naming the namespace", code, body)
 		}
+
+		// Issue #28's sequence: the pod a claim is reserved for is
+		// deleted on node A and re-created under the same name on node
+		// B, and the claim is reserved for both UIDs. Node A's driver is
+		// refused it at once: the API server's graph follows the live pod
+		// (and draproxy reads the pods as the node, remembering nothing).
+		moved := e.consumer(t, "moved", nodeA, "claim-moved")
+		claimMoved := e.claim(t, "claim-moved", moved)
+		if _, err := claims.Get(ctx, claimMoved.Name, metav1.GetOptions{}); err != nil {
+			t.Fatalf("Get(claim of the pod on A) = %v", err)
+		}
+		c.DeletePod(t, e.ns, moved.Name)
+		again := e.consumer(t, "moved", nodeB, "claim-moved")
+		claimMoved = e.reserve(t, claimMoved.Name, moved, again)
+		_, err = claims.Get(ctx, claimMoved.Name, metav1.GetOptions{})
+		wantAPIStatus(t, "Get(claim reserved for the pod moved to B, old and new UIDs)", err, http.StatusForbidden, "is not reserved for a pod on node", tokA)
+		t.Logf("observed: the claim reserved for %s (%s, node A, deleted) and %s (%s, node B) refused to node A's driver", moved.Name, moved.UID, again.Name, again.UID)
 	})
 
 	t.Run("spoofed impersonation", func(t *testing.T) {
@@ -648,36 +674,77 @@ func TestDRAProxy(t *testing.T) {
 		if code != http.StatusCreated {
 			t.Fatalf("POST own slice with spoofed headers = %d %s; want 201", code, out)
 		}
+		// The audit join: the event of the create (draproxy acting as
+		// node A, the driver in its User-Agent) and draproxy's log line of
+		// it share the Audit-ID.
+		var auditID string
 		waitAudit(t, c, "the spoofed create", func(evs []auditv1.Event) error {
 			if len(evs) != 1 {
 				return fmt.Errorf("%d audit events; want 1", len(evs))
 			}
 			ev := evs[0]
-			t.Logf("observed: audit user %q, impersonated user %q groups %q extra %v", ev.User.Username, ev.ImpersonatedUser.Username, ev.ImpersonatedUser.Groups, ev.ImpersonatedUser.Extra)
+			t.Logf("observed: audit user %q extra %v, impersonated user %q groups %q extra %v, user agent %q, audit ID %s", ev.User.Username, ev.User.Extra, ev.ImpersonatedUser.Username, ev.ImpersonatedUser.Groups, ev.ImpersonatedUser.Extra, ev.UserAgent, ev.AuditID)
 			switch {
-			case ev.User.Username != e.proxyUser:
-				return fmt.Errorf("audit user %q; want draproxy %q", ev.User.Username, e.proxyUser)
-			case ev.ImpersonatedUser.Username != e.driverUser || slices.Contains(ev.ImpersonatedUser.Groups, "system:masters"):
-				return fmt.Errorf("audit impersonated user %+v; want the driver %q without system:masters", ev.ImpersonatedUser, e.driverUser)
-			case !slices.Equal([]string(ev.ImpersonatedUser.Extra["authentication.kubernetes.io/node-name"]), []string{nodeA}),
-				!slices.Equal([]string(ev.ImpersonatedUser.Extra["authentication.kubernetes.io/pod-name"]), []string{e.podA.Name}):
-				return fmt.Errorf("audit impersonated extras %v; want node %s, pod %s", ev.ImpersonatedUser.Extra, nodeA, e.podA.Name)
+			case ev.User.Username != e.proxyUser || !slices.Equal([]string(ev.User.Extra["authentication.kubernetes.io/node-name"]), []string{nodeA}):
+				return fmt.Errorf("audit user %+v; want draproxy %q bound to node A", ev.User, e.proxyUser)
+			case ev.ImpersonatedUser.Username != "system:node:"+nodeA || slices.Contains(ev.ImpersonatedUser.Groups, "system:masters"):
+				return fmt.Errorf("audit impersonated user %+v; want node A without system:masters", ev.ImpersonatedUser)
+			case !strings.HasPrefix(ev.UserAgent, "draproxy/"+nodeA+" (driver="+e.driverUser+"; pod="+e.ns+"/"+e.podA.Name+"; pod-uid="+string(e.podA.UID)+")"):
+				return fmt.Errorf("audit user agent %q; want draproxy's naming the driver %s and its pod %s", ev.UserAgent, e.driverUser, e.podA.Name)
 			}
+			auditID = string(ev.AuditID)
 			return nil
 		}, func(ev *auditv1.Event) bool {
 			return ev.Verb == "create" && ev.ObjectRef != nil && ev.ObjectRef.Name == name && ev.ImpersonatedUser != nil
 		})
+		if auditID != "" {
+			line := e.proxy.waitLog(t, `auditID="`+auditID+`"`)
+			for _, want := range []string{`"draproxy: forwarded a write as the node"`, `driver="` + e.driverUser + `"`, `pod="` + e.ns + "/" + e.podA.Name + `"`, `verb="create"`, `status=201`} {
+				if !strings.Contains(line, want) {
+					t.Errorf("draproxy's log line of the create %q; want %s", line, want)
+				}
+			}
+		}
+		// This draproxy (its pod on node A; draproxy's ServiceAccount is
+		// shared by every flow) impersonated node A and no one else.
 		evs, err := c.AuditEvents(func(ev *auditv1.Event) bool {
-			return ev.ImpersonatedUser != nil && ev.ImpersonatedUser.Username == "system:admin" && ev.User.Username == e.proxyUser
+			return ev.ImpersonatedUser != nil && ev.ImpersonatedUser.Username != "system:node:"+nodeA && ev.User.Username == e.proxyUser &&
+				slices.Equal([]string(ev.User.Extra["authentication.kubernetes.io/pod-name"]), []string{e.proxy.pod.Name})
 		})
 		if err != nil || len(evs) != 0 {
-			t.Errorf("audit events of draproxy impersonating system:admin = %d, %v; want none", len(evs), err)
+			t.Errorf("audit events of draproxy impersonating anyone but node A = %d, %v; want none", len(evs), err)
 		}
 	})
 }
 
+// consumer creates, as the admin, the workload pod name in e's namespace
+// on node (as the driver's ServiceAccount, the one the namespace has),
+// using the ResourceClaims claims (spec.resourceClaims, which the Node
+// authorizer's graph follows).
+func (e *draEnv) consumer(t testing.TB, name, node string, claims ...string) *corev1.Pod {
+	t.Helper()
+	ctx, cancel := ctxFor(t, callTimeout)
+	defer cancel()
+	pod := &corev1.Pod{
+		ObjectMeta: metav1.ObjectMeta{Name: name, Namespace: e.ns},
+		Spec: corev1.PodSpec{
+			NodeName:           node,
+			ServiceAccountName: e.sa, // the namespace has no default ServiceAccount: no controllers run
+			Containers:         []corev1.Container{{Name: "main", Image: cluster.PauseImage}},
+		},
+	}
+	for _, cl := range claims {
+		pod.Spec.ResourceClaims = append(pod.Spec.ResourceClaims, corev1.PodResourceClaim{Name: cl, ResourceClaimName: ptr.To(cl)})
+	}
+	p, err := e.c.Clientset().CoreV1().Pods(e.ns).Create(ctx, pod, metav1.CreateOptions{})
+	if err != nil {
+		t.Fatalf("admin: create pod %s on %s: %v", name, node, err)
+	}
+	return p
+}
+
 // claim creates, as the admin, the ResourceClaim name in e's namespace,
-// allocated and reserved for pod.
+// allocated on pod's node and reserved for pod.
 func (e *draEnv) claim(t testing.TB, name string, pod *corev1.Pod) *resourcev1.ResourceClaim {
 	t.Helper()
 	ctx, cancel := ctxFor(t, callTimeout)
@@ -701,10 +768,30 @@ func (e *draEnv) claim(t testing.TB, name string, pod *corev1.Pod) *resourcev1.R
 			Key: "metadata.name", Operator: corev1.NodeSelectorOpIn, Values: []string{pod.Spec.NodeName},
 		}}}}},
 	}
-	c.Status.ReservedFor = []resourcev1.ResourceClaimConsumerReference{{Resource: "pods", Name: pod.Name, UID: pod.UID}}
+	if _, err := claims.UpdateStatus(ctx, c, metav1.UpdateOptions{}); err != nil {
+		t.Fatalf("admin: allocate claim %s: %v", name, err)
+	}
+	return e.reserve(t, name, pod)
+}
+
+// reserve sets, as the admin, the reservations of the claim name to pods
+// (by name and UID).
+func (e *draEnv) reserve(t testing.TB, name string, pods ...*corev1.Pod) *resourcev1.ResourceClaim {
+	t.Helper()
+	ctx, cancel := ctxFor(t, callTimeout)
+	defer cancel()
+	claims := e.c.Clientset().ResourceV1().ResourceClaims(e.ns)
+	c, err := claims.Get(ctx, name, metav1.GetOptions{})
+	if err != nil {
+		t.Fatalf("admin: get claim %s: %v", name, err)
+	}
+	c.Status.ReservedFor = nil
+	for _, pod := range pods {
+		c.Status.ReservedFor = append(c.Status.ReservedFor, resourcev1.ResourceClaimConsumerReference{Resource: "pods", Name: pod.Name, UID: pod.UID})
+	}
 	c, err = claims.UpdateStatus(ctx, c, metav1.UpdateOptions{})
 	if err != nil {
-		t.Fatalf("admin: reserve claim %s for %s: %v", name, pod.Name, err)
+		t.Fatalf("admin: reserve claim %s: %v", name, err)
 	}
 	return c
 }
@@ -759,6 +846,26 @@ func (e *draEnv) firstLine(t testing.TB, path, token string) (int, string) {
 	defer resp.Body.Close()
 	line, _ := bufio.NewReader(resp.Body).ReadString('\n')
 	return resp.StatusCode, line
+}
+
+// waitLog waits, for at most 10s, for a line of the server's standard
+// error that contains want, and returns it.
+func (s *server) waitLog(t testing.TB, want string) string {
+	t.Helper()
+	var found string
+	err := wait.PollUntilContextTimeout(t.Context(), 50*time.Millisecond, 10*time.Second, true, func(context.Context) (bool, error) {
+		for _, line := range strings.Split(s.stderr.String(), "\n") {
+			if strings.Contains(line, want) {
+				found = line
+				return true, nil
+			}
+		}
+		return false, nil
+	})
+	if err != nil {
+		t.Errorf("%s logged no line with %s within 10s", s.name, want)
+	}
+	return found
 }
 
 // waitAudit polls the audit log until check accepts the events keep
