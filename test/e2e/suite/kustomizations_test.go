@@ -98,7 +98,9 @@ type kustomization struct {
 // user can copy (every example server that listens for TLS is given its
 // certificate, no client skips verifying one); audiences per deployment
 // (each example server's derived from the namespace, and its callers'
-// tokens for the same). It needs no cluster.
+// tokens for the same); the image of a server's own program pinned by the
+// line hack/image prints (kustomize edit set image reviewauth/NAME=...@DIGEST
+// sets every container of it). It needs no cluster.
 func TestKustomizationsStandAlone(t *testing.T) {
 	t.Parallel()
 	ks := renderKustomizations(t)
@@ -124,6 +126,7 @@ func TestKustomizationsStandAlone(t *testing.T) {
 			checkNetworkPolicies(k, f)
 			checkTLS(k, f)
 			checkAudiences(t, k, f)
+			checkPin(t, k, f)
 		})
 	}
 	t.Run("copies", func(t *testing.T) {
@@ -725,5 +728,43 @@ func checkAudiences(t *testing.T, k *kustomization, f func(key, format string, a
 		if i < len(movedProjected) && !slices.Contains(movedServerAudiences, movedProjected[i]) {
 			f("projected audience "+a+" in another namespace", "rendered in namespace %s with its server, it projects tokens for %q; its server's audiences are %q", other, movedProjected[i], movedServerAudiences)
 		}
+	}
+}
+
+// checkPin: in a server's kustomization, what hack/image's pin line
+// writes (kustomize edit set image reviewauth/NAME=REPOSITORY/NAME@DIGEST:
+// the images entry of reviewauth/NAME with newName and digest) makes
+// every container of NAME's image run exactly that image.
+func checkPin(t *testing.T, k *kustomization, f func(key, format string, args ...any)) {
+	t.Helper()
+	if k.server != nil {
+		return
+	}
+	program, _, _ := strings.Cut(k.rel, "/")
+	const pinned = "registry.example.com/reviewauth/"
+	const dgst = "sha256:0123456789abcdef0123456789abcdef0123456789abcdef0123456789abcdef"
+	images := []any{map[string]any{"name": "reviewauth/" + program, "newName": pinned + program, "digest": dgst}}
+	m, err := cluster.Render(k.dir, cluster.RenderOptions{Values: map[string]map[string]any{"kustomization.yaml": {"images": images}}})
+	if err != nil {
+		f("pin", "with the images entry hack/image's pin line writes, it does not render: %v (is there an images entry?)", err)
+		return
+	}
+	n := 0
+	for _, o := range m.Objects {
+		tmpl, ok := podTemplate(o)
+		if !ok {
+			continue
+		}
+		for _, ct := range append(slices.Clone(tmpl.Spec.InitContainers), tmpl.Spec.Containers...) {
+			if name, ok := exampleImage(ct.Image); ok && name == program {
+				n++
+				if ct.Image != pinned+program+"@"+dgst {
+					f("pin "+o.GetKind()+" "+o.GetName()+" container "+ct.Name, "pinned, it runs %s; want %s", ct.Image, pinned+program+"@"+dgst)
+				}
+			}
+		}
+	}
+	if n == 0 {
+		f("pin", "pinned, no container runs %s's image", program)
 	}
 }
