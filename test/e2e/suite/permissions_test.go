@@ -82,6 +82,10 @@ var permissionCases = []permissionCase{
 		name:     "snapshotmetadata",
 		accounts: []permissionAccount{{"snapshotmetadata/deploy", "csi-snapshot-metadata"}, {"snapshotmetadata/deploy/client", "backup-app"}},
 		flows: func(t *testing.T, c *cluster.Cluster) []string {
+			// The informers list, then watch, as client-go does against
+			// an API server that cannot stream the initial list (its
+			// WatchListClient off); with it on, they only watch.
+			setExampleEnv(t, "KUBE_FEATURE_WatchListClient=false")
 			s := startSidecarWith(t, c, deployOptions{shipped: true})
 			m := deploy(t, c, deployDir("snapshotmetadata", "client"), deployOptions{shipped: true})
 			app := backupAppFor(t, c, m.Namespace(), m.Name("backup-app"))
@@ -104,6 +108,13 @@ var permissionCases = []permissionCase{
 	{
 		name:     "draproxy",
 		accounts: []permissionAccount{{"draproxy/deploy", "draproxy"}},
+		// What the issue found in draproxy's manifests before issue #28's
+		// rewrite, which drops these rules.
+		known: map[string]string{
+			"examples/draproxy/deploy/rbac.yaml ClusterRole draproxy rule 4: cluster-wide":                                                     draproxyRewrite + ": get pods across the cluster",
+			"examples/draproxy/deploy/rbac.yaml ClusterRole draproxy rule 4: no resourceNames":                                                 draproxyRewrite + ": get pods across the cluster",
+			`examples/draproxy/deploy/rbac.yaml Role draproxy-admission-parameters rule 0: unused verbs=get apiGroups="" resources=configmaps`: draproxyRewrite + ": ConfigMaps get (only list is used)",
+		},
 		// The draproxy deploy flow (deployDRAProxy, setupDRA: the
 		// manifests unedited, two drivers' parts), then what a driver on
 		// node A does through draproxy: its slices, and a claim reserved
@@ -139,6 +150,10 @@ var permissionCases = []permissionCase{
 			}
 			if _, err := claims.UpdateStatus(ctx, claim, metav1.UpdateOptions{}); err != nil {
 				t.Errorf("UpdateStatus(claim on A) = %v", err)
+			}
+			// The second driver identity of node A.
+			if _, err := e.client(t, e.token(t, e.pod2A)).ResourceV1().ResourceSlices().List(ctx, metav1.ListOptions{FieldSelector: "spec.nodeName=" + e.nodeA.Name}); err != nil {
+				t.Errorf("List(node A) as the second identity = %v", err)
 			}
 			return []string{e.proxy.pod.Name}
 		},
