@@ -100,7 +100,8 @@ type kustomization struct {
 // (each example server's derived from the namespace, and its callers'
 // tokens for the same); the image of a server's own program pinned by the
 // line hack/image prints (kustomize edit set image reviewauth/NAME=...@DIGEST
-// sets every container of it). It needs no cluster.
+// sets every container of it); no ServiceAccount's token mounted into
+// every pod that names it. It needs no cluster.
 func TestKustomizationsStandAlone(t *testing.T) {
 	t.Parallel()
 	ks := renderKustomizations(t)
@@ -127,6 +128,7 @@ func TestKustomizationsStandAlone(t *testing.T) {
 			checkTLS(k, f)
 			checkAudiences(t, k, f)
 			checkPin(t, k, f)
+			checkTokens(k, f)
 		})
 	}
 	t.Run("copies", func(t *testing.T) {
@@ -766,5 +768,24 @@ func checkPin(t *testing.T, k *kustomization, f func(key, format string, args ..
 	}
 	if n == 0 {
 		f("pin", "pinned, no container runs %s's image", program)
+	}
+}
+
+// checkTokens: every ServiceAccount has automountServiceAccountToken
+// false, and so does every pod template: a token is mounted where a
+// container asks for it (a projected volume), never into every
+// container of every pod that names the ServiceAccount.
+func checkTokens(k *kustomization, f func(key, format string, args ...any)) {
+	for _, o := range k.m.Objects {
+		if o.GetKind() == "ServiceAccount" {
+			if v, found, _ := unstructured.NestedBool(o.Object, "automountServiceAccountToken"); !found || v {
+				f("ServiceAccount "+o.GetName()+" automounts", "automountServiceAccountToken is not false: every pod that names it gets its API token in every container")
+			}
+		}
+		if tmpl, ok := podTemplate(o); ok {
+			if v := tmpl.Spec.AutomountServiceAccountToken; v == nil || *v {
+				f(o.GetKind()+" "+o.GetName()+" automounts", "its pods' automountServiceAccountToken is not false: every container gets the API token")
+			}
+		}
 	}
 }
