@@ -37,9 +37,10 @@
 // Without --kubeconfig it uses the in-cluster configuration. Its identity
 // needs what the upstream sidecar's ClusterRole grants, plus watch: create
 // tokenreviews and subjectaccessreviews (system:auth-delegator); get, list
-// and watch volumesnapshots and volumesnapshotcontents; get
-// snapshotmetadataservices. Without a certificate it serves with a
-// self-signed one, valid for --tls-san (the Service DNS name that the
+// and watch volumesnapshots and volumesnapshotcontents; get its driver's
+// snapshotmetadataservice. Without a certificate it serves with a
+// self-signed one (for a quickstart: it logs that it is not for
+// production), valid for --tls-san (the Service DNS name that the
 // SnapshotMetadataService object's address names) and written to
 // --self-signed-ca-file if given, so that clients can trust it; a
 // certificate from --tls-cert-file is reloaded when its files change. It
@@ -218,6 +219,9 @@ func run(ctx context.Context, args []string, d deps, ready func(net.Addr)) error
 		return err
 	}
 	defer certs.Close()
+	if c.flags.TLS.CertFile == "" {
+		klog.FromContext(ctx).Info("Serving with a self-signed certificate; set --tls-cert-file and --tls-private-key-file in production")
+	}
 	lis, err := net.Listen("tcp", c.listen)
 	if err != nil {
 		return err

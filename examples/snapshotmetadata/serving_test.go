@@ -15,6 +15,8 @@ import (
 	smsfake "github.com/kubernetes-csi/external-snapshot-metadata/client/clientset/versioned/fake"
 	snapshotfake "github.com/kubernetes-csi/external-snapshotter/client/v8/clientset/versioned/fake"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/klog/v2"
+	"k8s.io/klog/v2/textlogger"
 	"net"
 
 	"github.com/reviewauth/reviewauth/authtest"
@@ -22,7 +24,8 @@ import (
 
 // TestServingFlags (issue #12): --tls-san puts the Service DNS name in the
 // self-signed certificate (so that a SnapshotMetadataService's address can
-// be verified), --metrics-listen serves the health endpoints, ready while
+// be verified), and the sidecar logs that it is not for production (issue
+// #29); --metrics-listen serves the health endpoints, ready while
 // serving, and --version prints the version.
 func TestServingFlags(t *testing.T) {
 	s := authtest.Start(t)
@@ -41,7 +44,8 @@ func TestServingFlags(t *testing.T) {
 	}
 	metricsAddr := ml.Addr().String()
 	ml.Close()
-	ctx, cancel := context.WithCancel(context.Background())
+	logs := &syncBuffer{}
+	ctx, cancel := context.WithCancel(klog.NewContext(context.Background(), textlogger.NewLogger(textlogger.NewConfig(textlogger.Output(logs)))))
 	ready := make(chan net.Addr, 1)
 	done := make(chan error, 1)
 	go func() {
@@ -72,6 +76,9 @@ func TestServingFlags(t *testing.T) {
 	}
 	if err := cert.VerifyHostname("snapshot-metadata.csi-driver.svc"); err != nil {
 		t.Errorf("self-signed certificate: %v", err)
+	}
+	if !strings.Contains(logs.String(), `"Serving with a self-signed certificate; set --tls-cert-file and --tls-private-key-file in production"`) {
+		t.Errorf("serving a self-signed certificate, the sidecar does not log that it is not for production; log:\n%s", logs.String())
 	}
 	for _, p := range []string{"/healthz", "/readyz", "/metrics"} {
 		var resp *http.Response

@@ -10,6 +10,7 @@ import (
 	"io"
 	"os"
 	"os/exec"
+	"path"
 	"path/filepath"
 	"regexp"
 	"strings"
@@ -142,6 +143,30 @@ func Build(ctx context.Context, program string, o Options) (*Image, error) {
 	}
 	img = mutate.Annotations(img, labels).(v1.Image)
 	return &Image{Image: img, Ref: o.Repository + "/" + program + ":" + info.tag()}, nil
+}
+
+// ManifestName is the image name the shipped manifests run PROGRAM's
+// image by (examples/PROGRAM/deploy), which their kustomization's images
+// transformer pins.
+func ManifestName(program string) string { return "reviewauth/" + program }
+
+// PinCommand returns the kustomize command that pins the image by
+// digest in its program's kustomization (run in examples/PROGRAM/deploy):
+// kustomize edit set image reviewauth/PROGRAM=REPOSITORY/PROGRAM@DIGEST,
+// which writes the images entry's newName and digest. The workloads then
+// run exactly the image built, whatever a tag later points at.
+func (img *Image) PinCommand(digest v1.Hash) (string, error) {
+	if _, err := name.NewTag(img.Ref); err != nil {
+		return "", err
+	}
+	repo := img.Ref // REPOSITORY/PROGRAM:VERSION, as written (no registry added)
+	if i := strings.LastIndex(repo, ":"); i > strings.LastIndex(repo, "/") {
+		repo = repo[:i]
+	}
+	if digest.Algorithm != "sha256" || len(digest.Hex) != 64 {
+		return "", fmt.Errorf("image: %s is not a sha256 digest", digest)
+	}
+	return "kustomize edit set image " + ManifestName(path.Base(repo)) + "=" + repo + "@" + digest.String(), nil
 }
 
 // info is what a program's build information says about it.

@@ -147,6 +147,10 @@ func TestImage(t *testing.T) {
 		t.Errorf("build info %v, %v; want it readable and free of the build machine's paths (-trimpath)", bi, err)
 	}
 
+	if pin, err := built.PinCommand(builtDigest); err != nil || !strings.HasSuffix(pin, "reviewauth/"+testProgram+"@"+builtDigest.String()) {
+		t.Errorf("PinCommand = %q, %v; want the built digest pinned", pin, err)
+	}
+
 	again := buildImage(t, root)
 	if d := mustDigest(t, again); d != builtDigest {
 		t.Errorf("a second build's digest = %s; want %s (reproducible: every time is the commit's)", d, builtDigest)
@@ -357,4 +361,33 @@ func mustDigest(t *testing.T, img v1.Image) v1.Hash {
 		t.Fatal(err)
 	}
 	return h
+}
+
+// TestPinCommand: the command that pins an image in its program's
+// kustomization names the image as the shipped manifests do
+// (reviewauth/PROGRAM) and sets where it was pushed, by the digest, for
+// any repository (a registry with a port included); a digest that is not
+// sha256 is refused.
+func TestPinCommand(t *testing.T) {
+	t.Parallel()
+	const hex = "0123456789abcdef0123456789abcdef0123456789abcdef0123456789abcdef"
+	digest := v1.Hash{Algorithm: "sha256", Hex: hex}
+	tests := []struct {
+		ref    string
+		digest v1.Hash
+		want   string // "" for an error
+	}{
+		{"reviewauth/rbacproxy:v0.1.0", digest, "kustomize edit set image reviewauth/rbacproxy=reviewauth/rbacproxy@sha256:" + hex},
+		{"registry.example.com:5000/team/metricsproxy:v0.0.0-20261201000000-abcdef123456", digest,
+			"kustomize edit set image reviewauth/metricsproxy=registry.example.com:5000/team/metricsproxy@sha256:" + hex},
+		{"reviewauth/snapshotmetadata:v0.1.0", v1.Hash{Algorithm: "sha512", Hex: hex + hex}, ""},
+		{"reviewauth/snapshotmetadata:v0.1.0", v1.Hash{Algorithm: "sha256", Hex: "abc"}, ""},
+		{"Not A Reference", digest, ""},
+	}
+	for _, tc := range tests {
+		got, err := (&Image{Ref: tc.ref}).PinCommand(tc.digest)
+		if (err != nil) != (tc.want == "") || got != tc.want {
+			t.Errorf("PinCommand(%s, %s) = %q, %v; want %q", tc.ref, tc.digest, got, err, tc.want)
+		}
+	}
 }

@@ -21,10 +21,24 @@
 // tagged REPOSITORY/PROGRAM:VERSION, where VERSION is the program's
 // module version with "+" made "-" (a pseudo-version between releases).
 // The build is reproducible: file times and the image's creation time
-// are the commit's time. Push with, for example,
+// are the commit's time. For each image it prints a line
 //
+//	REPOSITORY/PROGRAM:VERSION sha256:DIGEST PATH
+//
+// and, for a program with a kustomization (examples/PROGRAM/deploy), the
+// command that pins the image by that digest there (see [PinCommand]):
+//
+//	pin: (cd examples/PROGRAM/deploy && kustomize edit set image reviewauth/PROGRAM=REPOSITORY/PROGRAM@sha256:DIGEST)
+//
+// The digest is the image manifest's, which a registry keeps when the
+// OCI layout is copied as it is (skopeo copy); set --repository to where
+// you push. Push with, for example,
+//
+//	go -C hack/image run . --repository registry.example.com/reviewauth rbacproxy
 //	skopeo copy oci:out/images/rbacproxy docker://registry.example.com/reviewauth/rbacproxy:v0.1.0
-//	crane push out/images/rbacproxy.tar registry.example.com/reviewauth/rbacproxy:v0.1.0
+//
+// (crane push out/images/rbacproxy.tar ... writes the manifest anew from
+// the tarball: pin the digest crane prints.)
 package main
 
 import (
@@ -108,6 +122,13 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 			return err
 		}
 		fmt.Fprintf(stdout, "%s %s %s\n", img.Ref, digest, path)
+		if _, err := os.Stat(filepath.Join(o.Root, "examples", program, "deploy", "kustomization.yaml")); err == nil {
+			pin, err := img.PinCommand(digest)
+			if err != nil {
+				return err
+			}
+			fmt.Fprintf(stdout, "pin: (cd %s && %s)\n", filepath.ToSlash(filepath.Join("examples", program, "deploy")), pin)
+		}
 	}
 	return nil
 }

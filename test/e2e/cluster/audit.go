@@ -5,23 +5,45 @@ import (
 	"encoding/json"
 	"fmt"
 	"os"
+	"strconv"
+	"strings"
 
 	auditv1 "k8s.io/apiserver/pkg/apis/audit/v1"
 )
 
-// auditPolicy is the --audit-policy-file: requests of the resource.k8s.io
-// API group (DRA) at level Metadata, at the ResponseComplete and Panic
-// stages; every other request is not audited, so the log stays small and
-// costs the other flows nothing.
-const auditPolicy = `apiVersion: audit.k8s.io/v1
+// auditPolicy returns the --audit-policy-file: requests of the
+// resource.k8s.io API group (DRA) at level Metadata, and every request of
+// a user in one of groups (see [Options.AuditUserGroups]) at level
+// Metadata, their SubjectAccessReviews at level Request; at the
+// ResponseComplete and Panic stages. Every other request is not audited,
+// so the log stays small and costs the other flows nothing.
+func auditPolicy(groups []string) string {
+	var users string
+	if len(groups) > 0 {
+		quoted := make([]string, len(groups))
+		for i, g := range groups {
+			quoted[i] = strconv.Quote(g)
+		}
+		list := "[" + strings.Join(quoted, ", ") + "]"
+		users = `- level: Request
+  userGroups: ` + list + `
+  resources:
+  - group: authorization.k8s.io
+    resources: [subjectaccessreviews]
+- level: Metadata
+  userGroups: ` + list + `
+`
+	}
+	return `apiVersion: audit.k8s.io/v1
 kind: Policy
 omitStages: [RequestReceived, ResponseStarted]
 rules:
-- level: Metadata
+` + users + `- level: Metadata
   resources:
   - group: resource.k8s.io
 - level: None
 `
+}
 
 // auditFlags are the API server flags of the audit log.
 func (c *Cluster) auditFlags() []string {
@@ -35,7 +57,8 @@ func (c *Cluster) auditFlags() []string {
 
 // AuditLogPath returns the path of the API server's audit log: JSON lines
 // of audit.k8s.io/v1 Events, for requests of the resource.k8s.io API group
-// only. It grows across [Cluster.Restart].
+// and of the users of [Options.AuditUserGroups] only. It grows across
+// [Cluster.Restart].
 func (c *Cluster) AuditLogPath() string { return c.path("audit.log") }
 
 // AuditEvents returns the events of the audit log so far for which keep

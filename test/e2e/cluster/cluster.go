@@ -46,6 +46,14 @@ type Options struct {
 	StartTimeout time.Duration
 	// Verbosity is kube-apiserver's --v. Zero means 1.
 	Verbosity int
+	// AuditUserGroups are groups whose users' requests the audit log
+	// ([Cluster.AuditEvents]) holds, every one at level Metadata (who,
+	// what, the answer's code and the authorization decision) and their
+	// SubjectAccessReviews at level Request (the review's spec: whom they
+	// asked about; a TokenReview's body, which holds a token, never).
+	// "system:serviceaccounts:NS" selects the ServiceAccounts of the
+	// namespace NS. Empty: only the resource.k8s.io API group is audited.
+	AuditUserGroups []string
 	// KeepDir keeps the temporary directory (logs, etcd data, keys) after
 	// [Cluster.Close], for debugging; Close prints nothing, the directory is
 	// [Cluster.Dir].
@@ -94,7 +102,8 @@ type Cluster struct {
 // --endpoint-reconciler-type=none,
 // --service-cluster-ip-range=10.0.0.0/24, --permit-port-sharing,
 // --profiling=false, and an audit log of the resource.k8s.io API group
-// ([Cluster.AuditEvents]), then [Options.ExtraAPIServerFlags].
+// and of [Options.AuditUserGroups] ([Cluster.AuditEvents]), then
+// [Options.ExtraAPIServerFlags].
 func Start(ctx context.Context, opts Options) (_ *Cluster, err error) {
 	if opts.StartTimeout <= 0 {
 		opts.StartTimeout = 60 * time.Second
@@ -263,7 +272,7 @@ func (c *Cluster) writeFiles() error {
 		"sa.key":         saKey,
 		// token,user,uid,"group1,group2"
 		"tokens.csv":        []byte(c.adminToken + `,admin,admin-uid,"system:masters"` + "\n"),
-		"audit-policy.yaml": []byte(auditPolicy),
+		"audit-policy.yaml": []byte(auditPolicy(c.opts.AuditUserGroups)),
 	}
 	for name, b := range files {
 		if err := os.WriteFile(c.path(name), b, 0o600); err != nil {

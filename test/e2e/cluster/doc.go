@@ -23,6 +23,7 @@
 // [Cluster.TokenConfig] (any bearer token). [Cluster.Stop], [Cluster.Kill]
 // and [Cluster.Restart] make API server outages; [Cluster.MetricValue]
 // counts what the API server received; [Cluster.AuditEvents] reads its
-// audit log (resource.k8s.io requests); [Cluster.LogTail] explains
+// audit log (resource.k8s.io requests, and every request of
+// [Options.AuditUserGroups]); [Cluster.LogTail] explains
 // failures.
 package cluster

@@ -8,3 +8,6 @@ var ParseMetrics = parseMetrics
 
 // LocalPath exports localPath for tests.
 var LocalPath = localPath
+
+// AuditPolicy exports auditPolicy for tests.
+var AuditPolicy = auditPolicy

@@ -4,6 +4,7 @@ import (
 	"context"
 	"fmt"
 	"io/fs"
+	"iter"
 	"os"
 	"path/filepath"
 	"slices"
@@ -272,14 +273,7 @@ func (c *Cluster) Get(t testing.TB, apiVersion, kind, ns, name string) *unstruct
 // a moment after it is stored.
 func (c *Cluster) WaitForBindings(t testing.TB, m *Manifests) {
 	t.Helper()
-	for _, obj := range m.Objects {
-		if obj.GetKind() != "RoleBinding" && obj.GetKind() != "ClusterRoleBinding" {
-			continue
-		}
-		var b rbacv1.RoleBinding // a ClusterRoleBinding has the same fields
-		if err := runtime.DefaultUnstructuredConverter.FromUnstructured(obj.Object, &b); err != nil {
-			t.Fatal(err)
-		}
+	for obj, b := range m.bindings(t) {
 		rules := c.roleRules(t, m, b.RoleRef, obj.GetNamespace())
 		for _, s := range b.Subjects {
 			for _, rule := range rules {
@@ -292,22 +286,30 @@ func (c *Cluster) WaitForBindings(t testing.TB, m *Manifests) {
 	}
 }
 
+// bindings yields the RoleBindings and ClusterRoleBindings of m, each as
+// a RoleBinding (a ClusterRoleBinding has the same fields), with its
+// object.
+func (m *Manifests) bindings(t testing.TB) iter.Seq2[*unstructured.Unstructured, rbacv1.RoleBinding] {
+	return func(yield func(*unstructured.Unstructured, rbacv1.RoleBinding) bool) {
+		for _, obj := range m.Objects {
+			if obj.GetKind() != "RoleBinding" && obj.GetKind() != "ClusterRoleBinding" {
+				continue
+			}
+			var b rbacv1.RoleBinding
+			if err := runtime.DefaultUnstructuredConverter.FromUnstructured(obj.Object, &b); err != nil {
+				t.Fatal(err)
+			}
+			if !yield(obj, b) {
+				return
+			}
+		}
+	}
+}
+
 // roleRules returns the rules of the role ref names.
 func (c *Cluster) roleRules(t testing.TB, m *Manifests, ref rbacv1.RoleRef, ns string) []rbacv1.PolicyRule {
 	t.Helper()
-	var obj *unstructured.Unstructured
-	for _, o := range m.Objects {
-		if o.GetKind() == ref.Kind && o.GetName() == ref.Name && (ref.Kind == "ClusterRole" || o.GetNamespace() == ns) {
-			obj = o
-		}
-	}
-	if obj == nil {
-		if ref.Kind == "Role" {
-			obj = c.Get(t, "rbac.authorization.k8s.io/v1", "Role", ns, ref.Name)
-		} else {
-			obj = c.Get(t, "rbac.authorization.k8s.io/v1", "ClusterRole", "", ref.Name)
-		}
-	}
+	obj, _ := c.boundRole(t, []*Manifests{m}, ref, ns)
 	var role rbacv1.ClusterRole
 	if err := runtime.DefaultUnstructuredConverter.FromUnstructured(obj.Object, &role); err != nil {
 		t.Fatal(err)

@@ -6,10 +6,7 @@ import (
 	"encoding/base64"
 	"errors"
 	"io"
-	corev1 "k8s.io/api/core/v1"
-	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
-	"net"
 	"strings"
 	"testing"
 	"time"
@@ -65,8 +62,14 @@ type sidecar struct {
 // (the object's name, with the suffix) of its own. Extra flags are args.
 func startSidecar(t testing.TB, c *cluster.Cluster, args ...string) *sidecar {
 	t.Helper()
+	return startSidecarWith(t, c, deployOptions{}, args...)
+}
+
+// startSidecarWith is startSidecar with the manifests deployed with o.
+func startSidecarWith(t testing.TB, c *cluster.Cluster, o deployOptions, args ...string) *sidecar {
+	t.Helper()
 	addr := loopback(freePort(t))
-	m, ca := applySidecar(t, c, addr)
+	m, ca := applySidecar(t, c, addr, o)
 	sms := m.Object("SnapshotMetadataService", "hostpath.csi.k8s.io")
 	audience, _, _ := unstructured.NestedString(sms.Object, "spec", "audience")
 	srv := startServer(t, c, m, "Deployment", "csi-snapshot-metadata", "",
@@ -81,32 +84,20 @@ func startSidecar(t testing.TB, c *cluster.Cluster, args ...string) *sidecar {
 	return s
 }
 
-// applySidecar applies examples/snapshotmetadata/deploy after the steps
-// it names: the snapshot CRDs installed, values.yaml filled with addr
-// and the CA, and the Secret csi-snapshot-metadata-tls created with a
-// serving certificate for 127.0.0.1 from that CA, which it returns.
-func applySidecar(t testing.TB, c *cluster.Cluster, addr string) (*cluster.Manifests, *cluster.CA) {
+// applySidecar applies examples/snapshotmetadata/deploy with o after the
+// steps it names: the snapshot CRDs installed, values.yaml filled with
+// addr and the CA, and the Secret csi-snapshot-metadata-tls created with
+// a serving certificate for 127.0.0.1 from that CA, which it returns.
+func applySidecar(t testing.TB, c *cluster.Cluster, addr string, o deployOptions) (*cluster.Manifests, *cluster.CA) {
 	t.Helper()
 	installSnapshotAPIs(t, c)
 	ca, err := cluster.NewCA(cluster.UniqueName("snapshot-metadata-ca"))
 	if err != nil {
 		t.Fatal(err)
 	}
-	cert, key, err := ca.Issue(cluster.CertOptions{CommonName: "csi-snapshot-metadata", DNSNames: []string{"localhost"},
-		IPs: []net.IP{net.IPv4(127, 0, 0, 1)}, Server: true})
-	if err != nil {
-		t.Fatal(err)
-	}
-	m := deploy(t, c, deployDir("snapshotmetadata"), deployOptions{values: map[string]map[string]any{
-		"values.yaml": {"spec.address": addr, "spec.caCert": base64.StdEncoding.EncodeToString(ca.CertPEM)}}})
-	ctx, cancel := ctxFor(t, callTimeout)
-	defer cancel()
-	if _, err := c.Clientset().CoreV1().Secrets(m.Namespace()).Create(ctx, &corev1.Secret{
-		ObjectMeta: metav1.ObjectMeta{Name: "csi-snapshot-metadata-tls"}, Type: corev1.SecretTypeTLS,
-		Data: map[string][]byte{corev1.TLSCertKey: cert, corev1.TLSPrivateKeyKey: key},
-	}, metav1.CreateOptions{}); err != nil {
-		t.Fatal(err)
-	}
+	o.values = map[string]map[string]any{"values.yaml": {"spec.address": addr, "spec.caCert": base64.StdEncoding.EncodeToString(ca.CertPEM)}}
+	m := deploy(t, c, deployDir("snapshotmetadata"), o)
+	servingSecret(t, c, ca, m.Namespace(), "csi-snapshot-metadata-tls", "")
 	return m, ca
 }
 

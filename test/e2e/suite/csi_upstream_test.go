@@ -377,7 +377,7 @@ func buildLister(t testing.TB) string {
 func TestCSIAudienceMismatch(t *testing.T) {
 	t.Parallel()
 	c := cluster.Get(t)
-	m, _ := applySidecar(t, c, "127.0.0.1:1")
+	m, _ := applySidecar(t, c, "127.0.0.1:1", deployOptions{})
 	_, bin, args := serverCommand(t, c, m, "Deployment", "csi-snapshot-metadata", "", "--listen=127.0.0.1:0",
 		"--metrics-listen=127.0.0.1:0", "--audience=from-the-flag.example.com")
 	ctx, cancel := ctxFor(t, exampleStartTimeout)

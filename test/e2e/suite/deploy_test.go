@@ -21,6 +21,8 @@ import (
 	"time"
 
 	corev1 "k8s.io/api/core/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
 	"k8s.io/apimachinery/pkg/runtime"
 	"k8s.io/apimachinery/pkg/util/intstr"
@@ -61,6 +63,10 @@ func deployDir(name string, sub ...string) string {
 
 // deployOptions vary a deployment made by deploy.
 type deployOptions struct {
+	// shipped renders the kustomization with the namespace and the names
+	// its files give (namespace and suffix are ignored): what a user
+	// applies without editing it.
+	shipped bool
 	// namespace is the kustomization's namespace; empty: a new unique one
 	// named after the directory.
 	namespace string
@@ -74,14 +80,19 @@ type deployOptions struct {
 	omit []string
 }
 
-// deploy renders the kustomization dir with o and applies it.
+// deploy renders the kustomization dir with o and applies it. What it
+// applied is recorded under the test's name (see appliedBy).
 func deploy(t testing.TB, c *cluster.Cluster, dir string, o deployOptions) *cluster.Manifests {
 	t.Helper()
-	if o.namespace == "" {
-		o.namespace = cluster.UniqueName(path.Base(filepath.ToSlash(strings.TrimSuffix(dir, "/deploy"))))
-	}
-	if o.suffix == "" {
-		o.suffix = cluster.UniqueName("") // "-" and 8 random hex characters
+	if o.shipped {
+		o.namespace, o.suffix = "", ""
+	} else {
+		if o.namespace == "" {
+			o.namespace = cluster.UniqueName(path.Base(filepath.ToSlash(strings.TrimSuffix(dir, "/deploy"))))
+		}
+		if o.suffix == "" {
+			o.suffix = cluster.UniqueName("") // "-" and 8 random hex characters
+		}
 	}
 	m, err := cluster.Render(dir, cluster.RenderOptions{Namespace: o.namespace, NameSuffix: o.suffix, Values: o.values})
 	if err != nil {
@@ -89,7 +100,76 @@ func deploy(t testing.TB, c *cluster.Cluster, dir string, o deployOptions) *clus
 	}
 	m.Objects = slices.DeleteFunc(m.Objects, func(obj *unstructured.Unstructured) bool { return slices.Contains(o.omit, obj.GetKind()) })
 	c.Apply(t, m)
+	appliedMu.Lock()
+	applied[t.Name()] = append(applied[t.Name()], m)
+	appliedMu.Unlock()
 	return m
+}
+
+var (
+	appliedMu sync.Mutex
+	applied   = map[string][]*cluster.Manifests{} // by test name
+)
+
+// appliedBy returns what deploy applied for the test named name and its
+// subtests.
+func appliedBy(name string) []*cluster.Manifests {
+	appliedMu.Lock()
+	defer appliedMu.Unlock()
+	var out []*cluster.Manifests
+	for _, test := range slices.Sorted(maps.Keys(applied)) {
+		if test == name || strings.HasPrefix(test, name+"/") {
+			out = append(out, applied[test]...)
+		}
+	}
+	return out
+}
+
+// servingSecret creates what a Deploy step of the README has users create
+// for a server in ns: the Secret secret (kubernetes.io/tls) with a serving
+// certificate from ca (nil: a new CA) valid for 127.0.0.1 (where the tests
+// dial) and dnsNames; and, when caConfigMap is not empty, the ConfigMap
+// caConfigMap holding the CA (ca.crt) for the callers. It returns the CA.
+// An object left by an earlier run (shipped manifests have fixed names) is
+// replaced.
+func servingSecret(t testing.TB, c *cluster.Cluster, ca *cluster.CA, ns, secret, caConfigMap string, dnsNames ...string) *cluster.CA {
+	t.Helper()
+	var err error
+	if ca == nil {
+		if ca, err = cluster.NewCA(cluster.UniqueName(secret + "-ca")); err != nil {
+			t.Fatal(err)
+		}
+	}
+	cert, key, err := ca.Issue(cluster.CertOptions{CommonName: secret, DNSNames: append([]string{"localhost"}, dnsNames...),
+		IPs: []net.IP{net.IPv4(127, 0, 0, 1)}, Server: true})
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx, cancel := ctxFor(t, callTimeout)
+	defer cancel()
+	secrets := c.Clientset().CoreV1().Secrets(ns)
+	s := &corev1.Secret{ObjectMeta: metav1.ObjectMeta{Name: secret}, Type: corev1.SecretTypeTLS,
+		Data: map[string][]byte{corev1.TLSCertKey: cert, corev1.TLSPrivateKeyKey: key}}
+	_, err = secrets.Create(ctx, s, metav1.CreateOptions{})
+	if apierrors.IsAlreadyExists(err) {
+		_, err = secrets.Update(ctx, s, metav1.UpdateOptions{})
+	}
+	if err != nil {
+		t.Fatalf("Secret %s/%s: %v", ns, secret, err)
+	}
+	if caConfigMap == "" {
+		return ca
+	}
+	cms := c.Clientset().CoreV1().ConfigMaps(ns)
+	cm := &corev1.ConfigMap{ObjectMeta: metav1.ObjectMeta{Name: caConfigMap}, Data: map[string]string{"ca.crt": string(ca.CertPEM)}}
+	_, err = cms.Create(ctx, cm, metav1.CreateOptions{})
+	if apierrors.IsAlreadyExists(err) {
+		_, err = cms.Update(ctx, cm, metav1.UpdateOptions{})
+	}
+	if err != nil {
+		t.Fatalf("ConfigMap %s/%s: %v", ns, caConfigMap, err)
+	}
+	return ca
 }
 
 // server is an example program running from its manifests.

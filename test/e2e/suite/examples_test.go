@@ -178,6 +178,9 @@ func startExample(t testing.TB, name string, args ...string) *example {
 	bin := filepath.Join(buildExamples(t), name)
 	e := &example{name: name, stdout: &listenWatcher{ready: make(chan string, 1)}, stderr: &syncBuffer{}}
 	e.cmd = exec.Command(bin, args...)
+	if env := exampleEnvFor(t.Name()); len(env) > 0 {
+		e.cmd.Env = append(os.Environ(), env...)
+	}
 	e.cmd.Stdout, e.cmd.Stderr = e.stdout, e.stderr
 	if err := e.cmd.Start(); err != nil {
 		t.Fatalf("start %s: %v", name, err)
@@ -306,4 +309,36 @@ func shortTempDir(t testing.TB) string {
 // ctxFor bounds one call made by a test.
 func ctxFor(t testing.TB, d time.Duration) (context.Context, context.CancelFunc) {
 	return context.WithTimeout(t.Context(), d)
+}
+
+var (
+	exampleEnvMu sync.Mutex
+	exampleEnv   = map[string][]string{} // by test name
+)
+
+// setExampleEnv adds env (NAME=VALUE) to the environment of the example
+// programs the test and its subtests start, and to theirs only.
+func setExampleEnv(t testing.TB, env ...string) {
+	exampleEnvMu.Lock()
+	defer exampleEnvMu.Unlock()
+	exampleEnv[t.Name()] = append(exampleEnv[t.Name()], env...)
+	t.Cleanup(func() {
+		exampleEnvMu.Lock()
+		defer exampleEnvMu.Unlock()
+		delete(exampleEnv, t.Name())
+	})
+}
+
+// exampleEnvFor is what setExampleEnv set for the test named name and
+// the tests it is a subtest of.
+func exampleEnvFor(name string) []string {
+	exampleEnvMu.Lock()
+	defer exampleEnvMu.Unlock()
+	var env []string
+	for test, e := range exampleEnv {
+		if name == test || strings.HasPrefix(name, test+"/") {
+			env = append(env, e...)
+		}
+	}
+	return env
 }

@@ -7,8 +7,6 @@ import (
 	"io"
 	"net/http"
 	"net/http/httptest"
-	"os"
-	"path/filepath"
 	"strings"
 	"testing"
 
@@ -43,6 +41,16 @@ type proxy struct {
 // the manifests on its --metrics-listen port.
 func startProxy(t testing.TB, c *cluster.Cluster) *proxy {
 	t.Helper()
+	return startProxyWith(t, c, deployOptions{})
+}
+
+// startProxyWith is startProxy with the manifests deployed with o (the
+// client with them: in their namespace, with their suffix), after the
+// README's Deploy steps: the Secret metricsproxy-tls with a serving
+// certificate and the ConfigMap metricsproxy-ca with its CA, which the
+// client trusts.
+func startProxyWith(t testing.TB, c *cluster.Cluster, o deployOptions) *proxy {
+	t.Helper()
 	upstream := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		switch {
 		case r.URL.Path == "/metrics":
@@ -54,28 +62,23 @@ func startProxy(t testing.TB, c *cluster.Cluster) *proxy {
 		}
 	}))
 	t.Cleanup(upstream.Close)
-	m := deploy(t, c, deployDir("metricsproxy"), deployOptions{})
+	m := deploy(t, c, deployDir("metricsproxy"), o)
 	p := &proxy{ns: m.Namespace(), node: c.CreateNode(t, cluster.UniqueName("node-m")).Name}
-	p.clientManifests = deploy(t, c, deployDir("metricsproxy", "client"), deployOptions{namespace: p.ns, suffix: m.NameSuffix})
+	ca := servingSecret(t, c, nil, p.ns, "metricsproxy-tls", "metricsproxy-ca", "metricsproxy."+p.ns+".svc")
+	p.clientManifests = deploy(t, c, deployDir("metricsproxy", "client"), deployOptions{shipped: o.shipped, namespace: p.ns, suffix: m.NameSuffix})
 	p.scraper = p.clientManifests.Name("metrics-scraper")
 	p.token = projectedToken(t, c, p.clientManifests, "Job", "metricsproxy-smoke", "", "/var/run/secrets/metricsproxy")
 
 	clientCA := writeFile(t, "client-ca.crt", c.ClientCA().CertPEM)
-	caFile := filepath.Join(t.TempDir(), "ca.crt")
 	p.server = startServer(t, c, m, "DaemonSet", "metricsproxy", p.node, "--upstream="+upstream.URL, "--listen=127.0.0.1:0",
-		"--metrics-listen=127.0.0.1:0", "--client-ca-file="+clientCA, "--self-signed-ca-file="+caFile)
+		"--metrics-listen=127.0.0.1:0", "--client-ca-file="+clientCA)
 	if got := p.arg(t, "node-name"); got != p.node {
 		t.Fatalf("--node-name=%q from the downward API; want the pod's node %q", got, p.node)
 	}
 	p.audience = p.arg(t, "audience")
 	metrics := strings.TrimSuffix(strings.TrimPrefix(p.lineAfter(t, "metrics on "), "http://"), "/metrics")
 	p.checkProbes(t, map[int32]string{9090: metrics})
-	caPEM, err := os.ReadFile(caFile)
-	if err != nil {
-		t.Fatal(err)
-	}
-	p.roots = x509.NewCertPool()
-	p.roots.AppendCertsFromPEM(caPEM)
+	p.roots = ca.Pool()
 	return p
 }
 

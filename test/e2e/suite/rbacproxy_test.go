@@ -7,8 +7,6 @@ import (
 	"io"
 	"net/http"
 	"net/http/httptest"
-	"os"
-	"path/filepath"
 	"slices"
 	"strconv"
 	"strings"
@@ -49,6 +47,16 @@ type rbacEnv struct {
 
 func startRBACProxy(t *testing.T, c *cluster.Cluster, extraArgs ...string) *rbacEnv {
 	t.Helper()
+	return startRBACProxyWith(t, c, deployOptions{}, extraArgs...)
+}
+
+// startRBACProxyWith is startRBACProxy with the manifests deployed with o
+// (the client with them: in their namespace, with their suffix), after
+// the README's Deploy steps: the Secret rbacproxy-tls with a serving
+// certificate and the ConfigMap rbacproxy-ca with its CA, which the
+// client trusts.
+func startRBACProxyWith(t *testing.T, c *cluster.Cluster, o deployOptions, extraArgs ...string) *rbacEnv {
+	t.Helper()
 	e := &rbacEnv{}
 	up := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		e.mu.Lock()
@@ -59,9 +67,10 @@ func startRBACProxy(t *testing.T, c *cluster.Cluster, extraArgs ...string) *rbac
 		_, _ = io.WriteString(w, "# TYPE up gauge\nup 1\n")
 	}))
 	t.Cleanup(up.Close)
-	m := deploy(t, c, deployDir("rbacproxy"), deployOptions{})
+	m := deploy(t, c, deployDir("rbacproxy"), o)
 	e.ns = m.Namespace()
-	client := deploy(t, c, deployDir("rbacproxy", "client"), deployOptions{namespace: e.ns, suffix: m.NameSuffix})
+	ca := servingSecret(t, c, nil, e.ns, "rbacproxy-tls", "rbacproxy-ca", "app."+e.ns+".svc")
+	client := deploy(t, c, deployDir("rbacproxy", "client"), deployOptions{shipped: o.shipped, namespace: e.ns, suffix: m.NameSuffix})
 	e.caller = client.Name("metrics-reader")
 	e.allowed, e.allowed2, e.denied = c.UniqueNamespace(t, "team-a"), c.UniqueNamespace(t, "team-b"), c.UniqueNamespace(t, "kube")
 	for _, ns := range []string{e.allowed, e.allowed2} {
@@ -70,17 +79,11 @@ func startRBACProxy(t *testing.T, c *cluster.Cluster, extraArgs ...string) *rbac
 	}
 	e.token = projectedToken(t, c, client, "Job", "rbacproxy-smoke", "", "/var/run/secrets/rbacproxy")
 
-	caFile := filepath.Join(t.TempDir(), "ca.crt")
 	health := freePort(t)
 	e.server = startServer(t, c, m, "Deployment", "app", "", append([]string{"--secure-listen-address=127.0.0.1:0", "--upstream=" + up.URL + "/",
-		"--proxy-endpoints-port=" + strconv.Itoa(health), "--self-signed-ca-file=" + caFile}, extraArgs...)...)
+		"--proxy-endpoints-port=" + strconv.Itoa(health)}, extraArgs...)...)
 	e.checkProbes(t, map[int32]string{8444: loopback(health)})
-	caPEM, err := os.ReadFile(caFile)
-	if err != nil {
-		t.Fatal(err)
-	}
-	e.roots = x509.NewCertPool()
-	e.roots.AppendCertsFromPEM(caPEM)
+	e.roots = ca.Pool()
 	tr := &http.Transport{TLSClientConfig: tlsConfig(e.roots)}
 	t.Cleanup(tr.CloseIdleConnections)
 	e.client = &http.Client{Transport: tr, Timeout: callTimeout}

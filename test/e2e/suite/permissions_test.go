@@ -1,0 +1,352 @@
+package suite_test
+
+import (
+	"context"
+	"fmt"
+	"net/http"
+	"os"
+	"path/filepath"
+	"regexp"
+	"slices"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"google.golang.org/grpc/codes"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/util/wait"
+	auditv1 "k8s.io/apiserver/pkg/apis/audit/v1"
+	"k8s.io/apiserver/pkg/authorization/authorizer"
+
+	"github.com/reviewauth/reviewauth/test/e2e/cluster"
+)
+
+// permissionCase is a server whose ServiceAccounts' RBAC
+// TestManifestPermissions checks against what they did.
+type permissionCase struct {
+	name string
+	// accounts are the ServiceAccounts checked: the directory under
+	// examples/ whose kustomization writes each, and its name there.
+	accounts []permissionAccount
+	// flows run the server's flows from its manifests (as shipped, where
+	// the flow allows it) and return the pods of the servers: an
+	// account's requests with a token bound to another pod (another
+	// test's server of the same ServiceAccount) are not this run's.
+	flows func(t *testing.T, c *cluster.Cluster) (pods []string)
+	// known are findings of the manifests as they are that another
+	// change removes: the finding's key, and why it is accepted for now.
+	// A known finding no longer found fails the test: remove it.
+	known map[string]string
+}
+
+// permissionAccount is a ServiceAccount of the manifests.
+type permissionAccount struct {
+	dir  string // under examples/: "rbacproxy/deploy/client"
+	name string // as written
+}
+
+// permissionCases are every server of examples/*/deploy, each with the
+// flows of its own tests.
+var permissionCases = []permissionCase{
+	{
+		name:     "rbacproxy",
+		accounts: []permissionAccount{{"rbacproxy/deploy", "app"}, {"rbacproxy/deploy/client", "metrics-reader"}},
+		flows: func(t *testing.T, c *cluster.Cluster) []string {
+			e := startRBACProxyWith(t, c, deployOptions{shipped: true})
+			// The caller of the client's RoleBinding (its own namespace),
+			// and of a namespace the flow binds.
+			for _, ns := range []string{e.ns, e.allowed} {
+				ctx, cancel := ctxFor(t, callTimeout)
+				code, _ := e.get(t, ctx, "/metrics?namespace="+ns, e.token, nil)
+				cancel()
+				if code != http.StatusOK {
+					t.Errorf("GET ?namespace=%s = %d; want 200", ns, code)
+				}
+			}
+			return []string{e.pod.Name}
+		},
+	},
+	{
+		name:     "metricsproxy",
+		accounts: []permissionAccount{{"metricsproxy/deploy", "metricsproxy"}, {"metricsproxy/deploy/client", "metrics-scraper"}},
+		flows: func(t *testing.T, c *cluster.Cluster) []string {
+			p := startProxyWith(t, c, deployOptions{shipped: true})
+			if code, body := p.get(t.Context(), t, p.client(t), "/metrics", p.token); code != http.StatusOK {
+				t.Errorf("GET /metrics = %d %q; want 200", code, body)
+			}
+			return []string{p.pod.Name}
+		},
+	},
+	{
+		name:     "snapshotmetadata",
+		accounts: []permissionAccount{{"snapshotmetadata/deploy", "csi-snapshot-metadata"}, {"snapshotmetadata/deploy/client", "backup-app"}},
+		flows: func(t *testing.T, c *cluster.Cluster) []string {
+			// The informers list, then watch, as client-go does against
+			// an API server that cannot stream the initial list (its
+			// WatchListClient off); with it on, they only watch.
+			setExampleEnv(t, "KUBE_FEATURE_WatchListClient=false")
+			s := startSidecarWith(t, c, deployOptions{shipped: true})
+			m := deploy(t, c, deployDir("snapshotmetadata", "client"), deployOptions{shipped: true})
+			app := backupAppFor(t, c, m.Namespace(), m.Name("backup-app"))
+			snap, foreign := cluster.UniqueName("snap"), cluster.UniqueName("other-driver")
+			createSnapshot(t, c, s.driver, app.ns, snap, snapshotOptions{})
+			createSnapshot(t, c, s.driver, app.ns, foreign, snapshotOptions{driver: "other.csi.example.com"})
+			c.WaitForAccess(t, snapshotSpec(app.user, app.ns, snap), true)
+			// The upstream lister, as the backup application.
+			if records, err := app.list(t.Context(), "-s", snap); err != nil || len(records) == 0 {
+				t.Errorf("snapshot-metadata-lister -s %s = %d records, %v; want some", snap, len(records), err)
+			}
+			// A refusal the sidecar confirms with live reads (its cache
+			// may lag): another driver's snapshot.
+			tok := c.RequestToken(t, app.ns, app.name, cluster.TokenOptions{Audiences: []string{s.audience}})
+			_, err := allocated(t.Context(), s.client, tok, app.ns, foreign)
+			wantCode(t, "GetMetadataAllocated(another driver's snapshot)", err, codes.InvalidArgument, tok)
+			return []string{s.pod.Name}
+		},
+	},
+	{
+		name:     "draproxy",
+		accounts: []permissionAccount{{"draproxy/deploy", "draproxy"}},
+		// What the issue found in draproxy's manifests before issue #28's
+		// rewrite, which drops these rules.
+		known: map[string]string{
+			"examples/draproxy/deploy/rbac.yaml ClusterRole draproxy rule 4: cluster-wide":                                                     draproxyRewrite + ": get pods across the cluster",
+			"examples/draproxy/deploy/rbac.yaml ClusterRole draproxy rule 4: no resourceNames":                                                 draproxyRewrite + ": get pods across the cluster",
+			`examples/draproxy/deploy/rbac.yaml Role draproxy-admission-parameters rule 0: unused verbs=get apiGroups="" resources=configmaps`: draproxyRewrite + ": ConfigMaps get (only list is used)",
+		},
+		// The draproxy deploy flow (deployDRAProxy, setupDRA: the
+		// manifests unedited, two drivers' parts), then what a driver on
+		// node A does through draproxy: its slices, and a claim reserved
+		// for its pod.
+		flows: func(t *testing.T, c *cluster.Cluster) []string {
+			e := setupDRA(t, c)
+			ctx := t.Context()
+			tokA := e.token(t, e.podA)
+			drvA := e.client(t, tokA)
+			rs := drvA.ResourceV1().ResourceSlices()
+			s, err := rs.Create(ctx, e.slice("", e.nodeA.Name, "dev"), metav1.CreateOptions{})
+			if err != nil {
+				t.Fatalf("Create(node A) = %v", err)
+			}
+			if _, err := rs.List(ctx, metav1.ListOptions{FieldSelector: "spec.nodeName=" + e.nodeA.Name}); err != nil {
+				t.Errorf("List(node A) = %v", err)
+			}
+			if s, err = rs.Get(ctx, s.Name, metav1.GetOptions{}); err != nil {
+				t.Fatalf("Get(own slice) = %v", err)
+			}
+			s.Spec.Devices = append(s.Spec.Devices, s.Spec.Devices[0])
+			s.Spec.Devices[1].Name = "dev-2"
+			if _, err := rs.Update(ctx, s, metav1.UpdateOptions{}); err != nil {
+				t.Errorf("Update(own slice) = %v", err)
+			}
+			if err := rs.Delete(ctx, s.Name, metav1.DeleteOptions{}); err != nil {
+				t.Errorf("Delete(own slice) = %v", err)
+			}
+			claims := drvA.ResourceV1().ResourceClaims(e.ns)
+			claim, err := claims.Get(ctx, e.claim(t, "claim-a", e.podA).Name, metav1.GetOptions{})
+			if err != nil {
+				t.Fatalf("Get(claim reserved for the pod on A) = %v", err)
+			}
+			if _, err := claims.UpdateStatus(ctx, claim, metav1.UpdateOptions{}); err != nil {
+				t.Errorf("UpdateStatus(claim on A) = %v", err)
+			}
+			// The second driver identity of node A.
+			if _, err := e.client(t, e.token(t, e.pod2A)).ResourceV1().ResourceSlices().List(ctx, metav1.ListOptions{FieldSelector: "spec.nodeName=" + e.nodeA.Name}); err != nil {
+				t.Errorf("List(node A) as the second identity = %v", err)
+			}
+			return []string{e.proxy.pod.Name}
+		},
+	},
+}
+
+// TestManifestPermissions runs each server's flows from its deploy/ (as
+// shipped: its namespace and names, the README's Deploy steps; draproxy
+// as its deploy flow applies it) with the API server's audit log on for
+// their ServiceAccounts, and checks per ServiceAccount
+// (cluster.CheckPermissions): every request the server made was allowed
+// by a rule of its manifests (or the API server's defaults for every
+// ServiceAccount); every rule of its manifests was exercised, by its own
+// requests or by the SubjectAccessReviews a server sent about it (its
+// callers' rules), unless a comment beside the rule names the test that
+// exercises it; and no rule is broader than what was done (a wildcard,
+// cluster scope where one namespace was used, no resourceNames where one
+// object was read) unless a comment beside it says why it cannot be
+// narrowed. Rules are matched as the API server's RBAC authorizer
+// matches them.
+func TestManifestPermissions(t *testing.T) {
+	t.Parallel()
+	c := cluster.Get(t)
+	tests, err := suiteTests()
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, pc := range permissionCases {
+		t.Run(pc.name, func(t *testing.T) {
+			t.Parallel()
+			var pods []string
+			if !t.Run("flows", func(t *testing.T) { pods = pc.flows(t, c) }) {
+				t.Fatal("the flows failed: the permissions are not checked")
+			}
+			// The servers have stopped (the flows' cleanups): their
+			// watches are over, and audited.
+			ms := appliedBy(t.Name() + "/flows")
+			if pc.name == "draproxy" {
+				ms = append(ms, deployDRAProxy(t, c)) // applied once per run, unedited
+			}
+			checkPermissions(t, c, pc, ms, pods, tests)
+		})
+	}
+}
+
+// checkPermissions checks the accounts of pc, applied as ms, against the
+// audit log of the servers' pods.
+func checkPermissions(t *testing.T, c *cluster.Cluster, pc permissionCase, ms []*cluster.Manifests, pods []string, tests map[string]bool) {
+	t.Helper()
+	type account struct {
+		user, ns, name string
+		grants         []cluster.Grant
+	}
+	var accounts []account
+	for _, a := range pc.accounts {
+		dir := filepath.Join(examplesDir(), filepath.FromSlash(a.dir))
+		var found *account
+		for _, m := range ms {
+			if m.Dir != dir {
+				continue
+			}
+			if sa := m.Object("ServiceAccount", a.name); sa != nil {
+				found = &account{user: serviceAccountUser(sa.GetNamespace(), sa.GetName()), ns: sa.GetNamespace(), name: sa.GetName()}
+			}
+		}
+		if found == nil {
+			t.Fatalf("the flows applied no ServiceAccount %s of examples/%s", a.name, a.dir)
+		}
+		found.grants = c.Grants(t, found.ns, found.name, ms...)
+		accounts = append(accounts, *found)
+	}
+	ours := func(ev *auditv1.Event) bool {
+		pod := ev.User.Extra["authentication.kubernetes.io/pod-name"]
+		return len(pod) == 0 || slices.Contains(pods, pod[0])
+	}
+	users := map[string]bool{}
+	for _, a := range accounts {
+		users[a.user] = true
+	}
+	// The API server writes an event as a request completes: read until
+	// two reads agree, boundedly.
+	var events []auditv1.Event
+	last := -1
+	_ = wait.PollUntilContextTimeout(t.Context(), 200*time.Millisecond, 10*time.Second, true, func(context.Context) (bool, error) {
+		var err error
+		events, err = c.AuditEvents(func(ev *auditv1.Event) bool { return users[ev.User.Username] && ours(ev) })
+		if err != nil {
+			return false, err
+		}
+		done := len(events) == last
+		last = len(events)
+		return done, nil
+	})
+
+	known := map[string]bool{}
+	for _, a := range accounts {
+		u := cluster.Use{Grants: a.grants, Defaults: c.DefaultGrants(t, cluster.ServiceAccountGroups(a.ns)...), TestExists: func(name string) bool { return tests[name] }}
+		for i := range events {
+			ev := &events[i]
+			if ev.User.Username == a.user {
+				checks, maybe := cluster.AuditedChecks(ev)
+				u.Checks = append(u.Checks, checks...)
+				u.Maybe = append(u.Maybe, maybe...)
+			}
+			if user, attrs, ok := cluster.ReviewedAttributes(ev); ok && user == a.user {
+				u.Reviewed = append(u.Reviewed, attrs)
+			}
+		}
+		t.Logf("observed: %s: %d rules granted by the manifests, %d requests, %d reviews about it:\n%s", a.user, len(u.Grants), len(u.Checks), len(u.Reviewed), describeUse(u))
+		if len(u.Checks)+len(u.Reviewed) == 0 {
+			t.Errorf("%s: the audit log holds nothing of it: the flows did not exercise it", a.user)
+		}
+		for _, f := range cluster.CheckPermissions(u) {
+			if reason, ok := pc.known[f.Key]; ok {
+				known[f.Key] = true
+				t.Logf("known (%s): %s", reason, f)
+				continue
+			}
+			t.Errorf("%s: %s", a.user, f)
+		}
+	}
+	for k, reason := range pc.known {
+		if !known[k] {
+			t.Errorf("known finding %q (%s) is no longer found: remove it from TestManifestPermissions' %s case", k, reason, pc.name)
+		}
+	}
+}
+
+// describeUse lists the distinct requests and reviews of u.
+func describeUse(u cluster.Use) string {
+	var lines []string
+	add := func(prefix string, as []authorizer.AttributesRecord) {
+		for _, a := range as {
+			lines = append(lines, prefix+cluster.DescribeAttributes(a))
+		}
+	}
+	add("  request ", u.Checks)
+	add("  maybe ", u.Maybe)
+	add("  review ", u.Reviewed)
+	slices.Sort(lines)
+	return strings.Join(slices.Compact(lines), "\n")
+}
+
+var (
+	suiteTestsOnce sync.Once
+	suiteTestNames map[string]bool
+	suiteTestsErr  error
+)
+
+// suiteTests are the names of the tests of the e2e module (its *_test.go
+// files), which a comment beside a rule may name as the one that
+// exercises it.
+func suiteTests() (map[string]bool, error) {
+	suiteTestsOnce.Do(func() {
+		suiteTestNames = map[string]bool{}
+		re := regexp.MustCompile(`(?m)^func (Test[A-Za-z0-9_]+)\(t \*testing\.T\)`)
+		root := filepath.Join(examplesDir(), "..", "test", "e2e")
+		files, err := filepath.Glob(filepath.Join(root, "*", "*_test.go"))
+		if err != nil || len(files) == 0 {
+			suiteTestsErr = fmt.Errorf("no test files under %s: %v", root, err)
+			return
+		}
+		for _, f := range files {
+			b, err := os.ReadFile(f)
+			if err != nil {
+				suiteTestsErr = err
+				return
+			}
+			for _, m := range re.FindAllSubmatch(b, -1) {
+				suiteTestNames[string(m[1])] = true
+			}
+		}
+	})
+	return suiteTestNames, suiteTestsErr
+}
+
+// auditedGroups are the groups of the ServiceAccounts TestManifestPermissions
+// checks, as their manifests are shipped (system:serviceaccounts:NS):
+// TestMain starts the API server auditing their requests. A directory
+// that does not render is left out (TestKustomizationsStandAlone says why).
+func auditedGroups() []string {
+	var groups []string
+	for _, pc := range permissionCases {
+		for _, a := range pc.accounts {
+			m, err := cluster.Render(filepath.Join(examplesDir(), filepath.FromSlash(a.dir)), cluster.RenderOptions{})
+			if err != nil {
+				continue
+			}
+			if sa := m.Object("ServiceAccount", a.name); sa != nil {
+				groups = append(groups, "system:serviceaccounts:"+sa.GetNamespace())
+			}
+		}
+	}
+	slices.Sort(groups)
+	return slices.Compact(groups)
+}
