@@ -12,9 +12,10 @@ import (
 )
 
 // TestQueueOrder: with every in-flight slot taken, waiting reviews are
-// granted verified tokens first, then one per address in turn, then one
-// per connection of an address in turn, each connection first come, first
-// served; a waiter whose context ends leaves the queue and is never sent.
+// granted the verified token first (its class takes up to VerifiedShare
+// turns in a row), then one per address in turn, then one per connection
+// of an address in turn, each connection first come, first served; a
+// waiter whose context ends leaves the queue and is never sent.
 func TestQueueOrder(t *testing.T) {
 	t.Parallel()
 	r := review.New("TokenReview", review.Options{MaxInFlight: 1})
