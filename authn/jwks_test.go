@@ -823,64 +823,40 @@ func FuzzJWKSVerify(f *testing.F) {
 	})
 }
 
-// FuzzJWKSVerifyHeader signs whatever header the fuzzer makes with a key in
-// the set, and checks the verifier against the API server's signature
-// check: it refuses only what that check refuses, verifies only what it
-// passes (alg ES256, the key's kid or none), and never refuses the header
-// the API server writes.
-func FuzzJWKSVerifyHeader(f *testing.F) {
+// FuzzJWKSVerifySigned signs whatever header and payload the fuzzer makes
+// with a key in the set (ES256 over the canonical encoding), and checks the
+// verifier against the API server's own checks: it refuses only what the
+// API server's signature check refuses; it verifies only what that check
+// passes with alg ES256 and the key's kid (or none), whose claims pass the
+// API server's claim check (go-jose's Claims.Validate, one-minute leeway,
+// at the verifier's clock) and have not reached their exp; and it verifies
+// the header the API server writes over valid claims.
+func FuzzJWKSVerifySigned(f *testing.F) {
 	k := testKeys()
 	cluster := apiServerKeys{k.rsa, k.p256}
-	v := mustJWKS(f, newJWKSServer(cluster...).fetch, authn.JWKSOptions{Clock: clocktesting.NewFakeClock(time.Now())})
-	genuineHeader := header("ES256", k.p256.kid)
-	f.Add(genuineHeader)
-	f.Add(header("ES256", ""))
-	f.Add(header("ES384", k.p256.kid))
-	f.Add(header("RS256", k.p256.kid))
-	f.Add(header("none", k.p256.kid))
-	f.Add(`{"alg":"ES256","kid":"` + k.p256.kid + `","b64":false,"crit":["b64"]}`)
-	f.Add(`{"alg":"ES256","KID":"` + k.p256.kid + `"}`)
-	f.Add(`{"alg":"ES256","kid":"` + k.p256.kid + `","x5c":["AA"]}`)
-	f.Add(`{"alg":"ES256","alg":"HS256"}`)
-	f.Add(`{"alg":"ES256","jwk":{"kty":"EC"}}`)
-	f.Fuzz(func(t *testing.T, h string) {
-		tok := signRaw(h, claims, k.p256.priv, crypto.SHA256, false)
-		err := v.Verify(context.Background(), tok)
-		if h == genuineHeader && err != nil {
-			t.Fatalf("Verify(genuine header) = %v", err)
-		}
-		switch outcomeOf(err) {
-		case refused:
-			if cluster.verifies(tok) {
-				t.Fatalf("Verify refused header %q, which the API server's signature check accepts", h)
-			}
-		case accepted:
-			var m map[string]any
-			if json.Unmarshal([]byte(h), &m) != nil || !cluster.verifies(tok) {
-				t.Fatalf("Verify verified header %q", h)
-			}
-			if kid, hasKid := m["kid"]; m["alg"] != "ES256" || (hasKid && kid != k.p256.kid && kid != "") {
-				t.Fatalf("Verify verified header %q", h)
-			}
-		}
-	})
-}
-
-// FuzzJWKSVerifyClaims signs whatever payload the fuzzer makes with a key
-// in the set: Verify verifies it only when the API server's claim check
-// passes (go-jose's Claims.Validate with its one-minute leeway, at the
-// verifier's clock) and it has not reached its exp, and never refuses it.
-func FuzzJWKSVerifyClaims(f *testing.F) {
-	k := testKeys()
 	now := time.Unix(1_800_000_000, 0)
-	v := mustJWKS(f, newJWKSServer(k.p256).fetch, authn.JWKSOptions{Clock: clocktesting.NewFakeClock(now)})
-	for _, c := range []string{`{}`, `{"exp":1800000001}`, `{"exp":1800000000}`, `{"nbf":1800000060,"iat":1800000061}`,
-		`{"exp":"1800000001"}`, `{"exp":1.8e9}`, `{"aud":"x","exp":1e300}`, `[]`, `null`, `{"exp":null}`} {
-		f.Add(c)
+	v := mustJWKS(f, newJWKSServer(cluster...).fetch, authn.JWKSOptions{Clock: clocktesting.NewFakeClock(now)})
+	genuineHeader := header("ES256", k.p256.kid)
+	for _, h := range []string{
+		genuineHeader,
+		header("ES256", ""),
+		header("ES384", k.p256.kid),
+		header("RS256", k.p256.kid),
+		header("none", k.p256.kid),
+		`{"alg":"ES256","kid":"` + k.p256.kid + `","b64":false,"crit":["b64"]}`,
+		`{"alg":"ES256","KID":"` + k.p256.kid + `"}`,
+		`{"alg":"ES256","kid":"` + k.p256.kid + `","x5c":["AA"]}`,
+		`{"alg":"ES256","alg":"HS256"}`,
+		`{"alg":"ES256","jwk":{"kty":"EC"}}`,
+	} {
+		f.Add(h, `{}`)
 	}
-	f.Fuzz(func(t *testing.T, payload string) {
-		header := b64.EncodeToString([]byte(header("ES256", k.p256.kid)))
-		input := header + "." + b64.EncodeToString([]byte(payload))
+	for _, c := range []string{`{"exp":1800000001}`, `{"exp":1800000000}`, `{"nbf":1800000060,"iat":1800000061}`,
+		`{"exp":"1800000001"}`, `{"exp":1.8e9}`, `{"aud":"x","exp":1e300}`, `[]`, `null`, `{"exp":null}`, `{"aud":null}`} {
+		f.Add(genuineHeader, c)
+	}
+	f.Fuzz(func(t *testing.T, h, payload string) {
+		input := b64.EncodeToString([]byte(h)) + "." + b64.EncodeToString([]byte(payload))
 		sum := sha256.Sum256([]byte(input))
 		r, s, err := ecdsa.Sign(rand.Reader, k.p256.priv.(*ecdsa.PrivateKey), sum[:])
 		if err != nil {
@@ -890,10 +866,23 @@ func FuzzJWKSVerifyClaims(f *testing.F) {
 		r.FillBytes(sig[:32])
 		s.FillBytes(sig[32:])
 		tok := input + "." + b64.EncodeToString(sig)
-		switch outcomeOf(v.Verify(context.Background(), tok)) {
+		err = v.Verify(context.Background(), tok)
+		if h == genuineHeader && payload == `{}` && err != nil {
+			t.Fatalf("Verify(genuine header, no claims) = %v", err)
+		}
+		switch outcomeOf(err) {
 		case refused:
-			t.Fatalf("Verify refused a token the cluster signed, payload %q", payload)
+			if cluster.verifies(tok) {
+				t.Fatalf("Verify refused header %q, payload %q, which the API server's signature check accepts", h, payload)
+			}
 		case accepted:
+			var m map[string]any
+			if json.Unmarshal([]byte(h), &m) != nil || !cluster.verifies(tok) {
+				t.Fatalf("Verify verified header %q", h)
+			}
+			if kid, hasKid := m["kid"]; m["alg"] != "ES256" || (hasKid && kid != k.p256.kid && kid != "") {
+				t.Fatalf("Verify verified header %q", h)
+			}
 			parsed, err := josejwt.ParseSigned(tok)
 			var c josejwt.Claims
 			if err != nil || parsed.Claims(k.p256.priv.Public(), &c) != nil || c.Validate(josejwt.Expected{Time: now}) != nil {
