@@ -204,18 +204,18 @@ func TestQueueShare(t *testing.T) {
 		after  []waiterSpec // arriving after it
 		want   int          // the Release that serves the caller
 	}{
-		{"unverified caller, verified flood", flood(1000, 32, true, "192.0.2.66"), genuine, nil, w + 1},
-		{"unverified caller, verified flood that keeps coming", flood(10, 2, true, "192.0.2.66"), genuine, flood(1000, 32, true, "192.0.2.67"), w + 1},
+		{"unverified caller, verified flood", flood(300, 32, true, "192.0.2.66"), genuine, nil, w + 1},
+		{"unverified caller, verified flood that keeps coming", flood(10, 2, true, "192.0.2.66"), genuine, flood(300, 32, true, "192.0.2.67"), w + 1},
 		{"unverified caller, both classes flooded from one address",
-			append(flood(1000, 32, true, "192.0.2.66"), flood(1000, 32, false, "192.0.2.66")...), genuine, nil, 2 * (w + 1)},
+			append(flood(300, 32, true, "192.0.2.66"), flood(300, 32, false, "192.0.2.66")...), genuine, nil, 2 * (w + 1)},
 		{"unverified caller, both classes flooded from four addresses",
-			append(append(flood(400, 8, true, "192.0.2.66"), flood(400, 8, false, "192.0.2.66")...),
-				append(append(flood(400, 8, false, "192.0.2.67"), flood(400, 8, false, "192.0.2.68")...), flood(400, 8, false, "192.0.2.69")...)...),
-			genuine, flood(1000, 8, false, "192.0.2.70"), 5 * (w + 1)},
-		{"verified caller, unverified flood", flood(1000, 32, false, "192.0.2.66"), genuineVerified, nil, 1},
-		{"verified caller, verified flood", flood(1000, 32, true, "192.0.2.66"), genuineVerified, nil, 2},
+			append(append(flood(120, 8, true, "192.0.2.66"), flood(120, 8, false, "192.0.2.66")...),
+				append(append(flood(120, 8, false, "192.0.2.67"), flood(120, 8, false, "192.0.2.68")...), flood(120, 8, false, "192.0.2.69")...)...),
+			genuine, flood(300, 8, false, "192.0.2.70"), 5 * (w + 1)},
+		{"verified caller, unverified flood", flood(300, 32, false, "192.0.2.66"), genuineVerified, nil, 1},
+		{"verified caller, verified flood", flood(300, 32, true, "192.0.2.66"), genuineVerified, nil, 2},
 		{"verified caller, both classes flooded",
-			append(flood(1000, 32, false, "192.0.2.66"), flood(1000, 32, true, "192.0.2.66")...), genuineVerified, nil, 2},
+			append(flood(300, 32, false, "192.0.2.66"), flood(300, 32, true, "192.0.2.66")...), genuineVerified, nil, 2},
 	} {
 		t.Run(tt.name, func(t *testing.T) {
 			t.Parallel()
@@ -260,7 +260,7 @@ func TestQueueBound(t *testing.T) {
 		arrived int // Releases so far when it arrived
 		bound   int // 0: none stated (its address had company)
 	}
-	for seed := range uint64(8) {
+	for seed := range uint64(4) {
 		rng := rand.New(rand.NewPCG(seed, 1))
 		q := review.NewQueue(1)
 		if err := q.Acquire(t.Context()); err != nil {
@@ -283,7 +283,7 @@ func TestQueueBound(t *testing.T) {
 				return // one slot, one waiter
 			}
 		}
-		for range 2000 {
+		for range 1500 {
 			switch op := rng.IntN(10); {
 			case op < 5: // arrive
 				s := waiterSpec{verified: rng.IntN(3) > 0, addr: fmt.Sprint("a", rng.IntN(4))}
