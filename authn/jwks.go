@@ -131,6 +131,12 @@ const (
 //	                                               server tries every key,
 //	                                               unpublished ones too)
 //
+// What the API server could still accept that this refuses: a token signed
+// by a key an external signer names with the kid derived from another,
+// published key (the API server tries both; no signer names keys so), and
+// whatever a token webhook of the API server accepts of a JWT naming a
+// cluster key whose signature does not verify.
+//
 // A token whose signature verifies is verified (nil) only when also:
 //
 //   - spelled canonically (internal/jwt Canonical): every part re-encodes
@@ -152,8 +158,8 @@ const (
 // and the review queue never gives even those every turn.
 //
 // Keys the verifier cannot use (other types, RSA outside 2048 to 8192 bits,
-// "use" other than "sig", malformed) are skipped; under their kid, or for a
-// token without one, "refused" becomes "cannot tell". "Cannot tell" is
+// "use" other than "sig", malformed) are skipped; under their kid,
+// "refused" becomes "cannot tell". "Cannot tell" is
 // never a refusal, so it is never cached. An unknown kid is not proof of
 // forgery: the API server also accepts tokens signed by keys added since
 // the last fetch, by external-signer keys it leaves out of its key set,
