@@ -137,7 +137,14 @@ type Options struct {
 	MaxTokenSize int
 
 	// MaxInFlight bounds concurrent TokenReviews. Zero or negative means
-	// [DefaultMaxInFlight].
+	// [DefaultMaxInFlight]. Reviews past it wait in a fair queue: tokens
+	// the PreVerifier found verified take up to three turns in a row, the
+	// others at least one in four while they wait; within each, the
+	// sources (package serving tells the client's address and connection)
+	// take turns. A caller alone on its address, with n other addresses
+	// waiting in its class, is reviewed within (n+1)*4 reviews done after
+	// it arrived: one client's junk, verified or not, never starves
+	// another's token.
 	MaxInFlight int
 	// Timeout is the total budget of one review, retries included. Zero or
 	// negative means [DefaultTimeout].
@@ -156,9 +163,11 @@ type Options struct {
 	// clock.
 	Clock clock.Clock
 
-	// PreVerifier, if not nil, checks each token before it is reviewed, and
-	// tokens it finds forged are refused without a review. See
-	// [JWKSVerifier]. A token it accepts is still reviewed.
+	// PreVerifier, if not nil, checks each token before it is reviewed:
+	// tokens it finds forged are refused without a review, tokens it finds
+	// verified are reviewed in the class of the review queue that takes
+	// most turns (see MaxInFlight), and the others are reviewed in the
+	// other class. See [JWKSVerifier].
 	PreVerifier PreVerifier
 
 	// Metrics, if not nil, records reviews, retries, reviews in flight,
@@ -308,7 +317,7 @@ func (c *Client) AuthenticateToken(ctx context.Context, token string) (*authenti
 	if rej != nil {
 		return nil, false, rej
 	}
-	ctx, rej = c.preVerify(ctx, token)
+	ctx, rej = c.preVerify(ctx, token, auds)
 	if rej != nil {
 		return nil, false, rej
 	}
@@ -348,18 +357,23 @@ func (c *Client) audiencesOf(ctx context.Context) ([]string, *reviewauth.Rejecte
 	return auds, nil
 }
 
-// preVerify asks the PreVerifier about token, if there is one, and returns
-// its refusal of a forged token. This is the one place where its verdict
-// is known: a token it cannot tell about, or accepts, is reviewed; one
-// whose signature it verified is marked in the returned context, so that
-// internal/review's fair queue reviews it ahead of tokens that could not
-// be verified.
-func (c *Client) preVerify(ctx context.Context, token string) (context.Context, *reviewauth.RejectedError) {
+// preVerify asks the PreVerifier about token, for the call's audiences
+// auds (in the context it is given; none when the API server's own are
+// meant), if there is one, and returns its refusal of a forged token. This
+// is the one place where its verdict is known: a token it cannot tell
+// about, or finds verified, is reviewed; one it finds verified is marked
+// in the returned context, so that internal/review's fair queue gives it
+// the class that takes most turns.
+func (c *Client) preVerify(ctx context.Context, token string, auds []string) (context.Context, *reviewauth.RejectedError) {
 	if c.preVerifier == nil {
 		return ctx, nil
 	}
+	vctx := ctx
+	if len(auds) > 0 {
+		vctx = authenticator.WithAudiences(ctx, auds)
+	}
 	var rej *reviewauth.RejectedError
-	err := c.preVerifier.Verify(ctx, token)
+	err := c.preVerifier.Verify(vctx, token)
 	switch {
 	case errors.As(err, &rej):
 		return ctx, rej

@@ -26,6 +26,7 @@ import (
 	"github.com/reviewauth/reviewauth"
 	"github.com/reviewauth/reviewauth/authn"
 	"github.com/reviewauth/reviewauth/authtest"
+	"github.com/reviewauth/reviewauth/internal/review"
 )
 
 func TestMain(m *testing.M) { goleak.VerifyTestMain(m) }
@@ -739,5 +740,77 @@ func TestClientCachesNothing(t *testing.T) {
 	a := newAuth(t, srv, authn.Options{Audiences: []string{aud}})
 	if _, ok := a.Uncached().(*authn.Client); !ok {
 		t.Errorf("Authenticator.Uncached() = %T; want *authn.Client", a.Uncached())
+	}
+}
+
+// TestPreVerifyClass (issue #30): the Client marks a review verified (the
+// queue's class that takes most turns) only when the PreVerifier verified
+// the token for the call's audiences: signed by the cluster, canonical,
+// valid now. Every token that any cluster token yields without a
+// TokenRequest (its other spellings, an expired one, one for another
+// audience) is reviewed in the other class, and a forgery is not reviewed.
+func TestPreVerifyClass(t *testing.T) {
+	t.Parallel()
+	k := testKeys()
+	now := time.Unix(1_800_000_000, 0)
+	v := mustJWKS(t, newJWKSServer(k.p256).fetch, authn.JWKSOptions{Clock: clocktesting.NewFakeClock(now)})
+	token := func(aud []string, exp time.Time) string {
+		c := map[string]any{"iss": "https://kubernetes.default.svc", "sub": backup.Name,
+			"iat": now.Add(-time.Minute).Unix(), "nbf": now.Add(-time.Minute).Unix(), "exp": exp.Unix()}
+		if aud != nil {
+			c["aud"] = aud
+		}
+		return signGenuine(k.p256, c)
+	}
+	fresh := token([]string{aud}, now.Add(time.Hour))
+	type reviewed struct {
+		verified bool
+		n        int
+	}
+	client := func(opts authn.Options) (*authn.Client, *reviewed) {
+		var got reviewed
+		opts.PreVerifier = v
+		c, err := authn.NewClient(reviewerFunc(func(ctx context.Context, tr *authenticationv1.TokenReview) (*authenticationv1.TokenReview, error) {
+			got.n++
+			got.verified = review.Verified(ctx)
+			return &authenticationv1.TokenReview{Status: authenticationv1.TokenReviewStatus{Error: "no"}}, nil
+		}), opts)
+		if err != nil {
+			t.Fatal(err)
+		}
+		return c, &got
+	}
+	for _, tt := range []struct {
+		name     string
+		opts     authn.Options
+		ctx      context.Context
+		token    string
+		reviews  int
+		verified bool
+	}{
+		{"fresh token for the audience", authn.Options{Audiences: []string{aud}}, nil, fresh, 1, true},
+		{"another spelling of it", authn.Options{Audiences: []string{aud}}, nil, respellings(fresh)[7], 1, false},
+		{"expired", authn.Options{Audiences: []string{aud}}, nil, token([]string{aud}, now), 1, false},
+		{"for another audience", authn.Options{Audiences: []string{aud}}, nil, token([]string{"other.example"}, now.Add(time.Hour)), 1, false},
+		{"for the context's audience", authn.Options{Audiences: []string{aud}}, authenticator.WithAudiences(context.Background(), authenticator.Audiences{"other.example"}),
+			token([]string{"other.example"}, now.Add(time.Hour)), 1, true},
+		{"for the configured audience, the context names another", authn.Options{Audiences: []string{aud}}, authenticator.WithAudiences(context.Background(), authenticator.Audiences{"other.example"}),
+			fresh, 1, false},
+		{"no aud (the API server's), AllowAPIServerAudience: not checked here", authn.Options{AllowAPIServerAudience: true}, nil, token(nil, now.Add(time.Hour)), 1, true},
+		{"no aud, the service's audience", authn.Options{Audiences: []string{aud}}, nil, token(nil, now.Add(time.Hour)), 1, false},
+		{"a key the cluster does not publish", authn.Options{Audiences: []string{aud}}, nil, signGenuine(k.rsa2, claims), 1, false},
+		{"forged", authn.Options{Audiences: []string{aud}}, nil, forgedWithKid(fresh, claims), 0, false},
+	} {
+		c, got := client(tt.opts)
+		ctx := tt.ctx
+		if ctx == nil {
+			ctx = context.Background()
+		}
+		if _, ok, _ := c.AuthenticateToken(ctx, tt.token); ok {
+			t.Errorf("%s: authenticated; the fake rejects every token", tt.name)
+		}
+		if got.n != tt.reviews || got.verified != tt.verified {
+			t.Errorf("%s: %d reviews, verified %v; want %d, verified %v", tt.name, got.n, got.verified, tt.reviews, tt.verified)
+		}
 	}
 }

@@ -55,9 +55,12 @@
 //     wait, subject to their own deadline.
 //   - Empty, oversized and malformed tokens are refused locally, without a
 //     review. An opt-in [PreVerifier] ([JWKSVerifier]) checks a token's
-//     signature on a cache miss, in the Client, before the review: a
-//     forged token costs no review, and its rejection is cached like any
-//     other.
+//     signature on a cache miss, in the Client, before the review: a token
+//     the API server itself refuses as forged costs no review, and its
+//     rejection is cached like any other; a token it verifies (the
+//     cluster's signature, canonical spelling, valid now, for the call's
+//     audiences) takes most turns of the review queue, and every other
+//     token keeps a guaranteed share ([Options.MaxInFlight]).
 //   - Failures are typed: a rejected token is an error matching
 //     reviewauth.ErrUnauthenticated (401), and a review that could not be
 //     done is a *reviewauth.ReviewError matching reviewauth.ErrUnavailable

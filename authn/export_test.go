@@ -2,9 +2,8 @@ package authn
 
 // The JWKS verifier's limits, for tests at their edges.
 const (
-	MaxJWSHeader = maxJWSHeader
-	MaxJWKSSize  = maxJWKSSize
-	MaxJWKSKeys  = maxJWKSKeys
+	MaxJWKSSize = maxJWKSSize
+	MaxJWKSKeys = maxJWKSKeys
 )
 
 // ParseJWKS parses raw as a JWKSVerifier does, and returns the number of
@@ -14,5 +13,9 @@ func ParseJWKS(raw []byte) (usable int, skipped bool, err error) {
 	if err != nil {
 		return 0, false, err
 	}
-	return len(set.all), set.partial, nil
+	return len(set.all), len(set.unusable) > 0, nil
 }
+
+// Waiting returns the number of TokenReviews waiting for one of the
+// MaxInFlight slots.
+func (a *Authenticator) Waiting() int { return a.client.retrier.Waiting() }

@@ -6,12 +6,18 @@ import (
 	"crypto/ecdsa"
 	"crypto/elliptic"
 	"crypto/rsa"
+	"crypto/sha256"
+	"crypto/x509"
+	"encoding/base64"
 	"encoding/json"
 	"errors"
 	"fmt"
 	"time"
 
 	jose "gopkg.in/go-jose/go-jose.v2"
+	josejson "gopkg.in/go-jose/go-jose.v2/json"
+	josejwt "gopkg.in/go-jose/go-jose.v2/jwt"
+	"k8s.io/apiserver/pkg/authentication/authenticator"
 	"k8s.io/client-go/rest"
 	"k8s.io/utils/clock"
 
@@ -22,14 +28,26 @@ import (
 )
 
 // PreVerifier checks a token locally before it is reviewed. Verify returns
-// nil when the token may be genuine (it is then reviewed as usual: only the
-// TokenReview checks that the token's bound objects still exist), an error
-// matching reviewauth.ErrUnauthenticated when it is certainly forged (it is
-// then refused without a review, and the refusal is cached for
-// [Options.FailureTTL]), and any other error when it cannot tell (the token
-// is then reviewed, and nothing is cached). An implementation must never
-// claim certainty it does not have: a genuine token it refuses is locked out
-// for FailureTTL. Implementations must be safe for concurrent use.
+// one of three answers:
+//
+//   - nil: verified, as far as a local check can tell (a JWKSVerifier: the
+//     cluster's key signed it, it is spelled canonically, valid now and for
+//     the call's audiences). The token is still reviewed (only the
+//     TokenReview checks that the objects it is bound to still exist), in
+//     the class of the review queue that takes most turns (see
+//     [Options.MaxInFlight]).
+//   - an error matching reviewauth.ErrUnauthenticated: certainly forged,
+//     where the API server itself would refuse it. It is refused without a
+//     review, and the refusal is cached for [Options.FailureTTL].
+//   - any other error: it cannot tell. The token is reviewed as without a
+//     PreVerifier, in the other class of the queue, and nothing is cached.
+//
+// An implementation must never claim certainty it does not have: a genuine
+// token it refuses is locked out for FailureTTL, and junk it calls verified
+// takes turns from genuine tokens it cannot check. The call's audiences are
+// in ctx (authenticator.AudiencesFrom), unless the API server's own are
+// meant (AllowAPIServerAudience). Implementations must be safe for
+// concurrent use.
 type PreVerifier interface {
 	Verify(ctx context.Context, token string) error
 }
@@ -50,15 +68,11 @@ type JWKSOptions struct {
 }
 
 // Limits of a [JWKSVerifier]. Each is far above what a real API server
-// produces, and each fails safe: a token past maxJWSHeader is refused (the
-// API server never signs such a header), a key set past maxJWKSSize or
+// produces, and each fails safe: a token whose header is past
+// internal/jwt's MaxPart is reviewed, a key set past maxJWKSSize or
 // maxJWKSKeys is not used (tokens are then reviewed, as when the key set
 // cannot be fetched).
 const (
-	// maxJWSHeader bounds a token's decoded JOSE header. The API server's
-	// header is {"alg","kid"} with a 43-byte kid; an external signer's kid
-	// is at most 1024 bytes (k8s.io/kubernetes pkg/serviceaccount/externaljwt).
-	maxJWSHeader = 2 << 10
 	// maxJWKSSize bounds the key set document, in bytes.
 	maxJWKSSize = 64 << 10
 	// maxJWKSKeys bounds the number of keys in the key set; it also bounds
@@ -66,58 +80,95 @@ const (
 	maxJWKSKeys = 32
 	// jwksFetchTimeout bounds one fetch of the key set.
 	jwksFetchTimeout = 5 * time.Second
+	// ValidityLeeway is how far in the future a verified token's nbf and
+	// iat may be for it to be valid now: the API server's own leeway
+	// (go-jose's jwt.DefaultLeeway, one minute), so that a clock behind
+	// the API server's does not demote fresh tokens. Its exp has none: a
+	// token at or past its exp is not verified (the API server accepts it
+	// for another minute, through its review).
+	ValidityLeeway = josejwt.DefaultLeeway
 )
 
-// JWKSVerifier is an opt-in [PreVerifier] for service-account tokens: it
-// checks a token's signature against the cluster's public keys, served by
-// the API server at /openid/v1/jwks, so that a flood of forged tokens costs
-// no TokenReviews. It only refuses tokens; a token it accepts still goes
-// through the TokenReview, which alone checks expiry, audiences and that the
-// pod or secret the token is bound to still exists.
+// JWKSVerifier is a [PreVerifier] for service-account tokens: it checks a
+// token's signature against the cluster's public keys, served by the API
+// server at /openid/v1/jwks, so that a flood of forged tokens costs no
+// TokenReviews, and so that genuine tokens take most turns of the review
+// queue under a flood of junk. It refuses only what the API server itself
+// refuses; every token it does not refuse still goes through the
+// TokenReview, which alone checks that the pod or secret the token is
+// bound to still exists.
 //
 // Tokens and key sets are parsed, and signatures checked, with go-jose
 // (gopkg.in/go-jose/go-jose.v2), the library and version the API server
-// signs and verifies service-account tokens with. Per token:
+// verifies service-account tokens with, the way it does
+// (k8s.io/kubernetes pkg/serviceaccount JWTTokenAuthenticator): the
+// header's kid (case-sensitive: a "KID" member is no key id) picks the
+// keys, every key when there is none, and the header's alg is checked
+// against each key by go-jose. Per token:
 //
 //	token                                          answer
 //	-----                                          ------
-//	not a compact JWS (three base64url parts,      refused: with the verifier,
-//	a JSON header of at most 2 KiB), or a crit     only JWTs are accepted
-//	or b64 header
-//	alg not RS256, ES256, ES384 or ES512 (none,    refused: the API server
-//	HS256, PS256, EdDSA, ...)                      signs with no other
-//	no key set yet, or it cannot be fetched        cannot tell: reviewed
-//	kid in the key set, and a key of that kid      accepted, then reviewed
-//	that fits alg (RSA: RS256; P-256, P-384,
-//	P-521: ES256, ES384, ES512) verifies it
-//	kid in the key set, no key of it fits alg      refused
-//	kid in the key set, no fitting key verifies    refused
+//	not a compact JWS go-jose reads (three         cannot tell: reviewed
+//	unpadded base64url parts, a JSON header of
+//	at most 8 KiB decoded)
+//	no key set yet, or it cannot be fetched        cannot tell
 //	kid not in the key set                         refreshed when allowed and
-//	                                               decided as above; still
-//	                                               unknown: cannot tell,
-//	                                               reviewed
-//	no kid, a key that fits alg verifies it (the   accepted, then reviewed
-//	API server tries every key then too)
-//	no kid, no key verifies it                     refused
+//	                                               decided below; still
+//	                                               unknown: cannot tell
+//	kid in the key set, a key under it verifies    verified when also
+//	the signature; or no kid, and any key does     canonical and valid now
+//	                                               (below); else cannot tell
+//	kid in the key set, no key under it verifies   refused (forged)
+//	it, the kid is the one the API server derives
+//	from a key under it (the base64url SHA-256
+//	of its PKIX DER), and no entry under it was
+//	skipped
+//	kid in the key set, no key verifies it,        cannot tell
+//	otherwise (an external signer chooses its
+//	kids: keys it leaves out of discovery may
+//	share one, and the API server tries them)
+//	no kid, no key verifies it                     cannot tell (the API
+//	                                               server tries every key,
+//	                                               unpublished ones too)
+//
+// What the API server could still accept that this refuses: a token signed
+// by a key an external signer names with the kid derived from another,
+// published key (the API server tries both; no signer names keys so), and
+// whatever a token webhook of the API server accepts of a JWT naming a
+// cluster key whose signature does not verify.
+//
+// A token whose signature verifies is verified (nil) only when also:
+//
+//   - spelled canonically (internal/jwt Canonical): every part re-encodes
+//     to itself. The unused low bits of each part's last character give
+//     one signed token up to 4,096 spellings, which go-jose and the API
+//     server all accept, each a different cache key and review;
+//   - valid now by the verifier's clock: before its exp (no leeway), and
+//     its nbf and iat at most [ValidityLeeway] ahead; claims read as the
+//     API server reads them (go-jose's jwt.Claims: a claim of the wrong
+//     type is not valid);
+//   - for one of the call's audiences, when the context names them
+//     (authenticator.AudiencesFrom): a token for another audience is
+//     rejected by the review.
+//
+// Otherwise it cannot tell. So an attacker cannot feed the verified class
+// with what any cluster token yields (its other spellings, an expired
+// token, one for another audience); what remains is distinct tokens valid
+// now for this audience (a deleted pod's), which cost a TokenRequest each,
+// and the review queue never gives even those every turn.
 //
 // Keys the verifier cannot use (other types, RSA outside 2048 to 8192 bits,
-// "use" other than "sig", malformed) are skipped, and where one of them
-// could have signed the token (its kid, or no kid), "refused" becomes
-// "cannot tell".
-//
-// "Cannot tell" is never a refusal, so it is never cached. An unknown kid is
-// not proof of forgery: the API server also accepts tokens signed by keys
-// added since the last fetch, by external-signer keys it leaves out of its
-// key set, and, in a TokenReview, JWTs from any OIDC issuer it trusts. So an
-// attacker sending tokens with random key ids uses up the refresh allowance
-// but locks no one out: a genuine token signed with a key rotated in
-// meanwhile is reviewed and accepted. Each such token costs one review, as
-// it would without the verifier (bounded by [Options.MaxInFlight], and the
-// review's rejection is cached); forged tokens naming a key in the key set
-// cost none. A token without a kid is refused when no key verifies it: the
-// API server puts a kid in every token it signs, and an external signer
-// must, so a genuine token without one predates kids and was signed by a key
-// the cluster has long published.
+// "use" other than "sig", malformed) are skipped; under their kid,
+// "refused" becomes "cannot tell". "Cannot tell" is
+// never a refusal, so it is never cached. An unknown kid is not proof of
+// forgery: the API server also accepts tokens signed by keys added since
+// the last fetch, by external-signer keys it leaves out of its key set,
+// and, in a TokenReview, JWTs from any issuer it trusts. So an attacker
+// sending tokens with random key ids uses up the refresh allowance but
+// locks no one out. Each such token costs one review, as it would without
+// the verifier (bounded by [Options.MaxInFlight], and the review's
+// rejection is cached); forged tokens naming a key of the cluster cost
+// none.
 //
 // Keys are fetched on first use and refreshed every RefreshInterval, or
 // sooner when a token names an unknown key id, but no fetch starts less than
@@ -184,8 +235,13 @@ func NewJWKSVerifierFunc(fetch func(ctx context.Context) ([]byte, error), opts J
 // Errors for "cannot tell". They do not match reviewauth.ErrUnauthenticated,
 // so the token is reviewed.
 var (
-	errNoKeySet   = errors.New("authn: no JWKS available to pre-verify the token")
-	errUnknownKey = errors.New("authn: the token's key is not in the cluster's JWKS")
+	errNoKeySet     = errors.New("authn: no JWKS available to pre-verify the token")
+	errUnknownKey   = errors.New("authn: the token's key is not in the cluster's JWKS")
+	errNotJWS       = errors.New("authn: the token is not a compact JWS the verifier reads")
+	errUnverified   = errors.New("authn: no key of the cluster's JWKS verifies the token, and the API server may hold others")
+	errNotCanonical = errors.New("authn: the token is not spelled canonically")
+	errClaims       = errors.New("authn: the token's claims are not valid now")
+	errAudience     = errors.New("authn: the token is not for the call's audiences")
 )
 
 func forged(reason string) error {
@@ -196,89 +252,89 @@ func forged(reason string) error {
 func (v *JWKSVerifier) Verify(ctx context.Context, token string) error {
 	jws, err := parseJWS(token)
 	if err != nil {
-		return forged(err.Error())
+		return err
 	}
-	h := jws.Signatures[0].Header
-	alg := jose.SignatureAlgorithm(h.Algorithm)
-	switch alg {
-	case jose.RS256, jose.ES256, jose.ES384, jose.ES512:
-	default:
-		// Not echoed: the reason is returned to the caller.
-		return forged("the token's signature algorithm is not one the API server signs with")
-	}
-	set, err := v.keysFor(ctx, h.KeyID)
+	kid := jws.Signatures[0].Header.KeyID
+	set, err := v.keysFor(ctx, kid)
 	if err != nil {
 		return err
 	}
-	var candidates []verifyKey
-	partial := set.partial
-	if h.KeyID != "" {
-		candidates, partial = set.byKid[h.KeyID], set.unusable[h.KeyID]
-		if len(candidates) == 0 {
+	candidates := set.all
+	if kid != "" {
+		if candidates = set.byKid[kid]; len(candidates) == 0 {
 			// Unknown, or only keys the verifier cannot use.
 			return errUnknownKey
 		}
-	} else {
-		candidates = set.all
 	}
-	fits := false
 	for _, k := range candidates {
-		if k.alg != alg {
-			continue
-		}
-		fits = true
-		if _, err := jws.Verify(k.key); err == nil {
-			return nil
+		// What the API server runs: go-jose checks the header's alg
+		// against the key (RS*, PS* for RSA; ES* at the key's curve).
+		if payload, err := jws.Verify(k.key); err == nil {
+			return v.valid(ctx, token, payload)
 		}
 	}
-	switch {
-	case partial:
-		// A key the verifier skipped may have signed it.
-		return errUnknownKey
-	case !fits:
-		return forged("the token's signature algorithm does not fit the cluster's key")
-	default:
+	if kid != "" && set.derived[kid] && !set.unusable[kid] {
 		return forged("bad signature")
 	}
+	return errUnverified
 }
 
-// parseJWS parses a compact JWS without trusting anything in it. Its errors
-// never quote the token.
+// valid says whether a token whose signature verified, with payload, is
+// verified (nil) or cannot be told (see [JWKSVerifier]).
+func (v *JWKSVerifier) valid(ctx context.Context, token string, payload []byte) error {
+	if !jwt.Canonical(token) {
+		return errNotCanonical
+	}
+	var c josejwt.Claims
+	if josejson.Unmarshal(payload, &c) != nil {
+		return errClaims
+	}
+	now := v.clock.Now()
+	switch {
+	case c.Expiry != nil && !now.Before(c.Expiry.Time()),
+		c.NotBefore != nil && now.Add(ValidityLeeway).Before(c.NotBefore.Time()),
+		c.IssuedAt != nil && now.Add(ValidityLeeway).Before(c.IssuedAt.Time()):
+		return errClaims
+	}
+	if auds, _ := authenticator.AudiencesFrom(ctx); len(auds) > 0 && len(auds.Intersect(authenticator.Audiences(c.Audience))) == 0 {
+		return errAudience
+	}
+	return nil
+}
+
+// parseJWS parses a compact JWS without trusting anything in it, with
+// go-jose, as the API server does. Its errors never quote the token.
 //
 // go-jose costs more than the hand-written JOSE this verifier used before;
-// it is kept because the signature check dominates the path a flood of
-// forged tokens takes, and the hand-written code had the algorithm
-// confusions go-jose plus keyAlgorithm rule out. BenchmarkJWKSVerify, CPU
-// time per token (AMD EPYC, -cpu 1), go-jose vs hand-written: forged RS256
-// 95 vs 61 µs, forged ES256 155 vs 98 µs, unknown kid (parse only; go-jose
-// v2 rebuilds the token rune by rune to strip whitespace) 34 vs 4 µs, not a
-// JWT 0.3 vs 0.2 µs. A TokenReview, which every one of them would cost
-// otherwise, is a round trip and far more work for the API server, and a
-// repeated token is answered from the rejection cache.
+// it is kept because it is what the API server runs, and the signature
+// check dominates the path a flood of forged tokens takes.
+// BenchmarkJWKSVerify, CPU time per token (AMD EPYC, -cpu 1), go-jose vs
+// hand-written: forged RS256 95 vs 61 µs, forged ES256 155 vs 98 µs,
+// unknown kid (parse only; go-jose v2 rebuilds the token rune by rune to
+// strip whitespace) 34 vs 4 µs, not a JWT 0.3 vs 0.2 µs. A TokenReview,
+// which every one of them would cost otherwise, is a round trip and far
+// more work for the API server, and a repeated token is answered from the
+// rejection cache.
 func parseJWS(token string) (*jose.JSONWebSignature, error) {
-	// go-jose also reads the JSON serialization and strips whitespace; the
-	// API server signs neither. Check the compact shape first, which also
-	// keeps junk away from the JSON parser.
+	// go-jose also reads the JSON serialization and strips whitespace, and
+	// the API server's service-account authenticator reads neither. Check
+	// the compact shape first, which also keeps junk away from the JSON
+	// parser.
 	header, _, _, ok := jwt.Split(token)
 	if !ok {
-		return nil, errors.New("not a JWT")
+		return nil, errNotJWS
 	}
 	for i := 0; i < len(token); i++ {
 		if !compactJWS[token[i]] {
-			return nil, errors.New("not a JWT")
+			return nil, errNotJWS
 		}
 	}
-	if n := len(header); n == 0 || n > (maxJWSHeader*4+2)/3 {
-		return nil, errors.New("malformed or oversized JWT header")
+	if n := len(header); n == 0 || base64.RawURLEncoding.DecodedLen(n) > jwt.MaxPart {
+		return nil, errNotJWS
 	}
 	jws, err := jose.ParseSigned(token)
 	if err != nil || len(jws.Signatures) != 1 {
-		return nil, errors.New("malformed JWT")
-	}
-	// b64 (RFC 7797) changes what is signed; the API server never sets it
-	// or crit, and go-jose v2 honours b64 even without crit.
-	if x := jws.Signatures[0].Header.ExtraHeaders; x["crit"] != nil || x["b64"] != nil {
-		return nil, errors.New("unsupported JWT header")
+		return nil, errNotJWS
 	}
 	return jws, nil
 }
@@ -322,10 +378,8 @@ func (v *JWKSVerifier) load(ctx context.Context) (cache.Fetched[*keySet], error)
 	return cache.Fetched[*keySet]{Value: set, RefreshAt: v.clock.Now().Add(v.opts.RefreshInterval)}, nil
 }
 
-// verifyKey is a public key with the one algorithm the API server signs
-// with under it.
+// verifyKey is a public key the verifier checks signatures with.
 type verifyKey struct {
-	alg jose.SignatureAlgorithm
 	key crypto.PublicKey // *rsa.PublicKey or *ecdsa.PublicKey
 }
 
@@ -335,7 +389,10 @@ type keySet struct {
 	byKid    map[string][]verifyKey
 	all      []verifyKey
 	unusable map[string]bool // kids of entries that were skipped
-	partial  bool            // some entry was skipped
+	// derived holds the kids that are the one the API server derives from
+	// a key under them (k8s.io/kubernetes pkg/serviceaccount
+	// keyIDFromPublicKey): the kids of --service-account-key-file keys.
+	derived map[string]bool
 }
 
 func (s *keySet) known(kid string) bool {
@@ -367,7 +424,7 @@ func parseJWKS(raw []byte) (*keySet, error) {
 	if len(*doc.Keys) > maxJWKSKeys {
 		return nil, fmt.Errorf("authn: JWKS has more than %d keys", maxJWKSKeys)
 	}
-	set := &keySet{byKid: map[string][]verifyKey{}, unusable: map[string]bool{}}
+	set := &keySet{byKid: map[string][]verifyKey{}, unusable: map[string]bool{}, derived: map[string]bool{}}
 	for _, entry := range *doc.Keys {
 		var jwk jose.JSONWebKey
 		var kid struct {
@@ -383,16 +440,30 @@ func parseJWKS(raw []byte) (*keySet, error) {
 			set.skip(jwk.KeyID)
 			continue
 		}
-		k := verifyKey{alg: alg, key: jwk.Key}
+		k := verifyKey{key: jwk.Key}
 		set.byKid[jwk.KeyID] = append(set.byKid[jwk.KeyID], k)
 		set.all = append(set.all, k)
+		if jwk.KeyID != "" && jwk.KeyID == keyIDFromPublicKey(jwk.Key) {
+			set.derived[jwk.KeyID] = true
+		}
 	}
 	return set, nil
 }
 
 func (s *keySet) skip(kid string) {
-	s.partial = true
 	s.unusable[kid] = true
+}
+
+// keyIDFromPublicKey is the kid the API server gives key
+// (k8s.io/kubernetes pkg/serviceaccount keyIDFromPublicKey): the
+// unpadded base64url SHA-256 of its PKIX DER, or "" when key has none.
+func keyIDFromPublicKey(key crypto.PublicKey) string {
+	der, err := x509.MarshalPKIXPublicKey(key)
+	if err != nil {
+		return ""
+	}
+	sum := sha256.Sum256(der)
+	return base64.RawURLEncoding.EncodeToString(sum[:])
 }
 
 // keyAlgorithm returns the algorithm the API server signs with under key,

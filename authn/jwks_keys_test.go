@@ -11,12 +11,18 @@ import (
 	"crypto/sha256"
 	"crypto/sha512"
 	"crypto/x509"
+	"crypto/x509/pkix"
 	"encoding/base64"
 	"encoding/json"
+	"fmt"
+	"math/big"
+	"strings"
 	"sync"
 	"sync/atomic"
+	"time"
 
 	jose "gopkg.in/go-jose/go-jose.v2"
+	josejwt "gopkg.in/go-jose/go-jose.v2/jwt"
 )
 
 // clusterKey is a signing key as the API server holds one: its kid is the
@@ -179,4 +185,99 @@ func newJWKSServer(keys ...clusterKey) *jwksServer {
 	s := &jwksServer{}
 	s.set(jwksOf(keys...), nil)
 	return s
+}
+
+// apiServerKeys are the keys the API server verifies service-account tokens
+// with, as its key getter returns them: by kid, and every key for a token
+// without one. For a --service-account-key-file cluster each key's kid is
+// derived from it (pkg/serviceaccount StaticPublicKeysGetter); an external
+// signer names its keys, and the API server also holds those it excludes
+// from discovery (pkg/serviceaccount/externaljwt/plugin keyCache).
+type apiServerKeys []clusterKey
+
+// verifies is the signature step of the API server's service-account
+// authenticator (k8s.io/kubernetes v1.37.2 pkg/serviceaccount
+// jwtTokenAuthenticator.AuthenticateToken): go-jose's jwt.ParseSigned, the
+// first header's kid picks the keys (all of them without one), and the
+// token passes when one of them verifies it (tok.Claims(key, ...)).
+func (ks apiServerKeys) verifies(token string) bool {
+	tok, err := josejwt.ParseSigned(token)
+	if err != nil {
+		return false
+	}
+	var kid string
+	for _, h := range tok.Headers {
+		if h.KeyID != "" {
+			kid = h.KeyID
+			break
+		}
+	}
+	for _, k := range ks {
+		if kid != "" && k.kid != kid {
+			continue
+		}
+		var claims josejwt.Claims
+		if tok.Claims(k.priv.Public(), &claims) == nil {
+			return true
+		}
+	}
+	return false
+}
+
+// respellings returns the other spellings of a compact JWT: the last
+// base64url character of each part carries unused low bits (4 when the
+// part's length is 2 mod 4, 2 when it is 3 mod 4), and every value of
+// them decodes to the same bytes. go-jose, and so the API server, reads
+// them all as the token itself.
+func respellings(token string) []string {
+	const alphabet = "ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789-_"
+	parts := strings.Split(token, ".")
+	variants := [3][]string{}
+	for i, p := range parts {
+		free := map[int]int{2: 4, 3: 2}[len(p)%4]
+		last := strings.IndexByte(alphabet, p[len(p)-1])
+		for v := range 1 << free {
+			variants[i] = append(variants[i], p[:len(p)-1]+string(alphabet[last&^(1<<free-1)|v]))
+		}
+	}
+	var out []string
+	for _, h := range variants[0] {
+		for _, c := range variants[1] {
+			for _, s := range variants[2] {
+				if t := h + "." + c + "." + s; t != token {
+					out = append(out, t)
+				}
+			}
+		}
+	}
+	return out
+}
+
+// x5cHeader returns a JOSE header with alg, kid and an x5c chain of n
+// self-signed RSA 2048 certificates, about 1 KiB each (as an OIDC provider
+// may send; go-jose parses the chain, the API server ignores it).
+func x5cHeader(alg, kid string, n int) string {
+	var chain []string
+	for i := range n {
+		key := testKeys().rsa.priv
+		if i%2 == 1 {
+			key = testKeys().rsa2.priv
+		}
+		tmpl := &x509.Certificate{SerialNumber: big.NewInt(int64(i + 1)), Subject: pkix.Name{CommonName: fmt.Sprintf("x5c test %d", i), Organization: []string{"idp.example"}},
+			NotBefore: time.Unix(0, 0), NotAfter: time.Unix(1<<32, 0), DNSNames: []string{"idp.example", "login.idp.example", "sts.idp.example"}}
+		der, err := x509.CreateCertificate(rand.Reader, tmpl, tmpl, key.Public(), key)
+		if err != nil {
+			panic(err)
+		}
+		chain = append(chain, base64.StdEncoding.EncodeToString(der))
+	}
+	h := map[string]any{"alg": alg, "x5c": chain}
+	if kid != "" {
+		h["kid"] = kid
+	}
+	raw, err := json.Marshal(h)
+	if err != nil {
+		panic(err)
+	}
+	return string(raw)
 }

@@ -2,8 +2,6 @@ package serving
 
 import (
 	"context"
-	"encoding/base64"
-	"encoding/json"
 	"errors"
 	"fmt"
 	"net/http"
@@ -23,7 +21,6 @@ import (
 	"github.com/reviewauth/reviewauth/authn"
 	"github.com/reviewauth/reviewauth/authz"
 	"github.com/reviewauth/reviewauth/httpauth"
-	"github.com/reviewauth/reviewauth/internal/jwt"
 	"github.com/reviewauth/reviewauth/internal/observe"
 	"github.com/reviewauth/reviewauth/internal/review"
 	"github.com/reviewauth/reviewauth/metrics"
@@ -55,16 +52,18 @@ type Flags struct {
 	// service-account keys (authn.JWKSVerifier, GET /openid/v1/jwks, which
 	// the system:service-account-issuer-discovery ClusterRole allows; it
 	// is bound to every service account, system:serviceaccounts, by
-	// default) before it is reviewed. A JWT naming a key of the cluster that does not verify is
-	// refused without a TokenReview; a token whose signature verifies is
-	// reviewed ahead of tokens that could not be verified (see
-	// [PreVerifier]). No genuine token is refused: tokens that are not
-	// JWTs, name no key id, an algorithm the API server does not sign
-	// with, or a key id the cluster does not publish (another issuer, a
-	// key rotated in since the last fetch) are reviewed as without it.
-	// Where the key set cannot be read, Build logs it at start (an error
-	// naming the ClusterRole), reviewauth_jwks_preverify_available says 0,
-	// and every token is reviewed.
+	// default) before it is reviewed. Only where the API server itself
+	// refuses is a token refused without a TokenReview: a JWT naming the
+	// key id the API server derives from a key of the cluster, whose
+	// signature no key under it verifies. A token the cluster signed,
+	// spelled canonically, valid now and for the service's audience is
+	// verified, and takes most turns of the review queue under a flood;
+	// every other token (not a JWT, no key id, a key id the cluster does
+	// not publish, another spelling, expired, another audience) is
+	// reviewed as without it, with a guaranteed share of the queue. Where
+	// the key set cannot be read, Build logs it at start (an error naming
+	// the ClusterRole), reviewauth_jwks_preverify_available says 0, and
+	// every token is reviewed.
 	NoJWKSPreverify bool
 }
 
@@ -78,7 +77,7 @@ func (f *Flags) AddFlags(fs *pflag.FlagSet) {
 	fs.StringSliceVar(&f.Audiences, "audience", f.Audiences,
 		"audience callers' tokens must be issued for (repeatable); added to --authentication-audiences")
 	fs.Var(invertedBool{&f.NoJWKSPreverify}, "authentication-jwks-preverify",
-		"Check each token's signature against the cluster's service-account keys (/openid/v1/jwks, allowed by the system:service-account-issuer-discovery ClusterRole, bound to every service account (system:serviceaccounts) by default) before reviewing it: forged tokens cost no TokenReview, and verified ones are reviewed first under a flood. No genuine token is refused: tokens it cannot check are reviewed. Where the keys cannot be read, this is logged at start and every token is reviewed.")
+		"Check each token's signature against the cluster's service-account keys (/openid/v1/jwks, allowed by the system:service-account-issuer-discovery ClusterRole, bound to every service account (system:serviceaccounts) by default) before reviewing it: tokens the API server would refuse as forged cost no TokenReview, and verified ones (canonical, valid now, for this audience) take most turns under a flood, the others a guaranteed share. No genuine token is refused: tokens it cannot check are reviewed. Where the keys cannot be read, this is logged at start and every token is reviewed.")
 	fs.Lookup("authentication-jwks-preverify").NoOptDefVal = "true"
 }
 
@@ -190,7 +189,7 @@ func (f *Flags) Build(ctx context.Context) (*Built, error) {
 		if err != nil {
 			return nil, fmt.Errorf("--authentication-jwks-preverify: %w", err)
 		}
-		f.Authn.PreVerifier = PreVerifier(v)
+		f.Authn.PreVerifier = v
 	}
 	an, err := f.Authn.New()
 	if err != nil {
@@ -259,53 +258,6 @@ func checkJWKS(ctx context.Context, fetch func(context.Context) ([]byte, error))
 	}
 	logger.V(2).Info("JWKS pre-verification is on: forged service-account tokens are refused without a review")
 }
-
-// PreVerifier returns v as the authn.PreVerifier that serving.Flags builds:
-// it never refuses a token the API server could accept. Tokens that are not
-// compact JWTs, whose header names no key id ("kid") or an algorithm other
-// than those the API server signs service-account tokens with (RS256,
-// ES256, ES384, ES512), are "cannot tell" (they are reviewed: bootstrap
-// and static tokens, OIDC tokens of issuers that sign differently or
-// leave the key id out); every other token is judged by v, which refuses
-// only a token naming a key of the cluster whose signature does not
-// verify, and reviews one naming a key it does not know. v alone, an
-// authn.JWKSVerifier, also refuses every token that is not a JWT. Safe for
-// concurrent use when v is.
-func PreVerifier(v authn.PreVerifier) authn.PreVerifier {
-	return preVerifier{v}
-}
-
-type preVerifier struct{ v authn.PreVerifier }
-
-// errCannotTell is a token preVerifier leaves to the review.
-var errCannotTell = errors.New("serving: pre-verification cannot judge this token")
-
-func (p preVerifier) Verify(ctx context.Context, token string) error {
-	header, _, _, ok := jwt.Split(token)
-	if !ok || len(header) > jwsHeaderMax {
-		return errCannotTell
-	}
-	raw, err := base64.RawURLEncoding.DecodeString(header)
-	if err != nil {
-		return errCannotTell
-	}
-	var h struct {
-		Alg string `json:"alg"`
-		Kid string `json:"kid"`
-	}
-	if json.Unmarshal(raw, &h) != nil || h.Kid == "" {
-		return errCannotTell
-	}
-	switch h.Alg {
-	case "RS256", "ES256", "ES384", "ES512":
-		return p.v.Verify(ctx, token)
-	}
-	return errCannotTell
-}
-
-// jwsHeaderMax bounds the encoded header PreVerifier decodes (authn's
-// JWKSVerifier refuses a decoded header over 2 KiB).
-const jwsHeaderMax = 4 << 10
 
 // HTTPOptions returns the httpauth.Options of the built parts and the
 // HTTP flags, for mapper: Authenticator, Authorizer, Attributes,

@@ -398,7 +398,7 @@ func (e *junkEnv) check(t *testing.T, sent int64, newTries, existingTries *relia
 // sidecar's TestFloods asserts it, with the API server in its own process)
 // a legitimate client with a fresh token for every call, on a new
 // connection every 100ms, is answered within 1s at the 95th percentile:
-// its verified token is reviewed ahead of the junk.
+// its verified token takes most turns of the review queue.
 func TestFloodJunkTokens(t *testing.T) {
 	t.Run("http", func(t *testing.T) {
 		e := newJunkEnv(t, authtest.Rule{Verbs: []string{"get"}, NonResourceURLs: []string{"/metrics"}})

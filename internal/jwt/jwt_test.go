@@ -46,14 +46,14 @@ func TestExpiry(t *testing.T) {
 	}
 }
 
-// TestMaxPayload: a payload of MaxPayload bytes decoded is read, one more
-// is not.
-func TestMaxPayload(t *testing.T) {
+// TestMaxPart: a payload of MaxPart bytes decoded is read, one more is
+// not.
+func TestMaxPart(t *testing.T) {
 	t.Parallel()
 	for _, tt := range []struct {
 		size int
 		ok   bool
-	}{{jwt.MaxPayload, true}, {jwt.MaxPayload + 1, false}} {
+	}{{jwt.MaxPart, true}, {jwt.MaxPart + 1, false}} {
 		head := `{"exp":7,"pad":"`
 		body := head + strings.Repeat("x", tt.size-len(head)-2) + `"}`
 		if len(body) != tt.size {
@@ -88,6 +88,9 @@ func TestLifetime(t *testing.T) {
 	}
 }
 
+// FuzzReadTimes feeds any string to the readers of this package: ReadTimes
+// and Lifetime stay in range and agree with Split, and Canonical is
+// exactly "each of the three parts decodes and re-encodes to itself".
 func FuzzReadTimes(f *testing.F) {
 	f.Add(mint(map[string]any{"exp": 1700000000, "iat": 1}))
 	f.Add(mint(map[string]any{"exp": 1.5}))
@@ -97,7 +100,14 @@ func FuzzReadTimes(f *testing.F) {
 	f.Add("not a jwt")
 	f.Add("a..c")
 	f.Add("..")
+	f.Add("YQ.YWI.YWJj")
+	f.Add("YR.YWJ.YWJj")
+	f.Add("YQ==.YWI.YWJj")
+	f.Add("YQ.YW\nI.YWJj")
 	f.Fuzz(func(t *testing.T, token string) {
+		if got, want := jwt.Canonical(token), canonicalByReencoding(token); got != want {
+			t.Fatalf("Canonical(%q) = %v; re-encoding says %v", token, got, want)
+		}
 		times, ok := jwt.ReadTimes(token)
 		if !ok && times != (jwt.Times{}) {
 			t.Fatalf("ReadTimes(%q) = (%v, false); want zero times when not ok", token, times)
@@ -115,4 +125,54 @@ func FuzzReadTimes(f *testing.F) {
 			t.Fatalf("Lifetime(%q) = %v, %v; issued must be before exp", token, issued, exp)
 		}
 	})
+}
+
+// canonicalByReencoding is Canonical as its doc states it: three parts,
+// each of which decodes as unpadded base64url and re-encodes to itself.
+func canonicalByReencoding(token string) bool {
+	parts := strings.Split(token, ".")
+	if len(parts) != 3 {
+		return false
+	}
+	for _, p := range parts {
+		b, err := base64.RawURLEncoding.DecodeString(p)
+		if err != nil || base64.RawURLEncoding.EncodeToString(b) != p {
+			return false
+		}
+	}
+	return true
+}
+
+// TestCanonical (issue #30): of the spellings of one token that decode to
+// the same bytes (the unused low bits of each part's last character), only
+// the one whose unused bits are zero is canonical: 4 bits when a part's
+// length is 2 mod 4, 2 when it is 3 mod 4, none when it is 0 mod 4.
+func TestCanonical(t *testing.T) {
+	t.Parallel()
+	enc := base64.RawURLEncoding.EncodeToString
+	for _, tt := range []struct {
+		name  string
+		token string
+		want  bool
+	}{
+		{"canonical, lengths 2, 3 and 0 mod 4", enc([]byte("a")) + "." + enc([]byte("ab")) + "." + enc([]byte("abc")), true},
+		{"empty parts", "..", true},
+		{"header re-spelled (4 free bits)", "YR." + enc([]byte("ab")) + ".YWJj", false},
+		{"payload re-spelled (2 free bits)", "YQ.YWJ." + "YWJj", false},
+		{"payload re-spelled, canonical", "YQ.YWI." + "YWJj", true},
+		{"signature re-spelled", "YQ.YWI.YR", false},
+		{"padded", "YQ==.YWI.YWJj", false},
+		{"standard alphabet", "YQ.YWI.+/+/", false},
+		{"length 1 mod 4", "YQ.YWI.Y", false},
+		{"two parts", "YQ.YWI", false},
+		{"four parts", "YQ.YWI.YWJj.YQ", false},
+		{"newline", "YQ.YW\nI.YWJj", false},
+	} {
+		if got := jwt.Canonical(tt.token); got != tt.want {
+			t.Errorf("%s: Canonical(%q) = %v; want %v", tt.name, tt.token, got, tt.want)
+		}
+		if got := canonicalByReencoding(tt.token); got != tt.want {
+			t.Errorf("%s: the reference says %v; want %v (the table is wrong)", tt.name, got, tt.want)
+		}
+	}
 }

@@ -34,11 +34,12 @@ func SourceFrom(ctx context.Context) (Source, bool) {
 }
 
 // WithVerified returns ctx marking the review sent under it as one of a
-// token whose signature was verified locally (a JWKS pre-verifier accepted
-// it): such reviews are taken from the queue before any review of a token
-// that could not be verified, so that a flood of tokens the pre-verifier
-// could not judge (an unknown key id, another issuer) never delays a
-// genuine service-account token.
+// token that pre-verification found verified: signed by a key of the
+// cluster, spelled canonically, valid now (see authn's JWKSVerifier). Such
+// reviews take most turns of the queue (see [Queue]), so that a flood of
+// tokens that could not be verified (an unknown key id, another issuer,
+// junk) delays a genuine service-account token little; they never take
+// all of them.
 func WithVerified(ctx context.Context) context.Context {
 	return context.WithValue(ctx, verifiedKey{}, true)
 }
@@ -49,37 +50,54 @@ func Verified(ctx context.Context) bool {
 	return v
 }
 
-// Classes of the queue, served in this order.
+// Classes of the queue.
 const (
 	classVerified = iota
 	classOther
 	classes
 )
 
+// VerifiedShare is how many turns in a row the verified class may take
+// while reviews of the other class wait: of every VerifiedShare+1 slots
+// handed out while both classes wait, the other class gets at least one.
+// 3 gives tokens that could not be verified (a quarter of the reviews in
+// flight under a flood of verified ones), and verified tokens three
+// quarters under a flood of junk anyone can make.
+const VerifiedShare = 3
+
 // Queue hands out a fixed number of slots (the reviews in flight; package
 // serving's TLS handshakes computing at once).
 // While a slot is free, Acquire takes it at once. When none is, callers
 // wait, and each freed slot goes to the next waiter in this order:
 //
-//  1. verified tokens ([WithVerified]) before all others;
+//  1. between the classes, weighted: verified tokens ([WithVerified])
+//     take up to [VerifiedShare] turns in a row while others wait, then
+//     the others take one; a class with no waiter gives its turn to the
+//     other;
 //  2. within a class, the addresses that have reviews waiting take turns
 //     (round robin: one review each per round, in the order they started
 //     waiting);
 //  3. within an address, its connections take turns the same way;
 //  4. within a connection, first come, first served.
 //
-// So one client's junk, however much of it, delays another client's review
-// by at most one review per address (per connection, when they share an
-// address) waiting ahead of it, and never delays a verified token. Waiters
-// cost a small record each and no goroutine of their own; a waiter whose
-// context ends leaves the queue. A Queue is safe for concurrent use; make
-// one with [NewQueue].
+// The bound: a waiter whose address and connection have no other waiter
+// in its class, with n other addresses waiting in that class when it
+// arrives, is handed a slot within (n+1)*(VerifiedShare+1) slots freed
+// after it arrives, however many waiters the other class holds and
+// however many more arrive: one client's junk, verified or not, delays
+// another client's review by a bounded number of reviews, and never
+// starves it. Waiters cost a small record each and no goroutine of their
+// own; a waiter whose context ends leaves the queue. A Queue is safe for
+// concurrent use; make one with [NewQueue].
 type Queue struct {
 	mu      sync.Mutex
 	free    int
 	waiting int
 	classes [classes]ring[*addrQueue]
 	addrs   [classes]map[string]*addrQueue
+	// streak counts the turns the verified class took in a row while the
+	// other class had waiters.
+	streak int
 }
 
 // addrQueue holds the waiters of one address of one class.
@@ -145,27 +163,44 @@ func (q *Queue) Waiting() int {
 func (q *Queue) Release() {
 	q.mu.Lock()
 	defer q.mu.Unlock()
-	for c := range q.classes {
-		r := &q.classes[c]
-		a, ok := r.front()
-		if !ok {
-			continue
-		}
-		cq, _ := a.conns.front()
-		w := cq.waiters[0]
-		q.remove(w)
-		// Round robin: the address, and its connection, go to the back.
-		if len(cq.waiters) > 0 {
-			a.conns.rotate()
-		}
-		if a.conns.len() > 0 {
-			r.rotate()
-		}
-		w.granted = true
-		close(w.ready)
+	class, ok := q.nextClass()
+	if !ok {
+		q.free++
 		return
 	}
-	q.free++
+	r := &q.classes[class]
+	a, _ := r.front()
+	cq, _ := a.conns.front()
+	w := cq.waiters[0]
+	q.remove(w)
+	// Round robin: the address, and its connection, go to the back.
+	if len(cq.waiters) > 0 {
+		a.conns.rotate()
+	}
+	if a.conns.len() > 0 {
+		r.rotate()
+	}
+	w.granted = true
+	close(w.ready)
+}
+
+// nextClass returns the class whose turn it is, and false when no one
+// waits. Under q.mu.
+func (q *Queue) nextClass() (int, bool) {
+	verified, other := q.classes[classVerified].len() > 0, q.classes[classOther].len() > 0
+	switch {
+	case verified && (!other || q.streak < VerifiedShare):
+		if other {
+			q.streak++
+		} else {
+			q.streak = 0
+		}
+		return classVerified, true
+	case other:
+		q.streak = 0
+		return classOther, true
+	}
+	return 0, false
 }
 
 // enqueue adds a waiter for ctx's class and source. Under q.mu.

@@ -154,9 +154,11 @@ var errAttemptTimeout = errors.New("attempt timed out")
 // deadline (a retry whose wait would end past the deadline is not tried).
 // Each attempt runs under its own timeout (Options.AttemptTimeout), and an
 // attempt that times out is retried. An attempt waits for one of the
-// MaxInFlight slots in a fair queue: reviews of tokens verified locally
-// ([WithVerified]) first, then the [Source] addresses of ctx in turn, and
-// the connections of one address in turn, each first come, first served. Before each wait, Do tells the callers
+// MaxInFlight slots in a fair queue ([Queue]): reviews of tokens verified
+// locally ([WithVerified]) take up to [VerifiedShare] turns in a row, the
+// others at least one in every VerifiedShare+1; within each, the [Source]
+// addresses of ctx take turns, and the connections of one address, each
+// first come, first served. Before each wait, Do tells the callers
 // sharing the review ([cache.Postpone]) when the next attempt is due, so
 // that those whose deadline comes first leave at once with the error so
 // far.
@@ -296,10 +298,11 @@ func (r *Retrier) refused(ctx context.Context, err error) {
 }
 
 // acquire takes one of the MaxInFlight slots. When none is free, the
-// caller waits its turn in the fair queue (see [Queue]): verified tokens
-// first ([WithVerified]), then round robin over the [Source] addresses and
-// their connections, so that one client's flood of reviews never holds
-// another's behind it.
+// caller waits its turn in the fair queue (see [Queue]): most turns to
+// verified tokens ([WithVerified]), a guaranteed share to the others, and
+// within each round robin over the [Source] addresses and their
+// connections, so that one client's flood of reviews never holds another's
+// behind it.
 func (r *Retrier) acquire(ctx context.Context) error {
 	if err := r.queue.Acquire(ctx); err != nil {
 		return err
