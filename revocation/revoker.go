@@ -14,6 +14,7 @@ import (
 	"k8s.io/apimachinery/pkg/runtime"
 	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/apimachinery/pkg/util/validation"
+	"k8s.io/apimachinery/pkg/util/wait"
 	rbacv1client "k8s.io/client-go/kubernetes/typed/rbac/v1"
 	"k8s.io/client-go/metadata"
 	"k8s.io/client-go/rest"
@@ -153,13 +154,16 @@ type Revoker struct {
 	stall       time.Duration
 	sources     []*source
 	logger      logr.Logger // set by Run before anything can log
-	running     atomic.Bool
+	running     atomic.Bool // Run was called
+	stopped     atomic.Bool // Run returned
 	wake        chan struct{}
+	backoff     *wait.Backoff        // of the reflectors; nil: client-go's
+	armed       func(next time.Time) // tests: called when Run's loop waits
 
 	mu        sync.Mutex
-	flushes   []pendingFlush        // due times increasing
+	flushes   []pendingFlush         // due times increasing
 	deadlines map[types.UID]deadline // revocations at deletionTimestamp + DeletionLeeway
-	gauge     int                   // last value of the synced gauge: -1 unset, 0, 1
+	gauge     int                    // last value of the synced gauge: -1 unset, 0, 1
 }
 
 type pendingFlush struct {
@@ -310,6 +314,7 @@ func (r *Revoker) Run(ctx context.Context) error {
 	defer func() {
 		cancel()
 		wg.Wait()
+		r.stopped.Store(true)
 		r.mu.Lock()
 		r.gauge = 0
 		r.mu.Unlock()
@@ -338,6 +343,9 @@ func (r *Revoker) Run(ctx context.Context) error {
 			}
 			fire = timer.C()
 		}
+		if r.armed != nil {
+			r.armed(next)
+		}
 		select {
 		case <-ctx.Done():
 			return nil
@@ -357,7 +365,7 @@ func (r *Revoker) Synced() bool {
 }
 
 func (r *Revoker) syncedLocked(now time.Time) bool {
-	if !r.running.Load() {
+	if !r.running.Load() || r.stopped.Load() {
 		return false
 	}
 	for _, s := range r.sources {
@@ -462,7 +470,7 @@ func (r *Revoker) step() time.Time {
 	for _, s := range stalled {
 		r.logger.Info("Watch delivered nothing, not even a bookmark: restarting it", "resource", s.name, "stallTimeout", r.stall)
 		r.metrics.RevocationResync(s.resource, "stalled")
-		s.cancelWatch()
+		s.stopWatch()
 	}
 	r.updateSynced()
 	return next

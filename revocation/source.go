@@ -44,7 +44,8 @@ type source struct {
 	initialized bool      // listed once
 	watching    bool      // a watch is being opened or delivering
 	lastSeen    time.Time // last list, watch opened, event or bookmark
-	cancel      context.CancelFunc
+	gen         int       // watches opened
+	stop        func()    // ends the current watch
 }
 
 // newSources returns a source for each resource and scope of r's options.
@@ -153,6 +154,7 @@ func (s *source) run(ctx context.Context) {
 		TypeDescription: s.name,
 		Clock:           s.r.clock,
 		Logger:          &logger,
+		Backoff:         s.r.backoff,
 	})
 	refl.RunWithContext(ctx)
 	s.r.mu.Lock()
@@ -189,45 +191,59 @@ func (s *source) WatchWithContext(ctx context.Context, o metav1.ListOptions) (wa
 	o.FieldSelector = s.field
 	ctx, cancel := context.WithCancel(ctx)
 	s.r.mu.Lock()
-	s.watching, s.lastSeen, s.cancel = true, s.r.clock.Now(), cancel
+	s.gen++
+	gen := s.gen
+	s.watching, s.lastSeen, s.stop = true, s.r.clock.Now(), cancel
 	s.r.mu.Unlock()
 	s.r.poke() // the stall deadline moved
 	w, err := s.watch(ctx, o)
 	if err != nil {
 		cancel()
-		s.r.mu.Lock()
-		s.watching = false
-		s.r.mu.Unlock()
+		s.ended(gen)
 		s.failed()
 		return nil, err
 	}
-	s.seen()
-	return &cancelWatch{Interface: w, cancel: cancel}, nil
+	s.r.mu.Lock()
+	if s.gen == gen {
+		s.lastSeen = s.r.clock.Now()
+		// Cancelling the request's context ends a watch of a real
+		// client; Stop ends any.
+		s.stop = func() { w.Stop(); cancel() }
+	}
+	s.r.mu.Unlock()
+	return &stopWatch{Interface: w, stop: func() { w.Stop(); cancel(); s.ended(gen) }}, nil
+}
+
+// ended records that watch gen is over.
+func (s *source) ended(gen int) {
+	s.r.mu.Lock()
+	if s.gen == gen {
+		s.watching, s.stop = false, nil
+	}
+	s.r.mu.Unlock()
 }
 
 // IsWatchListSemanticsUnSupported tells client-go's reflector whether the
 // client can stream lists.
 func (s *source) IsWatchListSemanticsUnSupported() bool { return s.noWatchList }
 
-// cancelWatch is a watch whose Stop also cancels its request's context.
-type cancelWatch struct {
+// stopWatch is a watch whose Stop also cancels its request's context and
+// records that it ended.
+type stopWatch struct {
 	watch.Interface
-	cancel context.CancelFunc
+	stop func()
 }
 
-func (w *cancelWatch) Stop() {
-	w.Interface.Stop()
-	w.cancel()
-}
+func (w *stopWatch) Stop() { w.stop() }
 
-// cancelWatch ends the current watch (a stall): the reflector opens
-// another from its last resource version, or lists again.
-func (s *source) cancelWatch() {
+// stopWatch ends the current watch (a stall): the reflector opens another
+// from its last resource version, or lists again.
+func (s *source) stopWatch() {
 	s.r.mu.Lock()
-	cancel := s.cancel
+	stop := s.stop
 	s.r.mu.Unlock()
-	if cancel != nil {
-		cancel()
+	if stop != nil {
+		stop()
 	}
 }
 
@@ -301,6 +317,7 @@ func (s *source) Bookmark(string) error {
 	}
 	s.r.mu.Unlock()
 	s.r.updateSynced()
+	s.r.poke() // the stall deadline moved
 	return nil
 }
 
