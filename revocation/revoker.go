@@ -116,6 +116,11 @@ type Options struct {
 
 	// Metadata reads pods, the node and ServiceAccounts, as metadata only.
 	Metadata metadata.Interface
+	// NodeMetadata, if not nil, reads this node's pods and Node instead of
+	// Metadata: a client acting as the node (system:node:NodeName), whom
+	// the API server's Node authorizer lets list and watch only this
+	// node's pods and its own Node, as it confines the kubelet.
+	NodeMetadata metadata.Interface
 	// RBAC reads Roles, ClusterRoles and their bindings.
 	RBAC rbacv1client.RbacV1Interface
 
@@ -230,13 +235,11 @@ func validate(o *Options) error {
 			errs = append(errs, fmt.Errorf("revocation: node name %q: %s", o.NodeName, msg))
 		}
 	}
-	if seen[Pods] || seen[Node] || seen[ServiceAccounts] {
-		if o.Identities == nil {
-			errs = append(errs, errors.New("revocation: watching pods, the node or service accounts needs an IdentityRevoker"))
-		}
-		if o.Metadata == nil {
-			errs = append(errs, errors.New("revocation: watching pods, the node or service accounts needs a metadata client"))
-		}
+	if (seen[Pods] || seen[Node] || seen[ServiceAccounts]) && o.Identities == nil {
+		errs = append(errs, errors.New("revocation: watching pods, the node or service accounts needs an IdentityRevoker"))
+	}
+	if (seen[ServiceAccounts] || ((seen[Pods] || seen[Node]) && o.NodeMetadata == nil)) && o.Metadata == nil {
+		errs = append(errs, errors.New("revocation: watching pods, the node or service accounts needs a metadata client"))
 	}
 	if seen[ClusterRoles] || seen[Roles] {
 		if o.Decisions == nil {
@@ -277,7 +280,7 @@ func NewForConfig(cfg *rest.Config, opts Options) (*Revoker, error) {
 	needs := func(rs ...Resource) bool {
 		return slices.ContainsFunc(opts.Watch, func(w Resource) bool { return slices.Contains(rs, w) })
 	}
-	if opts.Metadata == nil && needs(Pods, Node, ServiceAccounts) {
+	if opts.Metadata == nil && (needs(ServiceAccounts) || (opts.NodeMetadata == nil && needs(Pods, Node))) {
 		c, err := metadata.NewForConfig(cfg)
 		if err != nil {
 			return nil, fmt.Errorf("revocation: %w", err)

@@ -9,6 +9,7 @@ import (
 	"k8s.io/apimachinery/pkg/runtime"
 	"k8s.io/apimachinery/pkg/runtime/schema"
 	"k8s.io/apimachinery/pkg/watch"
+	"k8s.io/client-go/metadata"
 	"k8s.io/client-go/tools/cache"
 	"k8s.io/client-go/util/watchlist"
 )
@@ -56,8 +57,8 @@ func (r *Revoker) newSources() []*source {
 		namespaces = []string{metav1.NamespaceAll}
 	}
 	var out []*source
-	meta := func(gvr schema.GroupVersionResource, ns, field, resource string, h handler) *source {
-		c := o.Metadata.Resource(gvr)
+	meta := func(client metadata.Interface, gvr schema.GroupVersionResource, ns, field, resource string, h handler) *source {
+		c := client.Resource(gvr)
 		var ri interface {
 			List(context.Context, metav1.ListOptions) (*metav1.PartialObjectMetadataList, error)
 			Watch(context.Context, metav1.ListOptions) (watch.Interface, error)
@@ -69,23 +70,27 @@ func (r *Revoker) newSources() []*source {
 			r: r, name: scoped(gvr.Resource, ns, field), resource: resource, expected: &metav1.PartialObjectMetadata{}, field: field,
 			list:        func(ctx context.Context, lo metav1.ListOptions) (runtime.Object, error) { return ri.List(ctx, lo) },
 			watch:       ri.Watch,
-			noWatchList: watchlist.DoesClientNotSupportWatchListSemantics(o.Metadata),
+			noWatchList: watchlist.DoesClientNotSupportWatchListSemantics(client),
 			h:           h,
 		}
 	}
 	core := func(resource string) schema.GroupVersionResource {
 		return schema.GroupVersionResource{Version: "v1", Resource: resource}
 	}
+	node := o.NodeMetadata
+	if node == nil {
+		node = o.Metadata
+	}
 	var rbac *rbacState
 	for _, w := range o.Watch {
 		switch w {
 		case Pods:
-			out = append(out, meta(core("pods"), "", "spec.nodeName="+o.NodeName, "pods", newUIDHandler(r, "pods")))
+			out = append(out, meta(node, core("pods"), "", "spec.nodeName="+o.NodeName, "pods", newUIDHandler(r, "pods")))
 		case Node:
-			out = append(out, meta(core("nodes"), "", "metadata.name="+o.NodeName, "nodes", newUIDHandler(r, "nodes")))
+			out = append(out, meta(node, core("nodes"), "", "metadata.name="+o.NodeName, "nodes", newUIDHandler(r, "nodes")))
 		case ServiceAccounts:
 			for _, ns := range namespaces {
-				out = append(out, meta(core("serviceaccounts"), ns, "", "serviceaccounts", newUIDHandler(r, "serviceaccounts")))
+				out = append(out, meta(o.Metadata, core("serviceaccounts"), ns, "", "serviceaccounts", newUIDHandler(r, "serviceaccounts")))
 			}
 		case ClusterRoles, Roles:
 			if rbac == nil {

@@ -94,6 +94,12 @@ func parseFlags(args []string, output io.Writer) (*config, error) {
 	fs.BoolVar(&c.forwardIdentity, "forward-identity", false, "tell the upstream who the caller is, in the front-proxy headers X-Remote-User, X-Remote-Uid, X-Remote-Group and X-Remote-Extra-* (as client-go writes them and the API server's requestheader authenticator reads them); client-sent ones never pass either way")
 	c.flags.AddFlags(fs, true)      // logging, --version, --metrics-listen, --max-connections, --kubeconfig, --audience, --node-name, --authentication-*, --authorization-*, --tls-*
 	c.flags.Review.AddHTTPFlags(fs) // --client-ca-file, --authorization-always-allow-paths
+	// --revocation-*: this node's pods and Node (as the node), and the
+	// ClusterRoles and ClusterRoleBindings that decide nodes/* (cluster-scoped:
+	// RoleBindings cannot grant them).
+	rev := cli.NodeAgentRevocation()
+	rev.Watch = append(rev.Watch, "clusterroles")
+	c.flags.AddRevocationFlags(fs, rev)
 	if err := fs.Parse(args); err != nil {
 		return nil, err
 	}
