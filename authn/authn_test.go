@@ -741,3 +741,30 @@ func TestClientCachesNothing(t *testing.T) {
 		t.Errorf("Authenticator.Uncached() = %T; want *authn.Client", a.Uncached())
 	}
 }
+
+// TestRevoke: Authenticator.Revoke of a token's pod UID refuses the token at
+// once (401), while the API server still authenticates it (as kube-apiserver
+// does for 10 s after the pod's deletion), and leaves other identities
+// cached.
+func TestRevoke(t *testing.T) {
+	t.Parallel()
+	srv := authtest.Start(t)
+	a := newAuth(t, srv, authn.Options{Audiences: []string{aud}, Backoff: noRetries})
+	tok := srv.MintToken(backup, []string{aud}, time.Time{})
+	other := srv.MintToken(&user.DefaultInfo{Name: "other", UID: "uid-other"}, []string{aud}, time.Time{})
+	for _, tk := range []string{tok, other} {
+		if _, ok, err := a.AuthenticateToken(context.Background(), tk); !ok {
+			t.Fatalf("AuthenticateToken() = %v", err)
+		}
+	}
+	a.Revoke("pod-uid")
+	if _, ok, err := a.AuthenticateToken(context.Background(), tok); ok || !errors.Is(err, reviewauth.ErrUnauthenticated) {
+		t.Errorf("AuthenticateToken() after Revoke(pod-uid) = (%v, %v); want ErrUnauthenticated", ok, err)
+	}
+	if n := srv.Count(authtest.TokenReviews); n != 3 {
+		t.Errorf("TokenReviews = %d; want 3 (the revoked token reviewed again, the other one cached)", n)
+	}
+	if _, ok, err := a.AuthenticateToken(context.Background(), other); !ok {
+		t.Errorf("AuthenticateToken(other) after Revoke(pod-uid) = %v; want authenticated", err)
+	}
+}

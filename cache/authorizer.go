@@ -159,6 +159,7 @@ type Authorizer struct {
 	spanName     string
 	metrics      *observe.Recorder
 	tracer       trace.Tracer
+	forget       forgetting
 }
 
 var _ authorizer.Authorizer = (*Authorizer)(nil)
@@ -170,6 +171,7 @@ type decision struct {
 	reason string
 	enc    string
 	fresh  time.Time // with StaleIfError: when an Allow stops being fresh
+	user   string    // the user's name, for ForgetUser
 }
 
 // loaded is what a shared call hands its callers: a decision, or a
@@ -225,6 +227,7 @@ func NewAuthorizer(inner authorizer.Authorizer, opts AuthorizerOptions) (*Author
 	if a.clock == nil {
 		a.clock = clock.RealClock{}
 	}
+	a.forget.seed = a.seed1
 	if opts.TracerProvider != nil {
 		a.tracer = opts.TracerProvider.Tracer(TracerName)
 	}
@@ -392,7 +395,7 @@ func (a *Authorizer) missed(ctx context.Context, attrs authorizer.Attributes, ki
 	if werr, ok := fromWait(ctx, err, reviewAttributes, ""); ok {
 		return loaded{v: decision{d: authorizer.DecisionDeny}}, werr, false
 	}
-	if haveStale && errors.Is(err, reviewauth.ErrUnavailable) {
+	if cur, ok := a.cache.Peek(key); haveStale && ok && cur == stale && errors.Is(err, reviewauth.ErrUnavailable) {
 		// Stale-if-error: an Allow less than StaleIfError past its TTL,
 		// served only because the wrapped authorizer cannot check.
 		a.metrics.StaleServe(a.name)
@@ -427,6 +430,11 @@ func (a *Authorizer) load(ctx context.Context, key icache.Key, enc string, attrs
 	if v, ok := a.cache.Peek(key); ok && v.enc == enc && a.fresh(&v) {
 		return loaded{v: v}, nil
 	}
+	var name string
+	if u := attrs.GetUser(); u != nil {
+		name = u.GetName()
+	}
+	gen := a.forget.generation(name)
 	var d authorizer.Decision
 	var reason string
 	var err error
@@ -451,17 +459,30 @@ func (a *Authorizer) load(ctx context.Context, key icache.Key, enc string, attrs
 		}
 		return loaded{v: decision{reason: reason}}, err
 	}
-	v := decision{d: d, reason: reason, enc: enc}
+	v := decision{d: d, reason: reason, enc: enc, user: name}
 	if cacheable {
-		ttl := a.deniedTTL
-		keep := ttl
-		if d == authorizer.DecisionAllow {
-			ttl = a.allowedTTL
-			keep = retention(ttl, a.stale)
-		}
-		v.fresh = a.clock.Now().Add(ttl)
-		// A non-positive TTL stores nothing and drops any stale Allow.
-		a.cache.Set(key, v, keep)
+		a.store(key, v, gen)
 	}
 	return loaded{v: v}, nil
+}
+
+// store caches v under key, unless a forget has moved the generation of
+// its user past gen (read before the wrapped authorizer was asked): it
+// decides under the forgetting's read lock, so that a concurrent
+// ForgetUser or ForgetAll either finds v in the cache or keeps it out.
+func (a *Authorizer) store(key icache.Key, v decision, gen uint64) {
+	ttl := a.deniedTTL
+	keep := ttl
+	if v.d == authorizer.DecisionAllow {
+		ttl = a.allowedTTL
+		keep = retention(ttl, a.stale)
+	}
+	v.fresh = a.clock.Now().Add(ttl)
+	a.forget.mu.RLock()
+	defer a.forget.mu.RUnlock()
+	if a.forget.generation(v.user) != gen {
+		return
+	}
+	// A non-positive TTL stores nothing and drops any stale Allow.
+	a.cache.Set(key, v, keep)
 }

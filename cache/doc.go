@@ -74,6 +74,38 @@
 // authz.Authorizer), the constructors wrap what it wraps, with the new
 // options.
 //
+// # Revocation
+//
+// A cache answers for its TTL with what it learnt, unless told that it no
+// longer holds. [TokenAuthenticator.Revoke] is told that objects a token
+// can be bound to (a pod, a node, a ServiceAccount, by UID) are gone, and
+// promises, once it returns:
+//
+//   - no cached identity bound to one of the UIDs is served again, fresh
+//     or stale-if-error (an identity is bound to a UID when its user's
+//     GetUID() equals it, or its extra
+//     "authentication.kubernetes.io/pod-uid" or
+//     "authentication.kubernetes.io/node-uid" holds it);
+//   - for RevocationRetention (default [DefaultRevocationRetention], one
+//     minute), an identity bound to one of the UIDs that a review returns,
+//     in flight during Revoke or started after it, is refused: an error
+//     matching reviewauth.ErrUnauthenticated (401), cached as a rejection.
+//     The API server itself keeps authenticating a deleted pod's token for
+//     about 10 s (its own token cache), so forgetting alone would bring
+//     the identity back with the next review. UIDs are never reused, so
+//     refusing them is always right; the retention and MaxRevoked
+//     (default [DefaultMaxRevoked] UIDs, the least recently revoked
+//     forgotten first) only bound the memory;
+//   - a review in flight during Revoke is never cached, whatever identity
+//     it returns (a generation check), even with the retention disabled.
+//
+// [Authorizer.ForgetUser] and [Authorizer.ForgetAll] do the same for
+// decisions (about one user, or all): once they return, no decision made
+// before is served, fresh or stale, and decisions in flight are handed to
+// their callers but not cached. Both walk their bounded cache once, keep no
+// index from UIDs or users to keys, and start no goroutine; hits do not
+// pay for them.
+//
 // Metrics (package metrics) and OpenTelemetry spans are opt-in through the
 // options; neither costs anything when off, and a hit allocates nothing.
 package cache

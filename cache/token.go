@@ -101,6 +101,16 @@ type TokenOptions struct {
 	// Clock tells the time for expiry. Nil means the real clock.
 	Clock clock.PassiveClock
 
+	// RevocationRetention is how long [TokenAuthenticator.Revoke] keeps
+	// refusing identities bound to a revoked UID. Zero means
+	// [DefaultRevocationRetention]; negative makes Revoke only forget
+	// cached identities, so that the next review may bring them back.
+	RevocationRetention time.Duration
+	// MaxRevoked bounds how many revoked UIDs are remembered; beyond it
+	// the least recently revoked or refused is forgotten first. Zero or
+	// negative means [DefaultMaxRevoked].
+	MaxRevoked int
+
 	// Metrics, if not nil, records the caches (hits, misses, evictions,
 	// entries, coalesced waits) as cache=<Name> and cache=<Name>_rejected,
 	// and stale serves. It does not keep the TokenAuthenticator alive.
@@ -136,6 +146,7 @@ type TokenAuthenticator struct {
 	group    icache.Group[result]
 	metrics  *observe.Recorder
 	tracer   trace.Tracer
+	revoked  revocations
 }
 
 var _ authenticator.Token = (*TokenAuthenticator)(nil)
@@ -145,6 +156,7 @@ var _ authenticator.Token = (*TokenAuthenticator)(nil)
 type identity struct {
 	resp  *authenticator.Response
 	fresh time.Time
+	bound []string // the UIDs the identity is bound to (see Revoke)
 }
 
 // rejection is a cached rejection: the error the wrapped authenticator
@@ -179,10 +191,13 @@ func NewTokenAuthenticator(inner authenticator.Token, opts TokenOptions) (*Token
 	opts.Timeout = positive(opts.Timeout, DefaultTimeout)
 	opts.Name = cmp.Or(opts.Name, "token")
 	opts.SpanName = cmp.Or(opts.SpanName, "reviewauth.cache.AuthenticateToken")
+	opts.RevocationRetention = cmp.Or(opts.RevocationRetention, DefaultRevocationRetention)
+	opts.MaxRevoked = positive(opts.MaxRevoked, DefaultMaxRevoked)
 	clk := opts.Clock
 	if clk == nil {
 		clk = clock.RealClock{}
 	}
+	opts.Clock = clk
 	keyer := icache.NewKeyer()
 	c := &TokenAuthenticator{
 		inner:    inner,
@@ -195,6 +210,7 @@ func NewTokenAuthenticator(inner authenticator.Token, opts TokenOptions) (*Token
 		group:    icache.Group[result]{Timeout: opts.Timeout},
 		metrics:  observe.Of(opts.Metrics),
 	}
+	c.revoked.init(keyer, &opts)
 	if opts.TracerProvider != nil {
 		c.tracer = opts.TracerProvider.Tracer(TracerName)
 	}
@@ -306,10 +322,11 @@ func (c *TokenAuthenticator) authenticate(ctx context.Context, token string) (_ 
 		if werr, ok := fromWait(ctx, err, reviewTokens, token); ok {
 			return nil, false, werr, false
 		}
-		if stale != nil {
+		if cur, ok := c.ok.Peek(key); stale != nil && ok && cur == stale {
 			// Stale-if-error: the wrapped authenticator cannot check,
 			// and this token was authenticated less than StaleIfError
-			// ago past its TTL.
+			// ago past its TTL. The second look makes sure that the
+			// identity was neither revoked nor replaced meanwhile.
 			c.metrics.StaleServe(c.opts.Name)
 			klog.FromContext(ctx).V(2).Info("Serving a stale identity: the authenticator cannot check", "user", stale.resp.User.GetName(), "err", err)
 			return stale.resp, true, nil, true
@@ -344,6 +361,7 @@ func (c *TokenAuthenticator) load(ctx context.Context, key icache.Key, token str
 	if rej, ok := c.rejected.Peek(key); ok {
 		return result{rejected: true, err: rej.err}, nil
 	}
+	gen := c.revoked.gen.Load()
 	resp, ok, err := c.inner.AuthenticateToken(ctx, token)
 	switch {
 	case couldNotCheck(ctx, err):
@@ -351,15 +369,10 @@ func (c *TokenAuthenticator) load(ctx context.Context, key icache.Key, token str
 	case ok && err == nil && (resp == nil || resp.User == nil):
 		return result{}, &reviewauth.ReviewError{Review: reviewTokens, Err: errors.New("cache: the authenticator authenticated a token without a user")}
 	case ok && err == nil:
-		now := c.clock.Now()
-		ttl := c.opts.SuccessTTL
-		keep := retention(ttl, c.opts.StaleIfError)
-		if exp, ok := jwt.Expiry(token); ok {
-			left := exp.Sub(now)
-			ttl, keep = min(ttl, left), min(keep, left)
+		if c.store(key, token, resp, gen) {
+			return result{resp: resp}, nil
 		}
-		c.ok.Set(key, &identity{resp: resp, fresh: now.Add(ttl)}, keep)
-		return result{resp: resp}, nil
+		err = errRevoked
 	}
 	// A rejection: a refusal, or an error that is not "could not check".
 	c.ok.Delete(key) // a stale identity must not outlive a rejection
@@ -370,6 +383,33 @@ func (c *TokenAuthenticator) load(ctx context.Context, key icache.Key, token str
 		c.rejected.Set(key, rejection{err: err}, c.opts.FailureTTL)
 	}
 	return result{rejected: true, err: err}, nil
+}
+
+// store caches the identity resp of token under key, unless it is bound
+// to a revoked UID, and reports whether it is not. The review that
+// returned resp started at revocation generation gen: if a Revoke came
+// since, the identity is returned but not cached. It decides under the
+// read lock of the revocations, so that a concurrent Revoke either finds
+// the identity in the cache or keeps it out (see revocations).
+func (c *TokenAuthenticator) store(key icache.Key, token string, resp *authenticator.Response, gen uint64) bool {
+	id := &identity{resp: resp, bound: boundUIDs(resp.User)}
+	now := c.clock.Now()
+	ttl := c.opts.SuccessTTL
+	keep := retention(ttl, c.opts.StaleIfError)
+	if exp, ok := jwt.Expiry(token); ok {
+		left := exp.Sub(now)
+		ttl, keep = min(ttl, left), min(keep, left)
+	}
+	id.fresh = now.Add(ttl)
+	c.revoked.mu.RLock()
+	defer c.revoked.mu.RUnlock()
+	if c.revoked.revoked(id.bound) {
+		return false
+	}
+	if c.revoked.gen.Load() == gen {
+		c.ok.Set(key, id, keep)
+	}
+	return true
 }
 
 // NoCache marks err, a rejection that a wrapped authenticator returns, as
