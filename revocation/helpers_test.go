@@ -98,8 +98,9 @@ func (noWatchList) IsWatchListSemanticsUnSupported() bool { return true }
 var resources = []string{"pods", "nodes", "serviceaccounts", "roles", "rolebindings", "clusterroles", "clusterrolebindings"}
 
 // newHarness builds a Revoker of opts with the fakes filled in where opts
-// leaves them nil.
-func newHarness(t *testing.T, opts revocation.Options) *harness {
+// (after setup, which may use the harness's clock and recorder) leaves them
+// nil.
+func newHarness(t *testing.T, opts revocation.Options, setup ...func(*harness, *revocation.Options)) *harness {
 	t.Helper()
 	h := &harness{t: t, clock: clocktesting.NewFakeClock(epoch), rec: newRecorder(), m: metrics.New(),
 		res: make(map[string]*resource), waits: make(chan time.Time, 4096), last: make(map[string]*watch.RaceFreeFakeWatcher)}
@@ -134,6 +135,9 @@ func newHarness(t *testing.T, opts revocation.Options) *harness {
 		meta.PrependWatchReactor(name, watchReactor)
 		cs.PrependReactor("list", name, listReactor)
 		cs.PrependWatchReactor(name, watchReactor)
+	}
+	for _, f := range setup {
+		f(h, &opts)
 	}
 	if opts.Metadata == nil {
 		opts.Metadata = meta

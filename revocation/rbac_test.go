@@ -12,7 +12,7 @@ import (
 	"github.com/reviewauth/reviewauth/revocation"
 )
 
-func user(name string) rbacv1.Subject {
+func userSubject(name string) rbacv1.Subject {
 	return rbacv1.Subject{Kind: rbacv1.UserKind, APIGroup: rbacv1.GroupName, Name: name}
 }
 
@@ -53,13 +53,13 @@ func rbacHarness(t *testing.T, opts revocation.Options) *harness {
 	h := newHarness(t, opts)
 	h.res["clusterroles"].set(clusterRole("view", "get"), clusterRole("other", "get"))
 	h.res["clusterrolebindings"].set(
-		clusterRoleBinding("alice-view", "view", user("alice")),
+		clusterRoleBinding("alice-view", "view", userSubject("alice")),
 		clusterRoleBinding("devs-other", "other", group("devs")))
 	h.res["roles"].set(role("ns1/edit", "get", "update"))
 	h.res["rolebindings"].set(
-		roleBinding("ns1/bob-edit", "Role", "edit", user("bob"), sa("", "app")),
+		roleBinding("ns1/bob-edit", "Role", "edit", userSubject("bob"), sa("", "app")),
 		roleBinding("ns1/robot-edit", "Role", "edit", sa("ns3", "robot")),
-		roleBinding("ns2/carol-view", "ClusterRole", "view", user("carol")))
+		roleBinding("ns2/carol-view", "ClusterRole", "view", userSubject("carol")))
 	h.start()
 	for _, r := range []string{"clusterroles", "clusterrolebindings", "roles", "rolebindings"} {
 		h.watcher(r)
@@ -89,9 +89,9 @@ func TestRBACChangesFlushTheUsersTheyAffect(t *testing.T) {
 		event event
 		want  []string // nil: nothing
 	}{
-		{"rolebinding deleted", event{"rolebindings", "delete", roleBinding("ns1/bob-edit", "Role", "edit", user("bob"), sa("", "app"))},
+		{"rolebinding deleted", event{"rolebindings", "delete", roleBinding("ns1/bob-edit", "Role", "edit", userSubject("bob"), sa("", "app"))},
 			[]string{"user bob", "user system:serviceaccount:ns1:app"}},
-		{"clusterrolebinding deleted", event{"clusterrolebindings", "delete", clusterRoleBinding("alice-view", "view", user("alice"))},
+		{"clusterrolebinding deleted", event{"clusterrolebindings", "delete", clusterRoleBinding("alice-view", "view", userSubject("alice"))},
 			[]string{"user alice"}},
 		{"group subject", event{"clusterrolebindings", "modify", clusterRoleBinding("devs-other", "other", group("ops"))},
 			[]string{"all"}},
@@ -103,13 +103,13 @@ func TestRBACChangesFlushTheUsersTheyAffect(t *testing.T) {
 		{"role's rules changed", event{"roles", "modify", role("ns1/edit", "get")},
 			[]string{"user bob", "user system:serviceaccount:ns1:app", "user system:serviceaccount:ns3:robot"}},
 		{"role of that name in another namespace", event{"roles", "add", role("ns2/edit", "get")}, nil},
-		{"binding to a missing role", event{"rolebindings", "add", roleBinding("ns2/dave", "Role", "missing", user("dave"))},
+		{"binding to a missing role", event{"rolebindings", "add", roleBinding("ns2/dave", "Role", "missing", userSubject("dave"))},
 			[]string{"user dave"}},
-		{"binding's subjects changed", event{"rolebindings", "modify", roleBinding("ns1/bob-edit", "Role", "edit", user("eve"), sa("", "app"))},
+		{"binding's subjects changed", event{"rolebindings", "modify", roleBinding("ns1/bob-edit", "Role", "edit", userSubject("eve"), sa("", "app"))},
 			[]string{"user bob", "user eve", "user system:serviceaccount:ns1:app"}},
-		{"binding's role changed", event{"rolebindings", "modify", roleBinding("ns2/carol-view", "ClusterRole", "other", user("carol"))},
+		{"binding's role changed", event{"rolebindings", "modify", roleBinding("ns2/carol-view", "ClusterRole", "other", userSubject("carol"))},
 			[]string{"user carol"}},
-		{"binding unchanged", event{"rolebindings", "modify", roleBinding("ns2/carol-view", "ClusterRole", "view", user("carol"))}, nil},
+		{"binding unchanged", event{"rolebindings", "modify", roleBinding("ns2/carol-view", "ClusterRole", "view", userSubject("carol"))}, nil},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			t.Parallel()
@@ -127,7 +127,7 @@ func TestRBACChangesFlushTheUsersTheyAffect(t *testing.T) {
 				h.expect(tc.want...)
 			}
 			// A sync point: a later change, whose flush must be the next.
-			h.last["clusterrolebindings"].Add(clusterRoleBinding("sync", "view", user("sync")))
+			h.last["clusterrolebindings"].Add(clusterRoleBinding("sync", "view", userSubject("sync")))
 			h.expect("user sync")
 			users := 0.0
 			for _, c := range tc.want {
@@ -149,7 +149,7 @@ func TestManyUsersFlushAll(t *testing.T) {
 	h := rbacHarness(t, revocation.Options{SecondFlush: -1})
 	var subjects []rbacv1.Subject
 	for i := range 65 {
-		subjects = append(subjects, user(fmt.Sprint("u", i)))
+		subjects = append(subjects, userSubject(fmt.Sprint("u", i)))
 	}
 	h.last["clusterrolebindings"].Add(clusterRoleBinding("many", "view", subjects...))
 	h.expect("all")
@@ -174,11 +174,11 @@ func TestSecondFlush(t *testing.T) {
 	h.expect("all")
 	t1 := epoch.Add(5 * time.Second)
 	h.clock.SetTime(t1)
-	h.last["rolebindings"].Delete(roleBinding("ns1/bob-edit", "Role", "edit", user("bob"), sa("", "app")))
+	h.last["rolebindings"].Delete(roleBinding("ns1/bob-edit", "Role", "edit", userSubject("bob"), sa("", "app")))
 	h.expect("user bob", "user system:serviceaccount:ns1:app")
 	h.waitArmed(t1.Add(revocation.DefaultSecondFlush))
 	h.clock.SetTime(t1.Add(revocation.DefaultSecondFlush - time.Nanosecond))
-	h.last["clusterrolebindings"].Delete(clusterRoleBinding("alice-view", "view", user("alice")))
+	h.last["clusterrolebindings"].Delete(clusterRoleBinding("alice-view", "view", userSubject("alice")))
 	h.expect("user alice") // nothing before it
 	h.clock.SetTime(t1.Add(revocation.DefaultSecondFlush))
 	h.expect("user bob", "user system:serviceaccount:ns1:app")
@@ -189,11 +189,11 @@ func TestSecondFlush(t *testing.T) {
 	}
 
 	none := rbacHarness(t, revocation.Options{SecondFlush: -1})
-	none.last["clusterrolebindings"].Delete(clusterRoleBinding("alice-view", "view", user("alice")))
+	none.last["clusterrolebindings"].Delete(clusterRoleBinding("alice-view", "view", userSubject("alice")))
 	none.expect("user alice")
 	none.waitArmed(epoch.Add(revocation.DefaultStallTimeout)) // no flush to wait for
 	none.clock.SetTime(epoch.Add(time.Hour))
-	none.last["clusterrolebindings"].Delete(clusterRoleBinding("sync", "view", user("sync")))
+	none.last["clusterrolebindings"].Delete(clusterRoleBinding("sync", "view", userSubject("sync")))
 	none.expect("user sync")
 }
 

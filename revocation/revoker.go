@@ -484,8 +484,8 @@ func (r *Revoker) revoke(resource string, uids []types.UID, why string) {
 	if len(uids) == 0 {
 		return
 	}
-	r.opts.Identities.Revoke(uids...)
 	r.metrics.Revoked(resource, len(uids))
+	r.opts.Identities.Revoke(uids...)
 	r.logger.V(2).Info("Revoked cached identities", "resource", resource, "uids", uids, "why", why)
 }
 
@@ -537,8 +537,8 @@ func (r *Revoker) flush(all bool, users map[string]struct{}) {
 
 func (r *Revoker) forget(all bool, users map[string]struct{}) {
 	if all || len(users) > maxUsersPerFlush {
-		r.opts.Decisions.ForgetAll()
 		r.metrics.DecisionsFlushed("all", 1)
+		r.opts.Decisions.ForgetAll()
 		r.logger.V(2).Info("Flushed every cached decision")
 		return
 	}
@@ -547,9 +547,9 @@ func (r *Revoker) forget(all bool, users map[string]struct{}) {
 		names = append(names, u)
 	}
 	slices.Sort(names)
+	r.metrics.DecisionsFlushed("user", len(names))
 	for _, u := range names {
 		r.opts.Decisions.ForgetUser(u)
 	}
-	r.metrics.DecisionsFlushed("user", len(names))
 	r.logger.V(2).Info("Flushed cached decisions", "users", names)
 }

@@ -98,12 +98,10 @@ func (f *Flags) buildRevoker(an *authn.Authenticator, sar *authz.Authorizer, m *
 	opts := revocation.Options{
 		NodeName:   node,
 		Namespaces: r.Namespaces,
+		Identities: an,
+		Decisions:  sar,
 		Metrics:    m,
 	}
-	// TODO(h31): pass an and sar directly once package cache's
-	// invalidation (issue #31 item 1) is merged.
-	opts.Identities, _ = any(an).(revocation.IdentityRevoker)
-	opts.Decisions, _ = any(sar).(revocation.DecisionForgetter)
 	for _, w := range r.Watch {
 		opts.Watch = append(opts.Watch, revocation.Resource(w))
 	}

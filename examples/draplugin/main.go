@@ -70,7 +70,7 @@ func parseFlags(args []string, out io.Writer) (config, error) {
 	fs := pflag.NewFlagSet("draplugin", pflag.ContinueOnError)
 	fs.SetOutput(out)
 	fs.StringVar(&c.listen, "listen", "unix:///run/draplugin/plugin.sock", "unix:///path for a Unix socket, or HOST:PORT for TLS over TCP")
-	c.flags.AddFlags(fs, true) // logging, --version, --metrics-listen, --max-connections, --kubeconfig, --audience, --node-name (required: only callers bound to it are served), --authentication-*, --authorization-*, --tls-* (for TCP)
+	c.flags.AddFlags(fs, true)                                // logging, --version, --metrics-listen, --max-connections, --kubeconfig, --audience, --node-name (required: only callers bound to it are served), --authentication-*, --authorization-*, --tls-* (for TCP)
 	c.flags.AddRevocationFlags(fs, cli.NodeAgentRevocation()) // --revocation-*: this node's pods and Node, as the node
 	fs.StringVar(&c.nodeUID, "node-uid", "", "UID of this node; when set, callers' node-uid must match too")
 	if err := fs.Parse(args); err != nil {

@@ -467,7 +467,7 @@ func parseFlags(args []string, out io.Writer) (*config, error) {
 	_ = fs.MarkDeprecated("slice-cache-ttl", "draproxy no longer remembers ResourceSlices; the flag has no effect")
 	fs.DurationVar(&c.podTTL, "pod-cache-ttl", DefaultPodTTL, "how long a pod's spec.nodeName is remembered (by UID); 0 disables the cache")
 	fs.Int64Var(&c.maxBody, "max-request-body-bytes", DefaultMaxBodyBytes, "largest request body accepted (413 above)")
-	c.flags.AddFlags(fs, true) // logging, --version, --metrics-listen, --max-connections, --kubeconfig, --audience, --node-name, --authentication-*, --authorization-*, --tls-* (for --tls-listen), --self-signed-ca-file
+	c.flags.AddFlags(fs, true)                                // logging, --version, --metrics-listen, --max-connections, --kubeconfig, --audience, --node-name, --authentication-*, --authorization-*, --tls-* (for --tls-listen), --self-signed-ca-file
 	c.flags.AddRevocationFlags(fs, cli.NodeAgentRevocation()) // --revocation-*: this node's pods and Node, as the node
 	if err := fs.Parse(args); err != nil {
 		return nil, err
