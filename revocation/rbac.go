@@ -189,9 +189,12 @@ func (h *rbacHandler) remove(obj any) {
 	h.st.r.flush(a.all, a.users)
 }
 
-// replace: a complete list, the first or after an error; changes may have
-// been missed, so every decision is flushed.
-func (h *rbacHandler) replace(objs []any, _ bool) {
+// replace: a complete list. After an error, changes may have been missed,
+// so every decision is flushed. The first list flushes nothing: until it,
+// the revoker was out of sync, and the decisions cached meanwhile live
+// their TTL, as without a revoker (flushing them would only cost reviews,
+// and would drop what a service keeps to ride out an outage).
+func (h *rbacHandler) replace(objs []any, first bool) {
 	roles := make(map[string]uint64)
 	bindings := make(map[string]binding)
 	for _, obj := range objs {
@@ -207,5 +210,7 @@ func (h *rbacHandler) replace(objs []any, _ bool) {
 	h.st.mu.Lock()
 	h.roles, h.bindings = roles, bindings
 	h.st.mu.Unlock()
-	h.st.r.flush(true, nil)
+	if !first {
+		h.st.r.flush(true, nil)
+	}
 }

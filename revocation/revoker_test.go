@@ -183,12 +183,6 @@ func TestSecondFlushDropsALateAnswer(t *testing.T) {
 			h.start()
 			w := h.watcher("rolebindings")
 			h.watcher("roles")
-			h.expect("all", "all")
-			if tc.second >= 0 {
-				h.waitArmed(epoch.Add(revocation.DefaultSecondFlush))
-				h.clock.SetTime(epoch.Add(revocation.DefaultSecondFlush))
-				h.expect("all") // the first lists' second flush
-			}
 			attrs := authorizer.AttributesRecord{User: &user.DefaultInfo{Name: "bob"}, Verb: "get", Namespace: "ns1", Resource: "pods", ResourceRequest: true}
 			ctx := context.Background()
 			authorize := func() authorizer.Decision {
