@@ -12,9 +12,12 @@ import (
 
 // rbacState is what the revoker keeps of RBAC: for each Role and
 // ClusterRole a hash of what RBAC reads in it (rules, aggregation rule),
-// for each binding its role and subjects. A change to a binding affects
-// its subjects, before and after; a change to a role affects the subjects
-// of the bindings that name it.
+// for each binding its role and subjects. RBAC only grants, so only what
+// can take a permission away flushes: a binding deleted, or updated
+// without some of its subjects (or to another role), affects those
+// subjects; a role deleted or changed affects the subjects of the
+// bindings that name it. A new binding or role flushes nothing: a Deny
+// cached before it lives DeniedTTL, as without a revoker.
 type rbacState struct {
 	r        *Revoker
 	mu       sync.Mutex
@@ -151,21 +154,33 @@ func (h *rbacHandler) upsert(obj any) {
 	if h.isBinding() {
 		old, had := h.bindings[key]
 		h.bindings[key] = b
-		if !had || !old.equal(b) {
-			a.subjects(namespaceOf(key), b.subjects)
-			if had {
-				a.subjects(namespaceOf(key), old.subjects)
-			}
+		switch {
+		case !had || old.equal(b):
+		case old.role != b.role:
+			a.subjects(namespaceOf(key), old.subjects)
+		default:
+			a.subjects(namespaceOf(key), removed(old.subjects, b.subjects))
 		}
 	} else {
 		old, had := h.roles[key]
 		h.roles[key] = hash
-		if !had || old != hash {
+		if had && old != hash {
 			h.st.usersOfRoleLocked(role, &a)
 		}
 	}
 	h.st.mu.Unlock()
 	h.st.r.flush(a.all, a.users)
+}
+
+// removed returns the subjects of old that are not in now.
+func removed(old, now []rbacv1.Subject) []rbacv1.Subject {
+	var out []rbacv1.Subject
+	for _, s := range old {
+		if !slices.Contains(now, s) {
+			out = append(out, s)
+		}
+	}
+	return out
 }
 
 func (h *rbacHandler) remove(obj any) {
