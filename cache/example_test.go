@@ -22,7 +22,8 @@ import (
 
 // A cache in front of an authenticator of your own: a function that checks
 // tokens somewhere costly. Repeated tokens are answered from the cache,
-// rejections included; an outage ("could not check") is never cached.
+// definite rejections included; an outage ("could not check") and any
+// other error are never cached.
 func ExampleNewTokenAuthenticator() {
 	calls := 0
 	var down bool
@@ -36,9 +37,10 @@ func ExampleNewTokenAuthenticator() {
 		case token == "alice-token":
 			return &authenticator.Response{User: &user.DefaultInfo{Name: "alice"}}, true, nil
 		}
-		// Any other error, or (nil, false, nil), is a rejection: cached
-		// for FailureTTL, and answered 401.
-		return nil, false, errors.New("unknown token")
+		// A definite rejection matches reviewauth.ErrUnauthenticated
+		// (or is (nil, false, nil)): cached for FailureTTL, and answered
+		// 401. Any other error is returned as it is, and not cached.
+		return nil, false, &reviewauth.RejectedError{Reason: "unknown token"}
 	})
 	c, err := cache.NewTokenAuthenticator(check, cache.TokenOptions{SuccessTTL: time.Minute})
 	if err != nil {
@@ -64,8 +66,8 @@ func ExampleNewTokenAuthenticator() {
 	// alice true <nil>
 	// alice true <nil>
 	// alice true <nil>
-	// false unknown token
-	// false unknown token
+	// false reviewauth: unauthenticated: unknown token
+	// false reviewauth: unauthenticated: unknown token
 	// false true
 	// false true
 	// calls: 4

@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"math"
 	"strings"
 	"time"
 
@@ -32,12 +33,16 @@ import (
 
 // retention returns how long to keep a success cached for ttl, with stale
 // for StaleIfError: 0 (keep nothing) when caching is disabled; ttl, or ttl
-// plus stale when stale is positive.
+// plus stale when stale is positive, saturating at the longest Duration
+// rather than overflowing to a negative one (which would keep nothing).
 func retention(ttl, stale time.Duration) time.Duration {
 	switch {
 	case ttl <= 0:
 		return 0
 	case stale > 0:
+		if ttl > math.MaxInt64-stale {
+			return math.MaxInt64
+		}
 		return ttl + stale
 	}
 	return ttl
