@@ -19,6 +19,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"runtime"
 	"slices"
 	"strings"
 	"sync"
@@ -33,16 +34,23 @@ import (
 	"k8s.io/apimachinery/pkg/labels"
 	"k8s.io/apimachinery/pkg/selection"
 	utilcache "k8s.io/apimachinery/pkg/util/cache"
+	"k8s.io/apimachinery/pkg/util/wait"
 	"k8s.io/apiserver/pkg/audit"
 	"k8s.io/apiserver/pkg/authentication/authenticator"
 	"k8s.io/apiserver/pkg/authentication/user"
 	"k8s.io/apiserver/pkg/authorization/authorizer"
+	"k8s.io/apiserver/pkg/authorization/union"
 	"k8s.io/apiserver/pkg/warning"
+	"k8s.io/apiserver/plugin/pkg/authorizer/webhook"
+	webhookmetrics "k8s.io/apiserver/plugin/pkg/authorizer/webhook/metrics"
+	"k8s.io/client-go/kubernetes"
 	"k8s.io/utils/clock"
 	clocktesting "k8s.io/utils/clock/testing"
 
 	"github.com/reviewauth/reviewauth"
+	"github.com/reviewauth/reviewauth/authtest"
 	"github.com/reviewauth/reviewauth/cache"
+	"github.com/reviewauth/reviewauth/metrics"
 )
 
 // newAPIServerTokenCache is k8s.io/apiserver's token cache constructor with
@@ -92,22 +100,28 @@ type scriptedTokens struct {
 	calls atomic.Int64
 }
 
-type tokenWorld struct {
+// world is what scripted authenticators or authorizers answer, by token
+// or user name: the zero K until set. Both sides of a rig share one.
+type world[K any] struct {
 	mu    sync.Mutex
-	kinds map[string]tokenKind
+	kinds map[string]K
 }
 
-func (w *tokenWorld) kind(token string) tokenKind {
+func newWorld[K any]() *world[K] { return &world[K]{kinds: map[string]K{}} }
+
+func (w *world[K]) kind(name string) K {
 	w.mu.Lock()
 	defer w.mu.Unlock()
-	return w.kinds[token]
+	return w.kinds[name]
 }
 
-func (w *tokenWorld) set(token string, k tokenKind) {
+func (w *world[K]) set(name string, k K) {
 	w.mu.Lock()
 	defer w.mu.Unlock()
-	w.kinds[token] = k
+	w.kinds[name] = k
 }
+
+type tokenWorld = world[tokenKind]
 
 func (s *scriptedTokens) AuthenticateToken(ctx context.Context, token string) (*authenticator.Response, bool, error) {
 	s.calls.Add(1)
@@ -305,7 +319,11 @@ func (r *warningRecorder) String() string {
 }
 
 func annotationsOf(ctx context.Context) string {
-	a := audit.AuditContextFrom(ctx).GetEventAnnotations()
+	ac := audit.AuditContextFrom(ctx)
+	if ac == nil {
+		return ""
+	}
+	a := ac.GetEventAnnotations()
 	if len(a) == 0 {
 		return ""
 	}
@@ -343,7 +361,7 @@ type tokenRig struct {
 
 func newTokenRig(t testing.TB) *tokenRig {
 	clk := clocktesting.NewFakeClock(time.Date(2026, 12, 1, 0, 0, 0, 0, time.UTC))
-	w := &tokenWorld{kinds: map[string]tokenKind{}}
+	w := newWorld[tokenKind]()
 	r := &tokenRig{t: t, clk: clk, world: w,
 		theirInner: &scriptedTokens{world: w}, ourInner: &scriptedTokens{world: w},
 		theirModel: newTokenModel(apiserverTokenRules), ourModel: newTokenModel(ourTokenRules)}
@@ -672,22 +690,7 @@ type scriptedAuthorizer struct {
 	calls atomic.Int64
 }
 
-type decisionWorld struct {
-	mu    sync.Mutex
-	kinds map[string]decisionKind
-}
-
-func (w *decisionWorld) kind(name string) decisionKind {
-	w.mu.Lock()
-	defer w.mu.Unlock()
-	return w.kinds[name]
-}
-
-func (w *decisionWorld) set(name string, k decisionKind) {
-	w.mu.Lock()
-	defer w.mu.Unlock()
-	w.kinds[name] = k
-}
+type decisionWorld = world[decisionKind]
 
 func (s *scriptedAuthorizer) Authorize(ctx context.Context, a authorizer.Attributes) (authorizer.Decision, string, error) {
 	s.calls.Add(1)
@@ -882,7 +885,7 @@ type authzRig struct {
 
 func newAuthzRig(t testing.TB) *authzRig {
 	clk := clocktesting.NewFakeClock(time.Date(2026, 12, 1, 0, 0, 0, 0, time.UTC))
-	w := &decisionWorld{kinds: map[string]decisionKind{}}
+	w := newWorld[decisionKind]()
 	r := &authzRig{t: t, clk: clk, world: w, theirInner: &scriptedAuthorizer{world: w}, ourInner: &scriptedAuthorizer{world: w},
 		theirModel: newAuthzModel(webhookRules), ourModel: newAuthzModel(ourAuthzRules)}
 	r.theirs = newWebhookCache(r.theirInner, diffSuccessTTL, diffFailureTTL, clk)
@@ -1014,5 +1017,341 @@ func TestAuthorizerAgainstWebhook(t *testing.T) {
 				t.Errorf("the two caches differed: %v; want %v (%s)\nsteps:\n  %s", differs, tt.diff != "", tt.diff, strings.Join(r.log, "\n  "))
 			}
 		})
+	}
+}
+
+// gatedTokens authenticates every token as a user of its name, with a
+// warning and an audit annotation, once released; a call whose context
+// ends first returns a refusal (as a careless authenticator may), and
+// signals its return.
+type gatedTokens struct {
+	started  chan struct{}
+	release  chan struct{}
+	returned chan struct{}
+	calls    atomic.Int64
+}
+
+func newGatedTokens() *gatedTokens {
+	return &gatedTokens{started: make(chan struct{}, 100), release: make(chan struct{}), returned: make(chan struct{}, 100)}
+}
+
+func (g *gatedTokens) AuthenticateToken(ctx context.Context, token string) (*authenticator.Response, bool, error) {
+	g.calls.Add(1)
+	g.started <- struct{}{}
+	defer func() { g.returned <- struct{}{} }()
+	select {
+	case <-g.release:
+	case <-ctx.Done():
+		return nil, false, nil
+	}
+	warning.AddWarning(ctx, "authn", "warning for "+token)
+	audit.AddAuditAnnotation(ctx, "note/"+token, "v")
+	return &authenticator.Response{User: &user.DefaultInfo{Name: token}}, true, nil
+}
+
+// TestTokenCallersAgainstAPIServer: what a sequential model cannot say,
+// callers that share a call or leave it, on both token caches.
+func TestTokenCallersAgainstAPIServer(t *testing.T) {
+	t.Parallel()
+	const want = "user t audiences []; warnings [authn: warning for t]; annotations map[note/t:v]"
+	sides := func(t *testing.T, g *gatedTokens) map[string]authenticator.Token {
+		ours, err := cache.NewTokenAuthenticator(g, cache.TokenOptions{SuccessTTL: diffSuccessTTL, FailureTTL: diffFailureTTL})
+		if err != nil {
+			t.Fatal(err)
+		}
+		return map[string]authenticator.Token{
+			"apiserver": newAPIServerTokenCache(g, false, diffSuccessTTL, diffFailureTTL, clock.RealClock{}),
+			"cache":     ours,
+		}
+	}
+	call := func(a authenticator.Token, ctx context.Context, rec *warningRecorder) string {
+		resp, ok, err := a.AuthenticateToken(ctx, "t")
+		return observeToken(ctx, rec, resp, ok, err)
+	}
+	t.Run("concurrent callers share one call, and each gets its notes", func(t *testing.T) {
+		t.Parallel()
+		for _, name := range []string{"apiserver", "cache"} {
+			g := newGatedTokens()
+			a := sides(t, g)[name]
+			got := make(chan string, 10)
+			for range 10 {
+				go func() { ctx, rec := callerContext(nil); got <- call(a, ctx, rec) }()
+			}
+			<-g.started
+			close(g.release)
+			for range 10 {
+				if s := <-got; s != want {
+					t.Errorf("%s: a caller got %q; want %q", name, s, want)
+				}
+			}
+			if n := g.calls.Load(); n != 1 {
+				t.Errorf("%s: %d calls; want 1", name, n)
+			}
+		}
+	})
+	t.Run("T4 a caller whose context has ended", func(t *testing.T) {
+		t.Parallel()
+		for name, wantCalls := range map[string]int64{"apiserver": 1, "cache": 0} {
+			g := newGatedTokens()
+			a := sides(t, g)[name]
+			close(g.release)
+			ctx, rec := callerContext(nil)
+			ctx, cancel := context.WithCancel(ctx)
+			cancel()
+			s := call(a, ctx, rec)
+			switch {
+			case name == "cache" && s != "unavailable":
+				t.Errorf("cache: the caller that had left got %q; want unavailable (a ReviewError wrapping context.Canceled)", s)
+			case name == "apiserver" && s != "error: context canceled" && s != want:
+				t.Errorf("apiserver: the caller that had left got %q; want its context's error, or the answer", s)
+			}
+			// apiserver's shared call runs on, detached, and caches its
+			// answer: the next caller joins it or hits.
+			ctx, rec = callerContext(nil)
+			if s := call(a, ctx, rec); s != want {
+				t.Errorf("%s: the next caller got %q; want %q", name, s, want)
+			}
+			if n := g.calls.Load(); n != wantCalls+boolInt(name == "cache") {
+				t.Errorf("%s: %d calls; want %d", name, n, wantCalls+boolInt(name == "cache"))
+			}
+		}
+	})
+	t.Run("T5 a call every caller left", func(t *testing.T) {
+		t.Parallel()
+		for name, wantCalls := range map[string]int64{"apiserver": 1, "cache": 2} {
+			g := newGatedTokens()
+			a := sides(t, g)[name]
+			ctx, rec := callerContext(nil)
+			ctx, cancel := context.WithCancel(ctx)
+			left := make(chan string, 1)
+			go func() { left <- call(a, ctx, rec) }()
+			<-g.started
+			cancel()
+			<-left
+			if name == "apiserver" {
+				close(g.release) // its call is detached: only the release ends it
+			}
+			<-g.returned
+			// Ours: the call was cancelled when its caller left, and its
+			// refusal must not be cached. A caller whose context has
+			// ended sees only what is cached: probe until the call has
+			// had every chance to store what it would.
+			if name == "cache" {
+				for range 1000 {
+					pctx, prec := callerContext(nil)
+					pctx, pcancel := context.WithCancel(pctx)
+					pcancel()
+					if s := call(a, pctx, prec); s != "unavailable" {
+						t.Fatalf("cache: after the abandoned call, a cached %q; want nothing cached", s)
+					}
+					runtime.Gosched()
+				}
+				close(g.release)
+			}
+			ctx, rec = callerContext(nil)
+			if s := call(a, ctx, rec); s != want {
+				t.Errorf("%s: the next caller got %q; want %q", name, s, want)
+			}
+			if n := g.calls.Load(); n != wantCalls {
+				t.Errorf("%s: %d calls; want %d", name, n, wantCalls)
+			}
+		}
+	})
+}
+
+func boolInt(b bool) int64 {
+	if b {
+		return 1
+	}
+	return 0
+}
+
+// gatedAuthorizer allows everyone once released. A call whose context ends
+// first answers NoOpinion with the context's error, as the webhook
+// authorizer does when its SubjectAccessReview fails (decisionOnError
+// NoOpinion, apiserver's delegated default); a careless one (carelessly)
+// answers NoOpinion without an error.
+type gatedAuthorizer struct {
+	started, release, returned chan struct{}
+	careless                   bool
+	calls                      atomic.Int64
+}
+
+func newGatedAuthorizer() *gatedAuthorizer {
+	return &gatedAuthorizer{started: make(chan struct{}, 100), release: make(chan struct{}), returned: make(chan struct{}, 100)}
+}
+
+func (g *gatedAuthorizer) Authorize(ctx context.Context, a authorizer.Attributes) (authorizer.Decision, string, error) {
+	g.calls.Add(1)
+	g.started <- struct{}{}
+	defer func() { g.returned <- struct{}{} }()
+	select {
+	case <-g.release:
+		return authorizer.DecisionAllow, "allowed", nil
+	case <-ctx.Done():
+		if g.careless {
+			return authorizer.DecisionNoOpinion, "", nil
+		}
+		return authorizer.DecisionNoOpinion, "", ctx.Err()
+	}
+}
+
+func (g *gatedAuthorizer) ConditionsAwareAuthorize(ctx context.Context, a authorizer.Attributes) authorizer.ConditionsAwareDecision {
+	return authorizer.ConditionsAwareDecisionFromParts(g.Authorize(ctx, a))
+}
+
+func (g *gatedAuthorizer) EvaluateConditions(context.Context, authorizer.ConditionsAwareDecision, authorizer.ConditionsData) (authorizer.Decision, string, error) {
+	return authorizer.DecisionDeny, "", authorizer.ErrorConditionEvaluationNotSupported
+}
+
+// TestAuthorizerCallersAgainstWebhook: what a sequential model cannot say,
+// callers that share a call or leave it, on the webhook's caching and ours.
+func TestAuthorizerCallersAgainstWebhook(t *testing.T) {
+	t.Parallel()
+	attrs := diffReqs[0].attrs
+	sides := func(t *testing.T, g *gatedAuthorizer, m *metrics.Metrics) map[string]authorizer.Authorizer {
+		ours, err := cache.NewAuthorizer(g, cache.AuthorizerOptions{AllowedTTL: diffSuccessTTL, DeniedTTL: diffFailureTTL, Metrics: m})
+		if err != nil {
+			t.Fatal(err)
+		}
+		return map[string]authorizer.Authorizer{"webhook": newWebhookCache(g, diffSuccessTTL, diffFailureTTL, clock.RealClock{}), "cache": ours}
+	}
+	call := func(a authorizer.Authorizer, ctx context.Context) string {
+		d, reason, err := a.Authorize(ctx, attrs)
+		return observeDecision(ctx, &warningRecorder{}, d, reason, err)
+	}
+	t.Run("A1 concurrent identical requests", func(t *testing.T) {
+		t.Parallel()
+		for name, wantCalls := range map[string]int64{"webhook": 10, "cache": 1} {
+			g := newGatedAuthorizer()
+			m := metrics.New()
+			a := sides(t, g, m)[name]
+			got := make(chan string, 10)
+			for range 10 {
+				go func() { got <- call(a, context.Background()) }()
+			}
+			for range wantCalls {
+				<-g.started
+			}
+			for name == "cache" && metricValue(t, m, "reviewauth_cache_coalesced_total", "authorizer") < 9 {
+				runtime.Gosched()
+			}
+			close(g.release)
+			for range 10 {
+				if s := <-got; s != `Allow "allowed"` {
+					t.Errorf("%s: a caller got %q; want Allow", name, s)
+				}
+			}
+			if n := g.calls.Load(); n != wantCalls {
+				t.Errorf("%s: %d calls; want %d", name, n, wantCalls)
+			}
+		}
+	})
+	t.Run("A6 a caller whose context has ended", func(t *testing.T) {
+		t.Parallel()
+		for name, want := range map[string]string{"webhook": `NoOpinion "" error: context canceled`, "cache": `Deny "" unavailable`} {
+			g := newGatedAuthorizer()
+			a := sides(t, g, nil)[name]
+			ctx, cancel := context.WithCancel(context.Background())
+			cancel()
+			if s := call(a, ctx); s != want {
+				t.Errorf("%s: the caller that had left got %q; want %q", name, s, want)
+			}
+		}
+	})
+	t.Run("A7 a careless NoOpinion of a call every caller left", func(t *testing.T) {
+		t.Parallel()
+		g := newGatedAuthorizer()
+		g.careless = true
+		a := sides(t, g, nil)["cache"]
+		ctx, cancel := context.WithCancel(context.Background())
+		left := make(chan string, 1)
+		go func() { left <- call(a, ctx) }()
+		<-g.started
+		cancel()
+		if s := <-left; s != `Deny "" unavailable` {
+			t.Errorf("the caller that left got %q; want Deny, unavailable", s)
+		}
+		<-g.returned
+		for range 1000 {
+			pctx, pcancel := context.WithCancel(context.Background())
+			pcancel()
+			if s := call(a, pctx); s != `Deny "" unavailable` {
+				t.Fatalf("after the abandoned call, a cached %q; want nothing cached", s)
+			}
+			runtime.Gosched()
+		}
+		close(g.release)
+		if s := call(a, context.Background()); s != `Allow "allowed"` || g.calls.Load() != 2 {
+			t.Errorf("the next caller got %q after %d calls; want Allow after 2", s, g.calls.Load())
+		}
+	})
+}
+
+// TestAuthorizerUnionLikeWebhook: union.New(cache.NewAuthorizer(webhook),
+// rbac) behaves like union.New(webhook, rbac), for k8s.io/apiserver's own
+// webhook authorizer (a SubjectAccessReview that fails gives its
+// decisionOnError, NoOpinion or Deny, with the error) and for every
+// decision a scripted authorizer gives, with an error or without, on a
+// miss and on a hit.
+func TestAuthorizerUnionLikeWebhook(t *testing.T) {
+	t.Parallel()
+	rbac := func(d authorizer.Decision) authorizer.Authorizer {
+		return authorizer.AuthorizerFunc(func(context.Context, authorizer.Attributes) (authorizer.Decision, string, error) {
+			return d, "rbac", nil
+		})
+	}
+	compare := func(t *testing.T, first authorizer.Authorizer, second authorizer.Authorizer, then func()) {
+		t.Helper()
+		ours, err := cache.NewAuthorizer(first, cache.AuthorizerOptions{})
+		if err != nil {
+			t.Fatal(err)
+		}
+		for round := range 2 {
+			var got []string
+			for _, a := range []authorizer.Authorizer{first, ours} {
+				u, err := union.New(union.NamedAuthorizer{AuthorizerName: "first", Authorizer: a}, union.NamedAuthorizer{AuthorizerName: "rbac", Authorizer: second})
+				if err != nil {
+					t.Fatal(err)
+				}
+				d, reason, err := u.Authorize(context.Background(), diffReqs[0].attrs)
+				got = append(got, fmt.Sprintf("%v %q %v", d, reason, err))
+				if then != nil {
+					then()
+				}
+			}
+			if got[0] != got[1] {
+				t.Errorf("round %d: union(first, rbac) = %s; union(cache(first), rbac) = %s", round, got[0], got[1])
+			}
+		}
+	}
+	srv := authtest.Start(t)
+	cs, err := kubernetes.NewForConfig(srv.Config())
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, onError := range []authorizer.Decision{authorizer.DecisionNoOpinion, authorizer.DecisionDeny} {
+		for _, second := range []authorizer.Decision{authorizer.DecisionAllow, authorizer.DecisionDeny, authorizer.DecisionNoOpinion} {
+			t.Run(fmt.Sprintf("webhook failing with %v, rbac %v", onError, second), func(t *testing.T) {
+				wh, err := webhook.NewFromInterface(cs.AuthorizationV1(), time.Minute, time.Minute, wait.Backoff{Steps: 1},
+					onError, webhookmetrics.NoopAuthorizerMetrics{}, nil)
+				if err != nil {
+					t.Fatal(err)
+				}
+				srv.InjectFault(authtest.SubjectAccessReviews, authtest.Fault{Status: 500})
+				defer srv.ClearFaults()
+				compare(t, wh, rbac(second), nil)
+			})
+		}
+	}
+	for k := range numDecisionKinds {
+		for _, second := range []authorizer.Decision{authorizer.DecisionAllow, authorizer.DecisionDeny} {
+			t.Run(fmt.Sprintf("%v, rbac %v", k, second), func(t *testing.T) {
+				t.Parallel()
+				w := newWorld[decisionKind]()
+				w.set("alice", k)
+				compare(t, &scriptedAuthorizer{world: w}, rbac(second), nil)
+			})
+		}
 	}
 }
