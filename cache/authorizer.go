@@ -250,8 +250,11 @@ var errNilAttributes = &reviewauth.ReviewError{Review: reviewAttributes, Err: er
 // every concurrent identical request. A caller whose ctx ends first returns
 // at once with DecisionDeny and a *[reviewauth.ReviewError] wrapping
 // ctx.Err(); the shared call goes on for the others and is cancelled when
-// every caller has left. Any error comes with DecisionDeny, whatever
-// decision the wrapped authorizer gave with it: an error never allows.
+// every caller has left. Otherwise the answer is the wrapped authorizer's
+// decision, reason and error, as they are (an error with an Allow
+// included: the edges, httpauth, grpcauth and authz.Check, refuse any
+// answer with an error), or a cached copy of them, with the warnings and
+// audit annotations its call recorded. Errors are never cached.
 //
 // On a hit Authorize does not allocate (selectors included), unless the
 // user has more than 32 groups or 16 extra keys, or a label requirement
@@ -471,6 +474,10 @@ func (a *Authorizer) load(ctx context.Context, key icache.Key, enc string, attrs
 		// next one"), the error too unless the call's context ended.
 		if couldNotCheck(ctx, err) {
 			err = asUnavailable(ctx, err, reviewAttributes)
+		} else {
+			// Not "could not check": an answer, which replaces a
+			// stale Allow (see stale.go).
+			a.cache.Delete(key)
 		}
 		return loaded{v: v}, err
 	}
@@ -479,6 +486,8 @@ func (a *Authorizer) load(ctx context.Context, key icache.Key, enc string, attrs
 	// cancellation, and nobody may be left to receive it.
 	if cacheable && ctx.Err() == nil {
 		a.store(key, v, gen)
+	} else {
+		a.cache.Delete(key) // an answer all the same: no stale Allow outlives it
 	}
 	return loaded{v: v}, nil
 }

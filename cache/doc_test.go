@@ -1159,6 +1159,31 @@ func TestTokenCallersAgainstAPIServer(t *testing.T) {
 	})
 }
 
+// TestTokenContextValuesAgainstAPIServer: the shared call carries the
+// context values of the caller that started it (its logger, its trace
+// span, ...), apiserver's only the audiences (T7).
+func TestTokenContextValuesAgainstAPIServer(t *testing.T) {
+	t.Parallel()
+	type key struct{}
+	inner := authenticator.TokenFunc(func(ctx context.Context, token string) (*authenticator.Response, bool, error) {
+		v, _ := ctx.Value(key{}).(string)
+		return &authenticator.Response{User: &user.DefaultInfo{Name: v}}, true, nil
+	})
+	ours, err := cache.NewTokenAuthenticator(inner, cache.TokenOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx := context.WithValue(context.Background(), key{}, "value")
+	for name, tt := range map[string]struct {
+		a    authenticator.Token
+		want string
+	}{"apiserver": {newAPIServerTokenCache(inner, false, time.Minute, time.Minute, clock.RealClock{}), ""}, "cache": {ours, "value"}} {
+		if resp, ok, err := tt.a.AuthenticateToken(ctx, "t"); !ok || resp.User.GetName() != tt.want {
+			t.Errorf("%s: the wrapped authenticator saw the value %q (%v); want %q", name, resp.User.GetName(), err, tt.want)
+		}
+	}
+}
+
 func boolInt(b bool) int64 {
 	if b {
 		return 1

@@ -242,15 +242,17 @@ func (c *TokenAuthenticator) Uncached() authenticator.Token { return c.inner }
 // every concurrent caller with the same token and context audiences
 // (authenticator.AudiencesFrom), which key the cache with the token.
 //
-// An empty token is passed to the wrapped authenticator, uncached. A token
-// larger than MaxTokenSize is refused: an error matching
+// A token larger than MaxTokenSize is refused: an error matching
 // reviewauth.ErrUnauthenticated. A caller whose ctx ends while it waits
 // returns at once with a *reviewauth.ReviewError wrapping ctx's error (the
 // shared call goes on for the others, and is cancelled when every caller
 // has left); so does every caller when the call panics. Otherwise the
-// answer is the wrapped authenticator's, or a cached copy of it (the
+// answer is the wrapped authenticator's (a success with the warnings and
+// audit annotations its call recorded), or a cached copy of it (the
 // Response is shared between callers and must not be modified), or a
-// stale identity (see [TokenOptions].StaleIfError).
+// stale identity (see [TokenOptions].StaleIfError). The package
+// documentation lists how this differs from k8s.io/apiserver's token
+// cache.
 //
 // A hit does not allocate, with or without context audiences (with the
 // BLAKE2b PRF, for the first 16 audience sets the TokenAuthenticator sees;
