@@ -376,11 +376,11 @@ func TestForgetUserInFlight(t *testing.T) {
 			t.Parallel()
 			clk := clocktesting.NewFakeClock(time.Date(2026, 12, 1, 0, 0, 0, 0, time.UTC))
 			var calls atomic.Int32
-			var down atomic.Bool
+			var down, block atomic.Bool
 			started, release := make(chan struct{}, 1), make(chan struct{})
 			inner := authorizer.AuthorizerFunc(func(context.Context, authorizer.Attributes) (authorizer.Decision, string, error) {
-				n := calls.Add(1)
-				if n == 1 || n == 3 {
+				calls.Add(1)
+				if block.CompareAndSwap(true, false) {
 					started <- struct{}{}
 					<-release
 				}
@@ -402,6 +402,7 @@ func TestForgetUserInFlight(t *testing.T) {
 				go func() { d, _, _ := c.Authorize(context.Background(), getPodsBy("alice")); got <- d }()
 				return got
 			}
+			block.Store(true)
 			got := authorize()
 			<-started
 			forget()
@@ -416,6 +417,7 @@ func TestForgetUserInFlight(t *testing.T) {
 			// outage while the user is forgotten, is not served.
 			clk.Step(2 * time.Minute)
 			down.Store(true)
+			block.Store(true)
 			got = authorize()
 			<-started
 			forget()
