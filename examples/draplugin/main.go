@@ -23,6 +23,13 @@
 // --kubeconfig it uses the in-cluster configuration. It prints
 // "listening on ADDRESS" once it accepts connections.
 //
+// A revoker (--revocation-watch, default pods,node; --revocation-as-node,
+// default true) watches this node's pods and Node, read as the node, so
+// that a deleted pod's token stops working within seconds rather than at
+// the end of the token cache's TTL. It needs the plugin's pod-bound token
+// and RBAC like examples/draproxy/deploy/revocation-rbac.yaml; without
+// them it stays out of sync and the TTL applies.
+//
 // Serving is hardened (serving.GRPCServerOptions: connection cap
 // --max-connections, handshake timeout, keepalive enforcement, idle
 // connections closed, bounded streams and metadata). It logs like a

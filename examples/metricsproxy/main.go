@@ -47,6 +47,15 @@
 // every method there). (kube-rbac-proxy's --allow-paths, a list of the only paths
 // proxied, is something else; this proxy has no such flag.)
 //
+// Revocation within seconds (--revocation-watch, default
+// pods,node,clusterroles; --revocation-as-node, default true): a revoker
+// watches this node's pods and Node, read as the node, and the
+// ClusterRoles and ClusterRoleBindings that decide nodes/*, so that a
+// deleted pod's token and a removed permission stop working within seconds
+// rather than at the end of the caches' TTLs (reviewauth_revocation_synced
+// says whether it is in sync; while not, the TTLs apply). It needs the
+// RBAC of deploy/revocation-rbac.yaml.
+//
 // Once listening, metricsproxy prints "listening on https://ADDR" on
 // standard output, so that a supervisor started with --listen 127.0.0.1:0
 // can find the port.
