@@ -14,6 +14,7 @@ import (
 	"go.opentelemetry.io/otel/trace"
 	authenticationv1 "k8s.io/api/authentication/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/apimachinery/pkg/util/wait"
 	"k8s.io/apiserver/pkg/authentication/authenticator"
 	"k8s.io/apiserver/pkg/authentication/user"
@@ -610,6 +611,13 @@ func (a *Authenticator) Audiences() []string { return a.client.Audiences() }
 // [cache.NewTokenAuthenticator] given an Authenticator puts its cache in
 // front of the Client rather than in front of this cache.
 func (a *Authenticator) Uncached() authenticator.Token { return a.client }
+
+// Revoke forgets every cached identity bound to one of uids (a pod's, a
+// node's or a ServiceAccount's UID) and refuses such identities for a while
+// afterwards, even when the API server still accepts their tokens:
+// [cache.TokenAuthenticator.Revoke] on the Authenticator's cache, which
+// says what it promises. It is safe for concurrent use.
+func (a *Authenticator) Revoke(uids ...types.UID) { a.cached.Revoke(uids...) }
 
 // AuthenticateRequest authenticates the bearer token in r's Authorization
 // header (RFC 6750; the scheme is case-insensitive) with

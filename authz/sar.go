@@ -436,6 +436,17 @@ func compose(c *Client, opts Options) (*Authorizer, error) {
 	return &Authorizer{client: c, cached: cached}, nil
 }
 
+// ForgetUser forgets every cached decision about the user named name and
+// keeps the decisions in flight for that user out of the cache:
+// [cache.Authorizer.ForgetUser] on the Authorizer's cache. It is safe for
+// concurrent use.
+func (a *Authorizer) ForgetUser(name string) { a.cached.ForgetUser(name) }
+
+// ForgetAll forgets every cached decision and keeps the decisions in
+// flight out of the cache: [cache.Authorizer.ForgetAll] on the
+// Authorizer's cache. It is safe for concurrent use.
+func (a *Authorizer) ForgetAll() { a.cached.ForgetAll() }
+
 // Uncached returns the [Client] behind the Authorizer's cache, so that
 // [cache.NewAuthorizer] given an Authorizer puts its cache in front of the
 // Client rather than in front of this cache.

@@ -582,3 +582,35 @@ func TestClientCachesNothing(t *testing.T) {
 		t.Errorf("Authorizer.Uncached() = %T; want *authz.Client", az.Uncached())
 	}
 }
+
+// TestForgetUserAndAll: Authorizer.ForgetUser forgets one user's cached
+// decisions, ForgetAll everyone's: the next request is reviewed again.
+func TestForgetUserAndAll(t *testing.T) {
+	t.Parallel()
+	f := newFixture(t, policyOf(true, false, "", ""), authz.Options{})
+	other := backup()
+	other.Name = "other"
+	authorize := func() {
+		t.Helper()
+		for _, u := range []user.Info{backup(), other} {
+			if d, _, err := f.az.Authorize(context.Background(), getPods(u)); d != authorizer.DecisionAllow {
+				t.Fatalf("Authorize(%s) = %v, %v; want Allow", u.GetName(), d, err)
+			}
+		}
+	}
+	for _, step := range []struct {
+		forget func()
+		sars   int
+	}{
+		{func() {}, 2},
+		{func() {}, 2},
+		{func() { f.az.ForgetUser(other.Name) }, 3},
+		{func() { f.az.ForgetAll() }, 5},
+	} {
+		step.forget()
+		authorize()
+		if n := f.srv.Count(authtest.SubjectAccessReviews); n != step.sars {
+			t.Fatalf("SubjectAccessReviews = %d; want %d", n, step.sars)
+		}
+	}
+}

@@ -159,6 +159,7 @@ type Authorizer struct {
 	spanName     string
 	metrics      *observe.Recorder
 	tracer       trace.Tracer
+	forget       forgetting
 }
 
 var _ authorizer.Authorizer = (*Authorizer)(nil)
@@ -170,6 +171,8 @@ type decision struct {
 	reason string
 	enc    string
 	fresh  time.Time // with StaleIfError: when an Allow stops being fresh
+	user   string    // the user's name, for ForgetUser
+	notes  *notes    // replayed with every answer
 }
 
 // loaded is what a shared call hands its callers: a decision, or a
@@ -225,6 +228,7 @@ func NewAuthorizer(inner authorizer.Authorizer, opts AuthorizerOptions) (*Author
 	if a.clock == nil {
 		a.clock = clock.RealClock{}
 	}
+	a.forget.seed = a.seed1
 	if opts.TracerProvider != nil {
 		a.tracer = opts.TracerProvider.Tracer(TracerName)
 	}
@@ -246,8 +250,11 @@ var errNilAttributes = &reviewauth.ReviewError{Review: reviewAttributes, Err: er
 // every concurrent identical request. A caller whose ctx ends first returns
 // at once with DecisionDeny and a *[reviewauth.ReviewError] wrapping
 // ctx.Err(); the shared call goes on for the others and is cancelled when
-// every caller has left. Any error comes with DecisionDeny, whatever
-// decision the wrapped authorizer gave with it: an error never allows.
+// every caller has left. Otherwise the answer is the wrapped authorizer's
+// decision, reason and error, as they are (an error with an Allow
+// included: the edges, httpauth, grpcauth and authz.Check, refuse any
+// answer with an error), or a cached copy of them, with the warnings and
+// audit annotations its call recorded. Errors are never cached.
 //
 // On a hit Authorize does not allocate (selectors included), unless the
 // user has more than 32 groups or 16 extra keys, or a label requirement
@@ -268,6 +275,7 @@ func (a *Authorizer) Authorize(ctx context.Context, attrs authorizer.Attributes)
 	v, ok := a.cache.Get(key)
 	if ok && v.enc == string(enc) && a.fresh(&v) {
 		icache.PutKeyBuf(bp, enc)
+		v.notes.replay(ctx)
 		return v.d, v.reason, nil
 	}
 	l, err, _ := a.missed(ctx, attrs, kindAuthorize, bp, enc, key, v, ok)
@@ -374,6 +382,7 @@ func (a *Authorizer) decide(ctx context.Context, attrs authorizer.Attributes, ki
 	v, ok := a.cache.Get(key)
 	if ok && v.enc == string(enc) && a.fresh(&v) {
 		icache.PutKeyBuf(bp, enc)
+		v.notes.replay(ctx)
 		return loaded{v: v}, nil, true
 	}
 	return a.missed(ctx, attrs, kind, bp, enc, key, v, ok)
@@ -387,19 +396,26 @@ func (a *Authorizer) missed(ctx context.Context, attrs authorizer.Attributes, ki
 	icache.PutKeyBuf(bp, enc)
 	l, err := a.miss(ctx, key, encs, attrs, kind)
 	if err == nil {
+		l.v.notes.replay(ctx)
 		return l, nil, false
 	}
 	if werr, ok := fromWait(ctx, err, reviewAttributes, ""); ok {
+		// The cache's own error (this caller left, or the call
+		// panicked) comes with a Deny: no decision was made for it.
 		return loaded{v: decision{d: authorizer.DecisionDeny}}, werr, false
 	}
-	if haveStale && errors.Is(err, reviewauth.ErrUnavailable) {
+	if cur, ok := a.cache.Peek(key); haveStale && ok && cur == stale && errors.Is(err, reviewauth.ErrUnavailable) {
 		// Stale-if-error: an Allow less than StaleIfError past its TTL,
 		// served only because the wrapped authorizer cannot check.
+		// The second look makes sure it was not forgotten meanwhile.
 		a.metrics.StaleServe(a.name)
 		klog.FromContext(ctx).V(2).Info("Serving a stale Allow: the authorizer cannot check", "err", err)
+		stale.notes.replay(ctx)
 		return loaded{v: stale}, nil, true
 	}
-	return loaded{v: decision{d: authorizer.DecisionDeny, reason: l.v.reason}}, err, false
+	// The wrapped authorizer's error, with its decision and reason.
+	l.v.notes.replay(ctx)
+	return l, err, false
 }
 
 // miss is the miss path of decide, kept apart so that the hit path
@@ -427,15 +443,21 @@ func (a *Authorizer) load(ctx context.Context, key icache.Key, enc string, attrs
 	if v, ok := a.cache.Peek(key); ok && v.enc == enc && a.fresh(&v) {
 		return loaded{v: v}, nil
 	}
+	var name string
+	if u := attrs.GetUser(); u != nil {
+		name = u.GetName()
+	}
+	gen := a.forget.generation(name)
+	rctx, recorded := recording(ctx)
 	var d authorizer.Decision
 	var reason string
 	var err error
 	if kind == kindAuthorize {
-		d, reason, err = a.inner.Authorize(ctx, attrs)
+		d, reason, err = a.inner.Authorize(rctx, attrs)
 	} else {
-		cad := a.inner.ConditionsAwareAuthorize(ctx, attrs)
+		cad := a.inner.ConditionsAwareAuthorize(rctx, attrs)
 		if !cad.IsUnconditional() {
-			return loaded{cond: &cad}, nil
+			return loaded{cond: &cad, v: decision{notes: recorded()}}, nil
 		}
 		switch {
 		case cad.IsAllow():
@@ -445,23 +467,48 @@ func (a *Authorizer) load(ctx context.Context, key icache.Key, enc string, attrs
 		}
 		reason, err = cad.Reason(), cad.Error()
 	}
+	v := decision{d: d, reason: reason, enc: enc, user: name, notes: recorded()}
 	if err != nil {
+		// Never cached; the decision and reason come back as they are
+		// (union.New reads a NoOpinion with an error as "ask the
+		// next one"), the error too unless the call's context ended.
 		if couldNotCheck(ctx, err) {
 			err = asUnavailable(ctx, err, reviewAttributes)
+		} else {
+			// Not "could not check": an answer, which replaces a
+			// stale Allow (see stale.go).
+			a.cache.Delete(key)
 		}
-		return loaded{v: decision{reason: reason}}, err
+		return loaded{v: v}, err
 	}
-	v := decision{d: d, reason: reason, enc: enc}
-	if cacheable {
-		ttl := a.deniedTTL
-		keep := ttl
-		if d == authorizer.DecisionAllow {
-			ttl = a.allowedTTL
-			keep = retention(ttl, a.stale)
-		}
-		v.fresh = a.clock.Now().Add(ttl)
-		// A non-positive TTL stores nothing and drops any stale Allow.
-		a.cache.Set(key, v, keep)
+	// A decision made after the call's context ended (every caller left,
+	// or Timeout) is not cached: it may be an artefact of the
+	// cancellation, and nobody may be left to receive it.
+	if cacheable && ctx.Err() == nil {
+		a.store(key, v, gen)
+	} else {
+		a.cache.Delete(key) // an answer all the same: no stale Allow outlives it
 	}
 	return loaded{v: v}, nil
+}
+
+// store caches v under key, unless a forget has moved the generation of
+// its user past gen (read before the wrapped authorizer was asked): it
+// decides under the forgetting's read lock, so that a concurrent
+// ForgetUser or ForgetAll either finds v in the cache or keeps it out.
+func (a *Authorizer) store(key icache.Key, v decision, gen uint64) {
+	ttl := a.deniedTTL
+	keep := ttl
+	if v.d == authorizer.DecisionAllow {
+		ttl = a.allowedTTL
+		keep = retention(ttl, a.stale)
+	}
+	v.fresh = a.clock.Now().Add(ttl)
+	a.forget.mu.RLock()
+	defer a.forget.mu.RUnlock()
+	if a.forget.generation(v.user) != gen {
+		return
+	}
+	// A non-positive TTL stores nothing and drops any stale Allow.
+	a.cache.Set(key, v, keep)
 }

@@ -126,22 +126,25 @@ func TestAuthorizerTTLEdges(t *testing.T) {
 	}
 }
 
-// TestAuthorizerErrors: an error is never cached and always comes with
-// DecisionDeny, whatever the wrapped authorizer decided, and with its
-// reason.
+var errBoom = errors.New("boom")
+
+// TestAuthorizerErrors: an error is never cached and comes back with the
+// wrapped authorizer's own decision and reason: the decorator changes no
+// answer (the edges, authz.Check and httpauth, refuse whatever decision
+// comes with an error).
 func TestAuthorizerErrors(t *testing.T) {
 	t.Parallel()
 	for _, d := range []authorizer.Decision{authorizer.DecisionAllow, authorizer.DecisionDeny, authorizer.DecisionNoOpinion} {
 		t.Run(d.String(), func(t *testing.T) {
 			t.Parallel()
 			inner := &fakeAuthorizer{authorize: func(context.Context, authorizer.Attributes) (authorizer.Decision, string, error) {
-				return d, "webhook down", errors.New("boom")
+				return d, "webhook down", errBoom
 			}}
 			c := newAuthorizerCache(t, inner, cache.AuthorizerOptions{})
 			for range 2 {
 				got, reason, err := c.Authorize(context.Background(), getPodsBy("alice"))
-				if got != authorizer.DecisionDeny || reason != "webhook down" || err == nil {
-					t.Errorf("Authorize() = %v, %q, %v; want Deny, the reason, the error", got, reason, err)
+				if got != d || reason != "webhook down" || err != errBoom {
+					t.Errorf("Authorize() = %v, %q, %v; want %v, the reason, the error", got, reason, err, d)
 				}
 			}
 			if n := inner.calls.Load(); n != 2 {

@@ -22,7 +22,8 @@ import (
 
 // A cache in front of an authenticator of your own: a function that checks
 // tokens somewhere costly. Repeated tokens are answered from the cache,
-// rejections included; an outage ("could not check") is never cached.
+// definite rejections included; an outage ("could not check") and any
+// other error are never cached.
 func ExampleNewTokenAuthenticator() {
 	calls := 0
 	var down bool
@@ -36,9 +37,10 @@ func ExampleNewTokenAuthenticator() {
 		case token == "alice-token":
 			return &authenticator.Response{User: &user.DefaultInfo{Name: "alice"}}, true, nil
 		}
-		// Any other error, or (nil, false, nil), is a rejection: cached
-		// for FailureTTL, and answered 401.
-		return nil, false, errors.New("unknown token")
+		// A definite rejection matches reviewauth.ErrUnauthenticated
+		// (or is (nil, false, nil)): cached for FailureTTL, and answered
+		// 401. Any other error is returned as it is, and not cached.
+		return nil, false, &reviewauth.RejectedError{Reason: "unknown token"}
 	})
 	c, err := cache.NewTokenAuthenticator(check, cache.TokenOptions{SuccessTTL: time.Minute})
 	if err != nil {
@@ -64,8 +66,8 @@ func ExampleNewTokenAuthenticator() {
 	// alice true <nil>
 	// alice true <nil>
 	// alice true <nil>
-	// false unknown token
-	// false unknown token
+	// false reviewauth: unauthenticated: unknown token
+	// false reviewauth: unauthenticated: unknown token
 	// false true
 	// false true
 	// calls: 4
@@ -133,4 +135,73 @@ func ExampleNewAuthorizer() {
 	fmt.Println("allowed:", decisions[authorizer.DecisionAllow], "SubjectAccessReviews:", srv.Count(authtest.SubjectAccessReviews))
 	// Output:
 	// allowed: 100 SubjectAccessReviews: 1
+}
+
+// A pod is deleted: its token stops working at once, although the API
+// server keeps authenticating it for about 10 s more (its own token cache).
+// Tokens bound to other pods stay cached.
+func ExampleTokenAuthenticator_Revoke() {
+	pods := map[string]string{"token-of-web-0": "uid-web-0", "token-of-web-1": "uid-web-1"}
+	reviews := 0
+	apiServer := authenticator.TokenFunc(func(ctx context.Context, token string) (*authenticator.Response, bool, error) {
+		reviews++
+		return &authenticator.Response{User: &user.DefaultInfo{
+			Name:  "system:serviceaccount:default:web",
+			Extra: map[string][]string{"authentication.kubernetes.io/pod-uid": {pods[token]}},
+		}}, true, nil
+	})
+	c, err := cache.NewTokenAuthenticator(apiServer, cache.TokenOptions{})
+	if err != nil {
+		fmt.Println(err)
+		return
+	}
+	ctx := context.Background()
+	for _, tok := range []string{"token-of-web-0", "token-of-web-1"} {
+		_, ok, _ := c.AuthenticateToken(ctx, tok)
+		fmt.Println(tok, ok)
+	}
+	c.Revoke("uid-web-0") // as a watch of the node's pods sees web-0 deleted
+	for _, tok := range []string{"token-of-web-0", "token-of-web-1"} {
+		_, ok, err := c.AuthenticateToken(ctx, tok)
+		fmt.Println(tok, ok, errors.Is(err, reviewauth.ErrUnauthenticated))
+	}
+	fmt.Println("reviews:", reviews)
+	// Output:
+	// token-of-web-0 true
+	// token-of-web-1 true
+	// token-of-web-0 false true
+	// token-of-web-1 true false
+	// reviews: 3
+}
+
+// A RoleBinding changed: the decisions about its subject are forgotten, and
+// the next request is reviewed again.
+func ExampleAuthorizer_ForgetUser() {
+	allowed := true
+	reviews := 0
+	rbac := authorizer.AuthorizerFunc(func(context.Context, authorizer.Attributes) (authorizer.Decision, string, error) {
+		reviews++
+		if allowed {
+			return authorizer.DecisionAllow, "bound", nil
+		}
+		return authorizer.DecisionNoOpinion, "", nil
+	})
+	az, err := cache.NewAuthorizer(rbac, cache.AuthorizerOptions{})
+	if err != nil {
+		fmt.Println(err)
+		return
+	}
+	attrs := authorizer.AttributesRecord{User: &user.DefaultInfo{Name: "alice"}, Verb: "get", Path: "/metrics"}
+	d, _, _ := az.Authorize(context.Background(), attrs)
+	fmt.Println(d)
+	allowed = false // the binding is deleted...
+	d, _, _ = az.Authorize(context.Background(), attrs)
+	fmt.Println(d, "(cached)")
+	az.ForgetUser("alice") // ...and a watch of RBAC says so
+	d, _, _ = az.Authorize(context.Background(), attrs)
+	fmt.Println(d, "reviews:", reviews)
+	// Output:
+	// Allow
+	// Allow (cached)
+	// NoOpinion reviews: 2
 }

@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"math"
 	"strings"
 	"time"
 
@@ -18,26 +19,35 @@ import (
 //     default; a negative TTL disables caching of that kind of result:
 //     nothing is stored, and storing nothing also drops what an earlier
 //     result left under the key;
-//   - an error is never cached;
+//   - an error is never cached, nor is anything a call answers after its
+//     context ended (Timeout, or every caller left);
+//   - TTL sums saturate: a TTL plus StaleIfError past the longest
+//     Duration keeps the success for the longest Duration;
 //   - StaleIfError keeps a success (an identity, an Allow) for
 //     StaleIfError past its TTL, to be served only when the wrapped
 //     authenticator or authorizer could not check (its error matches
 //     reviewauth.ErrUnavailable), never past the token's exp. A success
 //     whose caching is disabled is not kept at all, so nothing is ever
 //     served stale with caching disabled. Rejections, denials and
-//     NoOpinions are never extended, and any answer replaces (or, with its
-//     caching disabled, removes) the stale success;
+//     NoOpinions are never extended, and any answer but "could not check"
+//     (a rejection, a denial, an error that does not match
+//     ErrUnavailable, an answer not cached) replaces or removes the stale
+//     success;
 //   - a caller that leaves (its context ends while it waits) gets "could
 //     not check", never a stale result.
 
 // retention returns how long to keep a success cached for ttl, with stale
 // for StaleIfError: 0 (keep nothing) when caching is disabled; ttl, or ttl
-// plus stale when stale is positive.
+// plus stale when stale is positive, saturating at the longest Duration
+// rather than overflowing to a negative one (which would keep nothing).
 func retention(ttl, stale time.Duration) time.Duration {
 	switch {
 	case ttl <= 0:
 		return 0
 	case stale > 0:
+		if ttl > math.MaxInt64-stale {
+			return math.MaxInt64
+		}
 		return ttl + stale
 	}
 	return ttl

@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"math"
 	"sync/atomic"
 	"testing"
 	"time"
@@ -195,8 +196,10 @@ func TestStaleIfErrorRule(t *testing.T) {
 				if n := s.calls.Load(); n != tt.wantCalls {
 					t.Errorf("calls of the wrapped %s = %d; want %d", kind, n, tt.wantCalls)
 				}
-				if tt.then == no {
-					// The rejection also removed the stale success.
+				if tt.then == no || tt.then == other {
+					// The rejection, or the error that was not
+					// "could not check", also removed the stale
+					// success.
 					s.set(outage)
 					clk.Step(cache.DefaultFailureTTL) // == DefaultDeniedTTL; within the grace
 					if cache.DefaultFailureTTL != cache.DefaultDeniedTTL || ttl+cache.DefaultFailureTTL >= ttl+grace {
@@ -205,6 +208,36 @@ func TestStaleIfErrorRule(t *testing.T) {
 					if got := s.call(context.Background()); got != unavailable {
 						t.Errorf("after the rejection, during an outage = %s; want %s", got, unavailable)
 					}
+				}
+			})
+		}
+	}
+}
+
+// TestTTLSumsSaturate: a success whose TTL plus StaleIfError passes the
+// longest Duration is cached (for the longest Duration), in both
+// decorators, rather than overflowing into "keep nothing".
+func TestTTLSumsSaturate(t *testing.T) {
+	t.Parallel()
+	for _, ttl := range []time.Duration{math.MaxInt64, math.MaxInt64 - time.Hour + 1, math.MaxInt64 / 2} {
+		for _, kind := range []string{"token", "authorizer"} {
+			t.Run(fmt.Sprint(kind, ttl), func(t *testing.T) {
+				t.Parallel()
+				clk := clocktesting.NewFakeClock(time.Now())
+				var s *subject
+				if kind == "token" {
+					s = tokenSubject(t, cache.TokenOptions{SuccessTTL: ttl, StaleIfError: time.Hour, Clock: clk})
+				} else {
+					s = authorizerSubject(t, cache.AuthorizerOptions{AllowedTTL: ttl, StaleIfError: time.Hour, Clock: clk})
+				}
+				for range 2 {
+					if got := s.call(context.Background()); got != success {
+						t.Fatalf("call = %s; want %s", got, success)
+					}
+					clk.Step(24 * time.Hour)
+				}
+				if n := s.calls.Load(); n != 1 {
+					t.Errorf("calls with TTL %v + StaleIfError 1h = %d; want 1 (cached)", ttl, n)
 				}
 			})
 		}

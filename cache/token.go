@@ -101,6 +101,16 @@ type TokenOptions struct {
 	// Clock tells the time for expiry. Nil means the real clock.
 	Clock clock.PassiveClock
 
+	// RevocationRetention is how long [TokenAuthenticator.Revoke] keeps
+	// refusing identities bound to a revoked UID. Zero means
+	// [DefaultRevocationRetention]; negative makes Revoke only forget
+	// cached identities, so that the next review may bring them back.
+	RevocationRetention time.Duration
+	// MaxRevoked bounds how many revoked UIDs are remembered; beyond it
+	// the least recently revoked or refused is forgotten first. Zero or
+	// negative means [DefaultMaxRevoked].
+	MaxRevoked int
+
 	// Metrics, if not nil, records the caches (hits, misses, evictions,
 	// entries, coalesced waits) as cache=<Name> and cache=<Name>_rejected,
 	// and stale serves. It does not keep the TokenAuthenticator alive.
@@ -136,6 +146,7 @@ type TokenAuthenticator struct {
 	group    icache.Group[result]
 	metrics  *observe.Recorder
 	tracer   trace.Tracer
+	revoked  revocations
 }
 
 var _ authenticator.Token = (*TokenAuthenticator)(nil)
@@ -144,7 +155,9 @@ var _ authenticator.Token = (*TokenAuthenticator)(nil)
 // fresh, for use only when the wrapped authenticator cannot check.
 type identity struct {
 	resp  *authenticator.Response
+	notes *notes // replayed on every hit
 	fresh time.Time
+	bound []string // the UIDs the identity is bound to (see Revoke)
 }
 
 // rejection is a cached rejection: the error the wrapped authenticator
@@ -154,6 +167,7 @@ type rejection struct{ err error }
 // result is what a shared call hands its callers.
 type result struct {
 	resp     *authenticator.Response
+	notes    *notes
 	rejected bool
 	err      error // with rejected: the rejection's error, or nil
 }
@@ -179,10 +193,13 @@ func NewTokenAuthenticator(inner authenticator.Token, opts TokenOptions) (*Token
 	opts.Timeout = positive(opts.Timeout, DefaultTimeout)
 	opts.Name = cmp.Or(opts.Name, "token")
 	opts.SpanName = cmp.Or(opts.SpanName, "reviewauth.cache.AuthenticateToken")
+	opts.RevocationRetention = cmp.Or(opts.RevocationRetention, DefaultRevocationRetention)
+	opts.MaxRevoked = positive(opts.MaxRevoked, DefaultMaxRevoked)
 	clk := opts.Clock
 	if clk == nil {
 		clk = clock.RealClock{}
 	}
+	opts.Clock = clk
 	keyer := icache.NewKeyer()
 	c := &TokenAuthenticator{
 		inner:    inner,
@@ -195,6 +212,7 @@ func NewTokenAuthenticator(inner authenticator.Token, opts TokenOptions) (*Token
 		group:    icache.Group[result]{Timeout: opts.Timeout},
 		metrics:  observe.Of(opts.Metrics),
 	}
+	c.revoked.init(keyer, &opts)
 	if opts.TracerProvider != nil {
 		c.tracer = opts.TracerProvider.Tracer(TracerName)
 	}
@@ -224,15 +242,17 @@ func (c *TokenAuthenticator) Uncached() authenticator.Token { return c.inner }
 // every concurrent caller with the same token and context audiences
 // (authenticator.AudiencesFrom), which key the cache with the token.
 //
-// An empty token is passed to the wrapped authenticator, uncached. A token
-// larger than MaxTokenSize is refused: an error matching
+// A token larger than MaxTokenSize is refused: an error matching
 // reviewauth.ErrUnauthenticated. A caller whose ctx ends while it waits
 // returns at once with a *reviewauth.ReviewError wrapping ctx's error (the
 // shared call goes on for the others, and is cancelled when every caller
 // has left); so does every caller when the call panics. Otherwise the
-// answer is the wrapped authenticator's, or a cached copy of it (the
+// answer is the wrapped authenticator's (a success with the warnings and
+// audit annotations its call recorded), or a cached copy of it (the
 // Response is shared between callers and must not be modified), or a
-// stale identity (see [TokenOptions].StaleIfError).
+// stale identity (see [TokenOptions].StaleIfError). The package
+// documentation lists how this differs from k8s.io/apiserver's token
+// cache.
 //
 // A hit does not allocate, with or without context audiences (with the
 // BLAKE2b PRF, for the first 16 audience sets the TokenAuthenticator sees;
@@ -276,10 +296,6 @@ func tokenDecision(ok bool, err error) string {
 
 // authenticate is AuthenticateToken; hit reports whether a cache answered.
 func (c *TokenAuthenticator) authenticate(ctx context.Context, token string) (_ *authenticator.Response, _ bool, _ error, hit bool) {
-	if token == "" {
-		resp, ok, err := c.inner.AuthenticateToken(ctx, token)
-		return resp, ok, err, false
-	}
 	if len(token) > c.opts.MaxTokenSize {
 		// Checked before hashing, so that junk costs nothing.
 		return nil, false, &reviewauth.RejectedError{Reason: fmt.Sprintf("token is larger than %d bytes", c.opts.MaxTokenSize)}, false
@@ -289,6 +305,7 @@ func (c *TokenAuthenticator) authenticate(ctx context.Context, token string) (_ 
 	var stale *identity
 	if found {
 		if c.opts.StaleIfError <= 0 || c.clock.Now().Before(id.fresh) {
+			id.notes.replay(ctx)
 			return id.resp, true, nil, true
 		}
 		stale = id
@@ -306,12 +323,14 @@ func (c *TokenAuthenticator) authenticate(ctx context.Context, token string) (_ 
 		if werr, ok := fromWait(ctx, err, reviewTokens, token); ok {
 			return nil, false, werr, false
 		}
-		if stale != nil {
+		if cur, ok := c.ok.Peek(key); stale != nil && ok && cur == stale && errors.Is(err, reviewauth.ErrUnavailable) {
 			// Stale-if-error: the wrapped authenticator cannot check,
 			// and this token was authenticated less than StaleIfError
-			// ago past its TTL.
+			// ago past its TTL. The second look makes sure that the
+			// identity was neither revoked nor replaced meanwhile.
 			c.metrics.StaleServe(c.opts.Name)
 			klog.FromContext(ctx).V(2).Info("Serving a stale identity: the authenticator cannot check", "user", stale.resp.User.GetName(), "err", err)
+			stale.notes.replay(ctx)
 			return stale.resp, true, nil, true
 		}
 		return nil, false, err, false
@@ -319,6 +338,7 @@ func (c *TokenAuthenticator) authenticate(ctx context.Context, token string) (_ 
 	if res.rejected {
 		return nil, false, res.err, false
 	}
+	res.notes.replay(ctx)
 	return res.resp, true, nil, false
 }
 
@@ -332,44 +352,86 @@ func (c *TokenAuthenticator) key(ctx context.Context, token string) icache.Key {
 
 // load runs once per key at a time, under the Group's detached context.
 // It stores its result in the caches itself, so that waiters only read.
-// Its error is always "could not check".
+// Its error is the wrapped authenticator's, or "could not check"; it is
+// never cached.
 func (c *TokenAuthenticator) load(ctx context.Context, key icache.Key, token string) (result, error) {
 	// A caller that missed the caches just before a previous call stored
 	// its result, and reached the Group just after that call finished,
 	// would otherwise call again. This second look is part of the same
 	// lookup: it counts no hit or miss.
 	if id, ok := c.ok.Peek(key); ok && (c.opts.StaleIfError <= 0 || c.clock.Now().Before(id.fresh)) {
-		return result{resp: id.resp}, nil
+		return result{resp: id.resp, notes: id.notes}, nil
 	}
 	if rej, ok := c.rejected.Peek(key); ok {
 		return result{rejected: true, err: rej.err}, nil
 	}
-	resp, ok, err := c.inner.AuthenticateToken(ctx, token)
+	gen := c.revoked.gen.Load()
+	rctx, recorded := recording(ctx)
+	resp, ok, err := c.inner.AuthenticateToken(rctx, token)
+	// An answer given after the call's context ended (every caller left,
+	// or Timeout) is not cached: it may be an artefact of the
+	// cancellation, and nobody may be left to receive it.
+	cache := ctx.Err() == nil
+	var nc *noCacheError
+	if errors.As(err, &nc) {
+		err, cache = nc.err, false
+	}
 	switch {
 	case couldNotCheck(ctx, err):
 		return result{}, asUnavailable(ctx, err, reviewTokens)
+	case err != nil && !errors.Is(err, reviewauth.ErrUnauthenticated):
+		// Neither "could not check" nor a definite rejection: returned
+		// as it is and not cached, as k8s.io/apiserver's token cache
+		// does with every error. It may be a rejection all the same
+		// (apiserver's webhook authenticator reports one so), so it
+		// removes a stale identity.
+		c.ok.Delete(key)
+		return result{}, err
 	case ok && err == nil && (resp == nil || resp.User == nil):
 		return result{}, &reviewauth.ReviewError{Review: reviewTokens, Err: errors.New("cache: the authenticator authenticated a token without a user")}
 	case ok && err == nil:
-		now := c.clock.Now()
-		ttl := c.opts.SuccessTTL
-		keep := retention(ttl, c.opts.StaleIfError)
-		if exp, ok := jwt.Expiry(token); ok {
-			left := exp.Sub(now)
-			ttl, keep = min(ttl, left), min(keep, left)
+		n := recorded()
+		if c.store(key, token, resp, n, gen, cache) {
+			return result{resp: resp, notes: n}, nil
 		}
-		c.ok.Set(key, &identity{resp: resp, fresh: now.Add(ttl)}, keep)
-		return result{resp: resp}, nil
+		err = errRevoked
 	}
-	// A rejection: a refusal, or an error that is not "could not check".
+	// A rejection: a refusal ((nil, false, nil), or a Response without
+	// ok), an error matching reviewauth.ErrUnauthenticated, or a revoked
+	// identity.
 	c.ok.Delete(key) // a stale identity must not outlive a rejection
-	var nc *noCacheError
-	if errors.As(err, &nc) {
-		err = nc.err
-	} else {
+	if cache {
 		c.rejected.Set(key, rejection{err: err}, c.opts.FailureTTL)
 	}
 	return result{rejected: true, err: err}, nil
+}
+
+// store caches the identity resp of token under key with the notes n of
+// its call, unless it is bound to a revoked UID, and reports whether it is
+// not. The review that returned resp started at revocation generation
+// gen: if a Revoke came since, or cache is false, the identity is returned
+// but not cached. It decides under the
+// read lock of the revocations, so that a concurrent Revoke either finds
+// the identity in the cache or keeps it out (see revocations).
+func (c *TokenAuthenticator) store(key icache.Key, token string, resp *authenticator.Response, n *notes, gen uint64, cache bool) bool {
+	id := &identity{resp: resp, notes: n, bound: boundUIDs(resp.User)}
+	now := c.clock.Now()
+	ttl := c.opts.SuccessTTL
+	keep := retention(ttl, c.opts.StaleIfError)
+	if exp, ok := jwt.Expiry(token); ok {
+		left := exp.Sub(now)
+		ttl, keep = min(ttl, left), min(keep, left)
+	}
+	id.fresh = now.Add(ttl)
+	c.revoked.mu.RLock()
+	defer c.revoked.mu.RUnlock()
+	if c.revoked.revoked(id.bound) {
+		return false
+	}
+	if cache && c.revoked.gen.Load() == gen {
+		c.ok.Set(key, id, keep)
+	}
+	return true
 }
 
 // NoCache marks err, a rejection that a wrapped authenticator returns, as

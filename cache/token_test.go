@@ -171,10 +171,12 @@ func TestTokenExpCapsTTL(t *testing.T) {
 	}
 }
 
-// TestTokenErrorsAreNotCached: "could not check" is never cached; other
-// errors and refusals are rejections; a rejection marked NoCache is
-// returned without the mark and not cached; an identity without a user is
-// "could not check".
+// TestTokenErrorsAreNotCached: "could not check" is never cached, nor is an
+// error that is not a definite rejection (it is returned as it is, as by
+// k8s.io/apiserver's token cache); definite rejections (matching
+// reviewauth.ErrUnauthenticated) and refusals are cached; a rejection
+// marked NoCache is returned without the mark and not cached; an identity
+// without a user is "could not check".
 func TestTokenErrorsAreNotCached(t *testing.T) {
 	t.Parallel()
 	rej := &reviewauth.RejectedError{Reason: "no"}
@@ -190,7 +192,11 @@ func TestTokenErrorsAreNotCached(t *testing.T) {
 	}{
 		{"unavailable", nil, false, errOutage, reviewauth.ErrUnavailable, true, 2},
 		{"rejection", nil, false, rej, reviewauth.ErrUnauthenticated, true, 1},
-		{"plain error is a rejection", nil, false, plain, plain, true, 1},
+		{"plain error passes uncached", nil, false, plain, plain, true, 2},
+		{"plain error with a response", &authenticator.Response{User: &user.DefaultInfo{Name: "a"}}, true, plain, plain, true, 2},
+		{"rejection with a response", &authenticator.Response{User: &user.DefaultInfo{Name: "a"}}, true, rej, reviewauth.ErrUnauthenticated, true, 1},
+		{"wrapped rejection", nil, false, fmt.Errorf("oidc: %w", reviewauth.ErrUnauthenticated), reviewauth.ErrUnauthenticated, true, 1},
+		{"NoCache plain error", nil, false, cache.NoCache(plain), plain, false, 2},
 		{"refusal", nil, false, nil, nil, false, 1},
 		{"NoCache rejection", nil, false, cache.NoCache(rej), reviewauth.ErrUnauthenticated, false, 2},
 		{"authenticated without a user", &authenticator.Response{}, true, nil, reviewauth.ErrUnavailable, false, 2},
@@ -384,9 +390,9 @@ func TestTokenKeyedByContextAudiences(t *testing.T) {
 	}
 }
 
-// TestTokenLocalRefusals: an empty token goes to the wrapped authenticator
-// uncached; a token past MaxTokenSize is refused without a call, at the
-// limit it is not.
+// TestTokenLocalRefusals: an empty token is cached like any other, as
+// k8s.io/apiserver's token cache does; a token past MaxTokenSize is refused
+// without a call, at the limit it is not.
 func TestTokenLocalRefusals(t *testing.T) {
 	t.Parallel()
 	inner := newFakeToken(func(ctx context.Context, token string) (*authenticator.Response, bool, error) {
@@ -402,8 +408,8 @@ func TestTokenLocalRefusals(t *testing.T) {
 			t.Errorf("AuthenticateToken(\"\") = (%v, %v, %v); want (nil, false, nil)", resp, ok, err)
 		}
 	}
-	if n := inner.count(""); n != 2 {
-		t.Errorf("calls for the empty token = %d; want 2 (passed on, uncached)", n)
+	if n := inner.count(""); n != 1 {
+		t.Errorf("calls for the empty token = %d; want 1 (cached)", n)
 	}
 	at, over := strings.Repeat("a", max), strings.Repeat("a", max+1)
 	if _, ok, err := c.AuthenticateToken(context.Background(), at); !ok || err != nil {

@@ -24,6 +24,7 @@ import (
 	"github.com/reviewauth/reviewauth/internal/observe"
 	"github.com/reviewauth/reviewauth/internal/review"
 	"github.com/reviewauth/reviewauth/metrics"
+	"github.com/reviewauth/reviewauth/revocation"
 )
 
 // Flags are the command-line flags of a service protected by reviewauth:
@@ -65,6 +66,9 @@ type Flags struct {
 	// the ClusterRole), reviewauth_jwks_preverify_available says 0, and
 	// every token is reviewed.
 	NoJWKSPreverify bool
+	// Revocation configures the revoker Build builds beside the caches,
+	// registered by AddRevocationFlags only (see [RevocationFlags]).
+	Revocation RevocationFlags
 }
 
 // AddFlags registers authn's and authz's flags, --kubeconfig, --audience
@@ -124,7 +128,7 @@ func (f *Flags) complete() {
 // Validate reports every problem with the flags, naming the flag.
 func (f *Flags) Validate() error {
 	f.complete()
-	return errors.Join(f.Authn.Validate(), f.Authz.Validate(), f.HTTP.Validate())
+	return errors.Join(f.Authn.Validate(), f.Authz.Validate(), f.HTTP.Validate(), f.Revocation.validate(f.Authz.NodeName))
 }
 
 // Built is what [Flags.Build] returns.
@@ -142,6 +146,11 @@ type Built struct {
 	// Registry holds Metrics and the Go and process collectors: serve it
 	// at /metrics (see [Built.Handler]).
 	Registry *prometheus.Registry
+	// Revoker, when the revocation flags watch something, revokes the
+	// Authenticator's cached identities and flushes SAR's cached decisions
+	// as what they rest on changes; nil otherwise. Nothing runs until its
+	// Run is called.
+	Revoker *revocation.Revoker
 
 	http httpauth.Flags
 }
@@ -209,7 +218,11 @@ func (f *Flags) Build(ctx context.Context) (*Built, error) {
 	if fetchJWKS != nil {
 		checkJWKS(ctx, fetchJWKS)
 	}
-	return &Built{Authenticator: an, Authorizer: chain, SAR: sar, Metrics: m, Registry: reg, http: f.HTTP}, nil
+	b := &Built{Authenticator: an, Authorizer: chain, SAR: sar, Metrics: m, Registry: reg, http: f.HTTP}
+	if b.Revoker, err = f.buildRevoker(an, sar, m); err != nil {
+		return nil, err
+	}
+	return b, nil
 }
 
 // selfCheck runs authn.SelfCheck and authz.SelfCheck on the configured

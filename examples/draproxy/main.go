@@ -518,7 +518,8 @@ func parseFlags(args []string, out io.Writer) (*config, error) {
 	fs.DurationVar(&c.podTTL, "pod-cache-ttl", 0, "no effect: draproxy reads the pods a claim is reserved for, as the node, on every read of the claim")
 	_ = fs.MarkDeprecated("pod-cache-ttl", "draproxy no longer remembers pods: claims are decided by the API server's graph and a read of the pods as the node; the flag has no effect")
 	fs.Int64Var(&c.maxBody, "max-request-body-bytes", DefaultMaxBodyBytes, "largest request body accepted (413 above)")
-	c.flags.AddFlags(fs, true) // logging, --version, --metrics-listen, --max-connections, --kubeconfig, --audience, --node-name, --authentication-*, --authorization-*, --tls-* (for --tls-listen), --self-signed-ca-file
+	c.flags.AddFlags(fs, true)                                // logging, --version, --metrics-listen, --max-connections, --kubeconfig, --audience, --node-name, --authentication-*, --authorization-*, --tls-* (for --tls-listen), --self-signed-ca-file
+	c.flags.AddRevocationFlags(fs, cli.NodeAgentRevocation()) // --revocation-*: this node's pods and Node, as the node
 	if err := fs.Parse(args); err != nil {
 		return nil, err
 	}

@@ -47,6 +47,15 @@
 // every method there). (kube-rbac-proxy's --allow-paths, a list of the only paths
 // proxied, is something else; this proxy has no such flag.)
 //
+// Revocation within seconds (--revocation-watch, default
+// pods,node,clusterroles; --revocation-as-node, default true): a revoker
+// watches this node's pods and Node, read as the node, and the
+// ClusterRoles and ClusterRoleBindings that decide nodes/*, so that a
+// deleted pod's token and a removed permission stop working within seconds
+// rather than at the end of the caches' TTLs (reviewauth_revocation_synced
+// says whether it is in sync; while not, the TTLs apply). It needs the
+// RBAC of deploy/revocation-rbac.yaml.
+//
 // Once listening, metricsproxy prints "listening on https://ADDR" on
 // standard output, so that a supervisor started with --listen 127.0.0.1:0
 // can find the port.
@@ -94,6 +103,12 @@ func parseFlags(args []string, output io.Writer) (*config, error) {
 	fs.BoolVar(&c.forwardIdentity, "forward-identity", false, "tell the upstream who the caller is, in the front-proxy headers X-Remote-User, X-Remote-Uid, X-Remote-Group and X-Remote-Extra-* (as client-go writes them and the API server's requestheader authenticator reads them); client-sent ones never pass either way")
 	c.flags.AddFlags(fs, true)      // logging, --version, --metrics-listen, --max-connections, --kubeconfig, --audience, --node-name, --authentication-*, --authorization-*, --tls-*
 	c.flags.Review.AddHTTPFlags(fs) // --client-ca-file, --authorization-always-allow-paths
+	// --revocation-*: this node's pods and Node (as the node), and the
+	// ClusterRoles and ClusterRoleBindings that decide nodes/* (cluster-scoped:
+	// RoleBindings cannot grant them).
+	rev := cli.NodeAgentRevocation()
+	rev.Watch = append(rev.Watch, "clusterroles")
+	c.flags.AddRevocationFlags(fs, rev)
 	if err := fs.Parse(args); err != nil {
 		return nil, err
 	}

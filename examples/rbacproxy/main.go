@@ -153,6 +153,10 @@ func parseFlags(args []string, output io.Writer) (*config, error) {
 	// --max-connections.
 	c.flags.AddFlags(fs, true)
 	c.flags.Review.AddHTTPFlags(fs)
+	// --revocation-*: off by default, so that switching from
+	// kube-rbac-proxy stays a change of image (watching RBAC needs list and
+	// watch of it; deploy/revocation adds both).
+	c.flags.AddRevocationFlags(fs, serving.RevocationFlags{})
 	if err := fs.Parse(args); err != nil {
 		return nil, err
 	}

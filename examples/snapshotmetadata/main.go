@@ -109,7 +109,8 @@ func parseFlags(args []string, out io.Writer) (config, error) {
 	fs.SetOutput(out)
 	fs.StringVar(&c.listen, "listen", ":50051", "TCP address to serve on")
 	fs.StringVar(&c.driver, "driver", "", "name of the CSI driver whose snapshots this sidecar serves, and of its SnapshotMetadataService object (required)")
-	c.flags.AddFlags(fs, true) // logging, --version, --metrics-listen, --max-connections, --kubeconfig, --audience, --authentication-*, --authorization-*, --tls-*, --self-signed-ca-file
+	c.flags.AddFlags(fs, true)                                // logging, --version, --metrics-listen, --max-connections, --kubeconfig, --audience, --authentication-*, --authorization-*, --tls-*, --self-signed-ca-file
+	c.flags.AddRevocationFlags(fs, serving.RevocationFlags{}) // --revocation-*
 	fs.DurationVar(&c.syncTimeout, "cache-sync-timeout", time.Minute, "how long to wait at start for the VolumeSnapshot and VolumeSnapshotContent caches; the sidecar does not start without them")
 	if err := fs.Parse(args); err != nil {
 		return c, err

@@ -33,5 +33,7 @@ func newReviewauthAgentTTLs(cfg *rest.Config, clk clock.Clock, success, allowed,
 	if err != nil {
 		return nil, err
 	}
-	return &agent{authn: an, authz: az}, nil
+	// What a revoker (package revocation) calls, for the configurations
+	// that run one: the caches' own invalidation.
+	return &agent{authn: an, authz: az, revoke: an.Revoke, forgetAll: az.ForgetAll}, nil
 }

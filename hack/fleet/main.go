@@ -34,9 +34,11 @@
 //	go run . [-nodes 5000] [-sample 50] [-callers 10] [-interval 10s] [-png fleet.png]
 //	         [-sweep 1s,5s,10s,30s,60s] [-sweep-png fleet-sweep.png]
 //
-// Besides the main run, the report has a model of the restart storm
-// against the API server's concurrency limit (storm.go), and a sweep of
-// the steady state over request intervals (sweep.go).
+// Besides the main run, the report has what revocation within 2 s costs,
+// by a revoker (its watches, modelled, and its flushes, simulated) or by
+// 2 s TTLs (revocation.go), a model of the restart storm against the API
+// server's concurrency limit (storm.go), and a sweep of the steady state
+// over request intervals (sweep.go).
 package main
 
 import (
@@ -77,6 +79,13 @@ func mainErr(args []string, out io.Writer) error {
 	fs.DurationVar(&p.PeakWindow, "peak-window", p.PeakWindow, "the restart peak is the busiest window of this width after the restart, per second (at most the shortest interval)")
 	fs.DurationVar(&p.Latency, "latency", p.Latency, "assumed API-server latency of one review, for the in-flight estimate")
 	fs.Uint64Var(&p.Seed, "seed", p.Seed, "random seed of the workload")
+	fs.Float64Var(&p.RBACFlushesPerHour, "rbac-flushes-per-hour", p.RBACFlushesPerHour, "with a revoker: RBAC changes per hour that flush every cached decision of every agent (twice, 1s apart)")
+	revokerWatch := fs.String("revoker-watch", strings.Join(p.Watch.Resources, ","), "the revoker's --revocation-watch, for the watch model")
+	fs.IntVar(&p.Watch.PodsPerNode, "pods-per-node", p.Watch.PodsPerNode, "watch model: pods on a node, replaced at -churn")
+	fs.Float64Var(&p.Watch.PodEvents, "pod-events", p.Watch.PodEvents, "watch model: events of one pod's life on a spec.nodeName watch")
+	fs.Float64Var(&p.Watch.NodeEventsPerHour, "node-events-per-hour", p.Watch.NodeEventsPerHour, "watch model: updates of a Node object per hour")
+	fs.IntVar(&p.Watch.RBACObjects, "rbac-objects", p.Watch.RBACObjects, "watch model: RBAC objects the revoker lists at a start")
+	fs.Float64Var(&p.Watch.RBACChangesPerHour, "rbac-changes-per-hour", p.Watch.RBACChangesPerHour, "watch model: changes to those RBAC objects per hour")
 	names := fs.String("configs", "", "comma-separated configurations to run (default all): "+configNames())
 	parallel := fs.Int("parallel", runtime.GOMAXPROCS(0), "configurations simulated at once")
 	png := fs.String("png", "", "write a plot of fleet reviews/s over time to this PNG file")
@@ -91,6 +100,7 @@ func mainErr(args []string, out io.Writer) error {
 		return err
 	}
 	limit.Latency = p.Latency
+	p.Watch.Resources = strings.Split(*revokerWatch, ",")
 	cfgs, err := parseConfigs(*names)
 	if err != nil {
 		return err
@@ -121,6 +131,7 @@ func mainErr(args []string, out io.Writer) error {
 		}
 		fmt.Fprintf(out, "\nplot: %s\n", *png)
 	}
+	writeRevocation(out, p, results)
 	if p.RestartAt > 0 {
 		writeStorm(out, p, limit)
 	}

@@ -8,6 +8,7 @@ import (
 	"sync"
 	"time"
 
+	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/apiserver/pkg/authentication/authenticator"
 	"k8s.io/apiserver/pkg/authentication/user"
 	"k8s.io/apiserver/pkg/authorization/authorizer"
@@ -29,6 +30,10 @@ type agent struct {
 	// (k8s.io/apiserver's token cache keys on them).
 	audiences authenticator.Audiences
 	authz     authorizer.UnconditionalAuthorizer
+	// revoke and forgetAll are the caches' invalidation (reviewauth
+	// only), which the configurations with a revoker call.
+	revoke    func(uids ...types.UID)
+	forgetAll func()
 }
 
 // config is one way of running a node agent's auth.
@@ -36,18 +41,25 @@ type config struct {
 	name  string
 	about string
 	new   func(cfg *rest.Config, clk clock.Clock) (*agent, error)
+	// revoker: the agent runs a revoker (revocation.go): a replaced pod's
+	// UID is revoked, and RBAC changes flush every decision, twice.
+	revoker bool
 }
 
 // configs are the configurations the simulator compares, reviewauth first.
 var configs = []config{
-	{"reviewauth", "reviewauth defaults: identity 1m (capped at exp), rejection 10s, allow 1m, deny 10s; coalesced", newReviewauthAgent},
-	{"apiserver", "k8s.io/apiserver delegated options' defaults: token cache 10s, SAR cache 10s/10s", delegated(10*time.Second, 10*time.Second, 10*time.Second)},
-	{"kubelet", "k8s.io/apiserver delegated, the kubelet's defaults: token cache 2m, SAR cache 5m/30s", delegated(2*time.Minute, 5*time.Minute, 30*time.Second)},
-	{"controller-runtime", "k8s.io/apiserver delegated, controller-runtime's metrics filter: token cache 1m, SAR cache 5m/30s", delegated(time.Minute, 5*time.Minute, 30*time.Second)},
-	{"kube-rbac-proxy-like", "k8s.io/apiserver token cache 2m, a SAR per request (no SAR cache, no coalescing), as issue #16 describes it; kube-rbac-proxy v0.21 itself caches SARs 5m/30s and then costs what the kubelet row costs", delegated(2*time.Minute, 0, 0)},
+	{"reviewauth", "reviewauth defaults: identity 1m (capped at exp), rejection 10s, allow 1m, deny 10s; coalesced", newReviewauthAgent, false},
+	{"apiserver", "k8s.io/apiserver delegated options' defaults: token cache 10s, SAR cache 10s/10s", delegated(10*time.Second, 10*time.Second, 10*time.Second), false},
+	{"kubelet", "k8s.io/apiserver delegated, the kubelet's defaults: token cache 2m, SAR cache 5m/30s", delegated(2*time.Minute, 5*time.Minute, 30*time.Second), false},
+	{"controller-runtime", "k8s.io/apiserver delegated, controller-runtime's metrics filter: token cache 1m, SAR cache 5m/30s", delegated(time.Minute, 5*time.Minute, 30*time.Second), false},
+	{"kube-rbac-proxy-like", "k8s.io/apiserver token cache 2m, a SAR per request (no SAR cache, no coalescing), as issue #16 describes it; kube-rbac-proxy v0.21 itself caches SARs 5m/30s and then costs what the kubelet row costs", delegated(2*time.Minute, 0, 0), false},
 	{"reviewauth-2m-5m", "reviewauth with the kubelet's TTLs: identity 2m, allow 5m, deny 30s", func(cfg *rest.Config, clk clock.Clock) (*agent, error) {
 		return newReviewauthAgentTTLs(cfg, clk, 2*time.Minute, 5*time.Minute, 30*time.Second)
-	}},
+	}, false},
+	{"reviewauth-2s", "reviewauth with every TTL at 2s: revocation within 2s by the TTLs alone, without a revoker", func(cfg *rest.Config, clk clock.Clock) (*agent, error) {
+		return newReviewauthAgentTTLs(cfg, clk, 2*time.Second, 2*time.Second, 2*time.Second)
+	}, false},
+	{"reviewauth+revoker", "reviewauth defaults with a revoker (revocation within 2s): each replaced pod's UID revoked at its deletion; -rbac-flushes-per-hour RBAC changes that flush every decision of every agent (a group subject, a relist), each flushed again 1s later", newReviewauthAgent, true},
 }
 
 func delegated(token, allowed, denied time.Duration) func(*rest.Config, clock.Clock) (*agent, error) {
@@ -90,6 +102,10 @@ type params struct {
 	PeakWindow time.Duration // the restart peak is the busiest window of this width, per second
 	Latency    time.Duration // assumed API-server latency of a review, for the in-flight estimate
 	Seed       uint64
+
+	// The revoker (revocation.go).
+	RBACFlushesPerHour float64 // RBAC changes per hour that flush every decision of every agent
+	Watch              watchModel
 }
 
 // defaultParams are the simulator's defaults.
@@ -100,6 +116,7 @@ func defaultParams() params {
 		TokenLifetime: time.Hour, RotateAt: 0.8, ChurnPerHour: 0.1,
 		Duration: time.Hour, StartSpread: 10 * time.Minute, Warmup: 15 * time.Minute, RestartAt: 40 * time.Minute,
 		PeakWindow: 5 * time.Second, Latency: 5 * time.Millisecond, Seed: 1,
+		RBACFlushesPerHour: 12, Watch: defaultWatchModel(),
 	}
 }
 
@@ -136,8 +153,10 @@ func (p params) validate() error {
 		return fmt.Errorf("need a peak window of at least 1s")
 	case p.RestartAt < 0 || p.RestartAt >= p.Duration:
 		return fmt.Errorf("need 0 <= restart-at < duration")
+	case p.RBACFlushesPerHour < 0:
+		return fmt.Errorf("need -rbac-flushes-per-hour >= 0")
 	}
-	return nil
+	return p.Watch.validate()
 }
 
 // steadyEnd is where the steady-state window ends.
@@ -247,6 +266,8 @@ const (
 	evRotate
 	evChurn
 	evRestart
+	evFlush       // an RBAC change: every agent's revoker flushes every decision
+	evSecondFlush // and again, a second later
 )
 
 type event struct {
@@ -339,6 +360,9 @@ func run(p params, cfg config) (*result, error) {
 	if p.RestartAt > 0 {
 		s.schedule(p.RestartAt, evRestart, -1, 0)
 	}
+	if cfg.revoker {
+		s.scheduleFlush()
+	}
 	for s.queue.Len() > 0 {
 		ev := heap.Pop(&s.queue).(event)
 		if ev.at >= p.Duration {
@@ -368,6 +392,16 @@ func (s *sim) scheduleChurn(c int) {
 	}
 	mean := float64(time.Hour) / s.p.ChurnPerHour
 	s.schedule(s.now+time.Duration(s.rng.ExpFloat64()*mean), evChurn, c, 0)
+}
+
+// scheduleFlush schedules the next RBAC change that flushes every decision
+// (Poisson arrivals at RBACFlushesPerHour).
+func (s *sim) scheduleFlush() {
+	if s.p.RBACFlushesPerHour <= 0 {
+		return
+	}
+	mean := float64(time.Hour) / s.p.RBACFlushesPerHour
+	s.schedule(s.now+time.Duration(s.rng.ExpFloat64()*mean), evFlush, -1, 0)
 }
 
 // nextInterval draws the time to a caller's next request.
@@ -403,13 +437,16 @@ func (s *sim) newPod(c *caller) {
 	}
 }
 
+// podName is the name of c's pod now.
+func podName(c *caller) string { return fmt.Sprintf("client-%d-%s-%d", c.idx, nodeName(c.node), c.pod) }
+
 // newToken mints c a token issued at the given time (relative to the
 // simulation's start) for the node agent's audience, bound to c's pod and
 // node, with a credential ID of its own, as a real API server does.
 func (s *sim) newToken(c *caller, issued time.Duration) {
 	c.tok++
 	u := *c.user
-	pod := fmt.Sprintf("client-%d-%s-%d", c.idx, nodeName(c.node), c.pod)
+	pod := podName(c)
 	u.Extra = map[string][]string{
 		"authentication.kubernetes.io/pod-name":      {pod},
 		"authentication.kubernetes.io/pod-uid":       {pod + "-uid"},
@@ -439,6 +476,10 @@ func (s *sim) handle(ev event) error {
 		s.schedule(s.now+time.Duration(s.p.RotateAt*float64(s.p.TokenLifetime)), evRotate, ev.caller, c.pod-1)
 	case evChurn:
 		c := s.callers[ev.caller]
+		if s.cfg.revoker {
+			// The old pod is deleted: its agent's revoker revokes its UID.
+			s.agents[c.node].revoke(types.UID(podName(c) + "-uid"))
+		}
 		s.newPod(c)
 		s.newToken(c, s.now)
 		s.schedule(s.now+time.Duration(s.p.RotateAt*float64(s.p.TokenLifetime)), evRotate, ev.caller, c.pod-1)
@@ -446,6 +487,14 @@ func (s *sim) handle(ev event) error {
 		// The new pod starts calling at a random point of its interval.
 		c.reqGen++
 		s.schedule(s.now+time.Duration(s.rng.Float64()*float64(s.p.Interval)), evRequest, ev.caller, c.reqGen)
+	case evFlush, evSecondFlush:
+		for _, a := range s.agents {
+			a.forgetAll()
+		}
+		if ev.kind == evFlush {
+			s.schedule(s.now+time.Second, evSecondFlush, -1, 0)
+			s.scheduleFlush()
+		}
 	case evRestart:
 		if err := s.startAgents(); err != nil {
 			return err

@@ -269,6 +269,29 @@ func (c *Cache[V]) Delete(k Key) {
 	s.c.mu.Unlock()
 }
 
+// DeleteFunc removes every entry whose value del reports true for (nil del:
+// every entry), expired or not, and returns how many it removed. It walks
+// the whole cache, one shard at a time under that shard's lock, so it costs
+// one call of del per entry held: at most the cache's bound. del must not
+// use the cache. An entry set concurrently in a shard already walked stays.
+func (c *Cache[V]) DeleteFunc(del func(V) bool) int {
+	n := 0
+	for i := range c.shards {
+		s := &c.shards[i]
+		s.c.mu.Lock()
+		for e := s.head.next; e != &s.head; {
+			next := e.next
+			if del == nil || del(e.value) {
+				s.remove(e)
+				n++
+			}
+			e = next
+		}
+		s.c.mu.Unlock()
+	}
+	return n
+}
+
 // Len returns the number of entries held, including expired entries that
 // have not been dropped yet.
 func (c *Cache[V]) Len() int {

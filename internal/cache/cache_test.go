@@ -101,6 +101,46 @@ func TestCacheBoundExactAtEdge(t *testing.T) {
 	}
 }
 
+func TestCacheDeleteFunc(t *testing.T) {
+	t.Parallel()
+	start := time.Unix(0, 0)
+	// Below and above the sharding threshold, with expired entries too.
+	for _, max := range []int{4, 4096} {
+		t.Run(fmt.Sprint(max), func(t *testing.T) {
+			t.Parallel()
+			clk := clocktesting.NewFakePassiveClock(start)
+			c := cache.New[int](cache.Options{Clock: clk, MaxEntries: max})
+			n := min(max, 100)
+			for i := range n {
+				c.Set(key(i), i, time.Duration(1+i%2)*time.Second)
+			}
+			clk.SetTime(start.Add(time.Second)) // the even ones expired
+			odd := func(v int) bool { return v%2 == 1 }
+			if got := c.DeleteFunc(odd); got != n/2 {
+				t.Fatalf("DeleteFunc(odd) = %d; want %d", got, n/2)
+			}
+			if c.Len() != n-n/2 || c.Stats().Entries != n-n/2 {
+				t.Fatalf("Len after DeleteFunc(odd) = %d (Stats %+v); want %d", c.Len(), c.Stats(), n-n/2)
+			}
+			for i := range n {
+				if _, ok := c.Peek(key(i)); ok {
+					t.Fatalf("Peek(%d) after DeleteFunc = hit; want miss", i)
+				}
+			}
+			if got := c.DeleteFunc(nil); got != n-n/2 || c.Len() != 0 {
+				t.Fatalf("DeleteFunc(nil) = %d, Len %d; want %d, 0", got, c.Len(), n-n/2)
+			}
+			// The cache still works, to its bound.
+			for i := range max + 1 {
+				c.Set(key(i), i, time.Hour)
+			}
+			if c.Len() > max {
+				t.Fatalf("Len = %d; want <= %d", c.Len(), max)
+			}
+		})
+	}
+}
+
 func TestCacheLRUOrder(t *testing.T) {
 	t.Parallel()
 	// Below the sharding threshold eviction is exact LRU.

@@ -54,6 +54,13 @@ type Recorder struct {
 	conns       *prometheus.GaugeVec
 	connsClosed *prometheus.CounterVec
 
+	// The revoker's (package revocation): revSynced is collected once set.
+	revSynced    prometheus.Gauge
+	revSyncedSet atomic.Bool
+	revocations  *prometheus.CounterVec
+	revFlushes   *prometheus.CounterVec
+	revResyncs   *prometheus.CounterVec
+
 	// decided holds the decision counters of the known transports and
 	// outcomes, resolved once: a request pays a map read, not a label hash.
 	decided map[[2]string]prometheus.Counter
@@ -115,6 +122,14 @@ func NewRecorder() *Recorder {
 			Help: "Client connections of servers of package serving: admitted (at most the budget), and waiting (accepted, not admitted yet)."}, []string{"state"}),
 		connsClosed: counters("reviewauth_connections_closed_total",
 			"Client connections a server of package serving closed to make room (evicted), past a timeout shrunk by pressure (timeout), past the rapid-reset bound (rapid_reset), or after 8 refused requests and none served (refused), by reason and by the stage the connection was in.", "reason", "stage"),
+		revSynced: prometheus.NewGauge(prometheus.GaugeOpts{Name: "reviewauth_revocation_synced",
+			Help: "1 when every watch of the revoker (package revocation) has listed and heard from the API server within its stall timeout since its last error: deletions and RBAC changes are acted on within seconds; 0 otherwise (cached identities and decisions then live their TTLs). Absent without a revoker."}),
+		revocations: counters("reviewauth_revocations_total",
+			"UIDs whose cached identities the revoker revoked, by the resource deleted (pods, serviceaccounts, nodes).", "resource"),
+		revFlushes: counters("reviewauth_revocation_decision_flushes_total",
+			"Flushes of cached authorization decisions the revoker made on RBAC changes, by scope (user: the decisions of one user; all), second flushes included.", "scope"),
+		revResyncs: counters("reviewauth_revocation_resyncs_total",
+			"Times the revoker listed a resource again after its first list (relist: a watch error or an expired resource version; then it revokes what disappeared and flushes every decision), or gave up on a watch that delivered nothing past its stall timeout (stalled), by resource and reason.", "resource", "reason"),
 		keyPRF: prometheus.NewDesc("reviewauth_cache_key_prf_info",
 			"The keyed hash cache keys are derived with in this process (cache.PRF): sha256 or blake2b; always 1.", []string{"prf"}, nil),
 	}
@@ -130,9 +145,13 @@ func NewRecorder() *Recorder {
 // vecs are the collectors a Recorder holds, apart from the cache metrics
 // it computes at scrape time.
 func (m *Recorder) vecs() []prometheus.Collector {
-	cs := []prometheus.Collector{m.reviews, m.latency, m.retries, m.inFlight, m.decisions, m.staleServes, m.refusals, m.conns, m.connsClosed}
+	cs := []prometheus.Collector{m.reviews, m.latency, m.retries, m.inFlight, m.decisions, m.staleServes, m.refusals, m.conns, m.connsClosed,
+		m.revocations, m.revFlushes, m.revResyncs}
 	if m.jwksSet.Load() {
 		cs = append(cs, m.jwks)
+	}
+	if m.revSyncedSet.Load() {
+		cs = append(cs, m.revSynced)
 	}
 	return cs
 }
@@ -147,6 +166,9 @@ func (m *Recorder) Describe(ch chan<- *prometheus.Desc) {
 	}
 	if !m.jwksSet.Load() {
 		m.jwks.Describe(ch)
+	}
+	if !m.revSyncedSet.Load() {
+		m.revSynced.Describe(ch)
 	}
 	for _, d := range []*prometheus.Desc{m.cacheHits, m.cacheMisses, m.cacheEvictions, m.cacheExpired, m.cacheEntries, m.coalesced, m.keyPRF} {
 		ch <- d
@@ -318,6 +340,45 @@ func (m *Recorder) JWKSAvailable(ok bool) {
 		m.jwks.Set(0)
 	}
 	m.jwksSet.Store(true)
+}
+
+// RevocationSynced records whether the revoker is in sync.
+func (m *Recorder) RevocationSynced(ok bool) {
+	if m == nil {
+		return
+	}
+	if ok {
+		m.revSynced.Set(1)
+	} else {
+		m.revSynced.Set(0)
+	}
+	m.revSyncedSet.Store(true)
+}
+
+// Revoked records n UIDs revoked on the deletion of resource.
+func (m *Recorder) Revoked(resource string, n int) {
+	if m == nil || n == 0 {
+		return
+	}
+	m.revocations.WithLabelValues(resource).Add(float64(n))
+}
+
+// DecisionsFlushed records a flush of cached decisions, of scope "user"
+// (n users) or "all" (n is 1).
+func (m *Recorder) DecisionsFlushed(scope string, n int) {
+	if m == nil || n == 0 {
+		return
+	}
+	m.revFlushes.WithLabelValues(scope).Add(float64(n))
+}
+
+// RevocationResync records a relist of resource after its first list
+// (reason "relist"), or a stalled watch given up (reason "stalled").
+func (m *Recorder) RevocationResync(resource, reason string) {
+	if m == nil {
+		return
+	}
+	m.revResyncs.WithLabelValues(resource, reason).Inc()
 }
 
 // recorderOf is the accessor package metrics installs.

@@ -27,6 +27,10 @@ func TestNilIsANoOp(t *testing.T) {
 	m.StaleServe("token")
 	m.AddCache("token", cache.New[int](cache.Options{}).Counters())
 	m.CredentialRefusal("TokenReview")
+	m.RevocationSynced(true)
+	m.Revoked("pods", 1)
+	m.DecisionsFlushed("all", 1)
+	m.RevocationResync("pods", "relist")
 }
 
 // TestNamesFollowConventions lints every metric with Prometheus' own linter
@@ -38,6 +42,10 @@ func TestNamesFollowConventions(t *testing.T) {
 	m.JWKSAvailable(false)
 	m.Connections("admitted", 1)
 	m.ConnectionClosed("evicted", "silent")
+	m.RevocationSynced(false)
+	m.Revoked("pods", 2)
+	m.DecisionsFlushed("user", 3)
+	m.RevocationResync("clusterroles", "stalled")
 	c := cache.New[int](cache.Options{})
 	c.Get(cache.Key{1})
 	c.Counters().AddCoalesced(2)

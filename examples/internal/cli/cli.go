@@ -93,6 +93,23 @@ func (f *Flags) AddFlags(fs *pflag.FlagSet, tls bool) {
 	}
 }
 
+// AddRevocationFlags registers --revocation-watch, --revocation-namespaces
+// and --revocation-as-node (serving.Flags.AddRevocationFlags) with
+// defaults as their default values.
+func (f *Flags) AddRevocationFlags(fs *pflag.FlagSet, defaults serving.RevocationFlags) {
+	f.Review.Revocation = defaults
+	f.Review.AddRevocationFlags(fs)
+}
+
+// NodeAgentRevocation is the default revocation of the node-local
+// examples: this node's pods and its Node, read as the node, so that a
+// deleted pod's token stops working within seconds. Watching them costs
+// the API server what the kubelet's own watch of its pods costs, and the
+// Node authorizer confines the reads to this node's objects.
+func NodeAgentRevocation() serving.RevocationFlags {
+	return serving.RevocationFlags{Watch: []string{"pods", "node"}, AsNode: true}
+}
+
 // AddBaseFlags registers the logging flags, --version, --metrics-listen and
 // --max-connections only.
 func (f *Flags) AddBaseFlags(fs *pflag.FlagSet) {
@@ -222,9 +239,11 @@ func (s *Started) Stop() { s.stop() }
 
 // Start prints the version and returns ErrVersion if --version was given;
 // otherwise it applies the logging flags, builds the review parts
-// (serving.Flags.Build) and serves /metrics and the health endpoints on
+// (serving.Flags.Build), runs the revoker when --revocation-watch names
+// something, and serves /metrics and the health endpoints on
 // --metrics-listen, printing "metrics on http://ADDR/metrics" to out.
-// The metrics server runs until ctx is done or Stop is called.
+// The revoker and the metrics server run until ctx is done or Stop is
+// called.
 func (f *Flags) Start(ctx context.Context, name string, out io.Writer) (*Started, error) {
 	if f.VersionRaw {
 		fmt.Fprintf(out, "%#v\n", BuildInfo())
@@ -242,16 +261,28 @@ func (f *Flags) Start(ctx context.Context, name string, out io.Writer) (*Started
 		return nil, err
 	}
 	s := &Started{Built: built, Health: &serving.Health{}, stop: func() {}}
+	if built.Revoker != nil {
+		// The revoker (--revocation-watch) runs until ctx is done or Stop.
+		rctx, cancel := context.WithCancel(ctx)
+		done := make(chan struct{})
+		go func() {
+			defer close(done)
+			_ = built.Revoker.Run(rctx)
+		}()
+		s.stop = func() { cancel(); <-done }
+	}
 	if f.MetricsListen == "" {
 		return s, nil
 	}
 	ln, err := net.Listen("tcp", f.MetricsListen)
 	if err != nil {
+		s.stop()
 		return nil, fmt.Errorf("--metrics-listen: %w", err)
 	}
 	srv, err := serving.NewHTTPServer(built.Handler(s.Health), serving.ServerOptions{MaxConnections: 64})
 	if err != nil {
 		ln.Close()
+		s.stop()
 		return nil, err
 	}
 	fmt.Fprintf(out, "metrics on http://%s/metrics\n", ln.Addr())
@@ -263,7 +294,8 @@ func (f *Flags) Start(ctx context.Context, name string, out io.Writer) (*Started
 			klog.FromContext(ctx).Error(err, "Metrics server failed")
 		}
 	}()
-	s.stop = func() { cancel(); <-done }
+	stopRevoker := s.stop
+	s.stop = func() { cancel(); <-done; stopRevoker() }
 	return s, nil
 }
 

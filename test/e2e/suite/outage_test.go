@@ -14,7 +14,8 @@ import (
 // TestOutage stops kube-apiserver while the snapshotmetadata and
 // metricsproxy examples serve: calls that need a review fail with
 // Unavailable or 503, never an allow, 401 or 403; cached allows keep
-// working; after a restart everything works again. It stops the shared API
+// working; after a restart everything works again, and metricsproxy's
+// revoker is in sync again and still revokes. It stops the shared API
 // server, so it must not run in parallel with other tests.
 func TestOutage(t *testing.T) {
 	c := cluster.Get(t)
@@ -131,4 +132,20 @@ func TestOutage(t *testing.T) {
 	if code, body := p.get(t.Context(), t, web, "/logs/", warmProm); code != http.StatusForbidden {
 		t.Errorf("after the restart, GET /logs/ (warm token) = %d %q; want 403: the real decision", code, body)
 	}
+
+	// metricsproxy's revoker (TestRevocation) ran through the restart: it
+	// listed again, is in sync, and still revokes a deleted pod's token
+	// within revocationDeadline.
+	addr := metricsAddr(t, p.server)
+	t.Logf("observed: metricsproxy's revoker in sync again %v after the restart", waitRevokerSynced(t, addr).Round(100*time.Millisecond))
+	if v, err := exampleMetric(t.Context(), addr, "reviewauth_revocation_resyncs_total", `reason="relist"`); err != nil || v < 1 {
+		t.Errorf("metricsproxy's reviewauth_revocation_resyncs_total{reason=relist} after the restart = %v, %v; want at least 1", v, err)
+	}
+	pod := c.CreatePodFromTemplate(t, p.clientManifests, "Job", "metricsproxy-smoke", cluster.PodOptions{NodeName: p.node})
+	token := podProjectedToken(t, c, pod, "/var/run/secrets/metricsproxy")
+	runTries(t, "after the restart, metricsproxy, a deleted pod's token", []revocationTry{{
+		probe:   func(ctx context.Context) (int, error) { return getCode(ctx, web, p.addr+"/metrics", token) },
+		revoke:  deletePod(c, pod.Namespace, pod.Name),
+		refused: http.StatusUnauthorized,
+	}})
 }
