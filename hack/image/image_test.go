@@ -391,3 +391,30 @@ func TestPinCommand(t *testing.T) {
 		}
 	}
 }
+
+// TestPinLine: after the image of every example with a kustomization
+// (draproxy's included, whose DaemonSet runs the image twice: its init
+// container too), the tool prints the line that pins it there, and after
+// the others none.
+func TestPinLine(t *testing.T) {
+	t.Parallel()
+	root := repoRoot(t)
+	const hex = "0123456789abcdef0123456789abcdef0123456789abcdef0123456789abcdef"
+	digest := v1.Hash{Algorithm: "sha256", Hex: hex}
+	for _, tc := range []struct {
+		program string
+		want    string
+	}{
+		{"draproxy", "pin: (cd examples/draproxy/deploy && kustomize edit set image reviewauth/draproxy=registry.example.com/reviewauth/draproxy@sha256:" + hex + ")"},
+		{"rbacproxy", "pin: (cd examples/rbacproxy/deploy && kustomize edit set image reviewauth/rbacproxy=registry.example.com/reviewauth/rbacproxy@sha256:" + hex + ")"},
+		{"metricsproxy", "pin: (cd examples/metricsproxy/deploy && kustomize edit set image reviewauth/metricsproxy=registry.example.com/reviewauth/metricsproxy@sha256:" + hex + ")"},
+		{"snapshotmetadata", "pin: (cd examples/snapshotmetadata/deploy && kustomize edit set image reviewauth/snapshotmetadata=registry.example.com/reviewauth/snapshotmetadata@sha256:" + hex + ")"},
+		{"draplugin", ""},
+		{"controllerruntime", ""},
+	} {
+		img := &Image{Ref: "registry.example.com/reviewauth/" + tc.program + ":v0.1.0"}
+		if got, err := pinLine(root, tc.program, img, digest); err != nil || got != tc.want {
+			t.Errorf("pinLine(%s) = %q, %v; want %q", tc.program, got, err, tc.want)
+		}
+	}
+}

@@ -51,6 +51,8 @@ import (
 	"os/signal"
 	"path/filepath"
 	"runtime"
+
+	v1 "github.com/google/go-containerregistry/pkg/v1"
 )
 
 func main() {
@@ -122,15 +124,31 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 			return err
 		}
 		fmt.Fprintf(stdout, "%s %s %s\n", img.Ref, digest, path)
-		if _, err := os.Stat(filepath.Join(o.Root, "examples", program, "deploy", "kustomization.yaml")); err == nil {
-			pin, err := img.PinCommand(digest)
-			if err != nil {
-				return err
-			}
-			fmt.Fprintf(stdout, "pin: (cd %s && %s)\n", filepath.ToSlash(filepath.Join("examples", program, "deploy")), pin)
+		pin, err := pinLine(o.Root, program, img, digest)
+		if err != nil {
+			return err
+		}
+		if pin != "" {
+			fmt.Fprintln(stdout, pin)
 		}
 	}
 	return nil
+}
+
+// pinLine is the line run prints after an image of program whose
+// repository at root has a kustomization (examples/PROGRAM/deploy): the
+// command that pins img by digest there, to run from the repository's
+// root; "" for a program without one.
+func pinLine(root, program string, img *Image, digest v1.Hash) (string, error) {
+	dir := filepath.Join("examples", program, "deploy")
+	if _, err := os.Stat(filepath.Join(root, dir, "kustomization.yaml")); err != nil {
+		return "", nil
+	}
+	pin, err := img.PinCommand(digest)
+	if err != nil {
+		return "", err
+	}
+	return "pin: (cd " + filepath.ToSlash(dir) + " && " + pin + ")", nil
 }
 
 // findRoot returns the first directory from the working directory up

@@ -56,7 +56,8 @@ type RenderOptions struct {
 // kustomize's legacy order (Namespaces and CustomResourceDefinitions
 // first, as kubectl apply -k sends them).
 type Manifests struct {
-	// Dir is the directory rendered.
+	// Dir is the directory rendered (or the file read, for manifests
+	// applied from one file, as with kubectl apply -f).
 	Dir string
 	// NameSuffix is [RenderOptions.NameSuffix].
 	NameSuffix string

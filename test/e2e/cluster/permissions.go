@@ -71,7 +71,7 @@ var (
 //     "*"; a rule of a ClusterRoleBinding whose every use was in one
 //     namespace (a RoleBinding there would do); a rule without
 //     resourceNames whose every use named one object (resourceNames would
-//     do).
+//     do; the name "*" of a check made for every object is none).
 //
 // It returns what it found, in a stable order.
 func CheckPermissions(u Use) []Finding {
@@ -123,7 +123,10 @@ func CheckPermissions(u Use) []Finding {
 		if ns := distinct(matched, func(a authorizer.AttributesRecord) string { return a.Namespace }); g.Namespace == "" && len(ns) == 1 && ns[0] != "" {
 			out = append(out, Finding{Key: g.Key + ": cluster-wide", Detail: fmt.Sprintf("granted by %s in every namespace, and every request it allowed was in namespace %s: a RoleBinding there would do, or a comment says why it cannot be narrowed", g.Binding, ns[0])})
 		}
-		if names := distinct(matched, func(a authorizer.AttributesRecord) string { return a.Name }); len(g.Rule.ResourceNames) == 0 && len(names) == 1 && names[0] != "" {
+		// A check of the name "*" (impersonate:associated-node's: the API
+		// server asks for every node, whichever the requestor's is) names
+		// no one object.
+		if names := distinct(matched, func(a authorizer.AttributesRecord) string { return a.Name }); len(g.Rule.ResourceNames) == 0 && len(names) == 1 && names[0] != "" && names[0] != "*" {
 			out = append(out, Finding{Key: g.Key + ": no resourceNames", Detail: fmt.Sprintf("every request it allowed named %q: resourceNames would do, or a comment says why it cannot be narrowed", names[0])})
 		}
 	}

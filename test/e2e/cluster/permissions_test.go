@@ -97,6 +97,14 @@ func TestCheckPermissions(t *testing.T) {
 			Grants: []cluster.Grant{grant(rule("get", "cbt.storage.k8s.io", "snapshotmetadataservices", "hostpath.csi.k8s.io"), "", "")},
 			Checks: []authorizer.AttributesRecord{req("get", "cbt.storage.k8s.io", "snapshotmetadataservices", "", "hostpath.csi.k8s.io")},
 		}},
+		{name: "impersonate:associated-node, checked for every node (*)", use: cluster.Use{
+			Grants: []cluster.Grant{grant(rule("impersonate:associated-node", "authentication.k8s.io", "nodes", "-"), "", "")},
+			Checks: []authorizer.AttributesRecord{req("impersonate:associated-node", "authentication.k8s.io", "nodes", "", "*"), req("impersonate:associated-node", "authentication.k8s.io", "nodes", "", "*")},
+		}},
+		{name: "get nodes, one read, not narrowed without a reason", use: cluster.Use{
+			Grants: []cluster.Grant{grant(rule("get", "core", "nodes", "-"), "", "")},
+			Checks: []authorizer.AttributesRecord{req("get", "", "nodes", "", "node-a")},
+		}, want: []string{"rbac.yaml Role x rule 0: no resourceNames"}},
 		{name: "a resource name nobody reads", use: cluster.Use{
 			Grants: []cluster.Grant{grant(rule("get", "cbt.storage.k8s.io", "snapshotmetadataservices", "a,b"), "", "")},
 			Checks: []authorizer.AttributesRecord{req("get", "cbt.storage.k8s.io", "snapshotmetadataservices", "", "a")},

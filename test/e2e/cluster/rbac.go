@@ -215,7 +215,8 @@ func ServiceAccountGroups(ns string) []string {
 
 // sourceComments finds the document that writes obj (its kind and its
 // name as written, without [Manifests.NameSuffix]) among the YAML files of
-// m's directory, and returns the file's name relative to the examples'
+// m's directory (or in m's file, for manifests read from one file, as
+// kubectl apply -f sends them), and returns the file's name relative to the examples'
 // parent (examples/NAME/deploy/FILE), the head comment of the document,
 // and, for a role, the comments beside each of its rules. A document not
 // found is no error: the object is none of the directory's own (a role of
@@ -225,6 +226,9 @@ func (m *Manifests) sourceComments(obj *unstructured.Unstructured) (file, doc st
 	paths, err := filepath.Glob(filepath.Join(m.Dir, "*.yaml"))
 	if err != nil {
 		return "", "", nil, err
+	}
+	if fi, err := os.Stat(m.Dir); err == nil && fi.Mode().IsRegular() {
+		paths = []string{m.Dir}
 	}
 	for _, p := range paths {
 		if filepath.Base(p) == "kustomization.yaml" {

@@ -13,6 +13,7 @@ import (
 	"testing"
 
 	authenticationv1 "k8s.io/api/authentication/v1"
+	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
 	"k8s.io/apimachinery/pkg/runtime"
 	"k8s.io/apimachinery/pkg/runtime/serializer"
 	"k8s.io/apimachinery/pkg/util/sets"
@@ -23,6 +24,7 @@ import (
 	"k8s.io/apiserver/pkg/authorization/authorizer"
 	"k8s.io/apiserver/pkg/endpoints/filters/impersonation"
 	"k8s.io/apiserver/pkg/endpoints/request"
+	"sigs.k8s.io/yaml"
 
 	"github.com/reviewauth/reviewauth/test/e2e/cluster"
 )
@@ -241,6 +243,43 @@ subjects:
 	}
 	if g := (&cluster.Cluster{}).Grants(t, "ns-1", "other", m); len(g) != 0 {
 		t.Errorf("Grants(another ServiceAccount) = %v; want none", g)
+	}
+
+	// Manifests read from one file, as kubectl apply -f sends them
+	// (draproxy's admission-policy-check.yaml): the comments are that
+	// file's.
+	file := filepath.Join(t.TempDir(), "check.yaml")
+	text := `apiVersion: rbac.authorization.k8s.io/v1
+kind: ClusterRole
+metadata: {name: lister}
+rules:
+- apiGroups: [admissionregistration.k8s.io]
+  resources: [validatingadmissionpolicies]
+  verbs: [list] # Exercised by TestElsewhere.
+---
+apiVersion: rbac.authorization.k8s.io/v1
+kind: ClusterRoleBinding
+metadata: {name: lister}
+roleRef: {apiGroup: rbac.authorization.k8s.io, kind: ClusterRole, name: lister}
+subjects:
+- kind: ServiceAccount
+  name: server-x
+  namespace: ns-1
+`
+	if err := os.WriteFile(file, []byte(text), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	one := &cluster.Manifests{Dir: file}
+	for _, doc := range strings.Split(text, "---\n") {
+		obj := &unstructured.Unstructured{}
+		if err := yaml.Unmarshal([]byte(doc), &obj.Object); err != nil {
+			t.Fatal(err)
+		}
+		one.Objects = append(one.Objects, obj)
+	}
+	grants = (&cluster.Cluster{}).Grants(t, "ns-1", "server-x", m, one)
+	if len(grants) != 3 || !strings.HasSuffix(grants[2].Key, "check.yaml ClusterRole lister rule 0") || !strings.Contains(grants[2].Comments, "Exercised by TestElsewhere") {
+		t.Errorf("Grants(with a one-file manifest) = %+v; want its rule keyed by its file, with its comments", grants)
 	}
 }
 

@@ -25,27 +25,6 @@ import (
 	"github.com/reviewauth/reviewauth/test/e2e/cluster"
 )
 
-// knownStandAlone are findings of TestKustomizationsStandAlone in
-// manifests another change rewrites, by key, with the reason they are
-// accepted for now. A known finding no longer found fails the test:
-// remove it.
-var knownStandAlone = map[string]string{
-	"draproxy/deploy: Namespace dra-system warn privileged":                   draproxyRewrite,
-	"draproxy/deploy: Namespace dra-system audit privileged":                  draproxyRewrite,
-	"draproxy/deploy: DaemonSet draproxy container socket-dir test image":     draproxyRewrite,
-	"draproxy/deploy: DaemonSet draproxy container socket-dir image":          draproxyRewrite,
-	"draproxy/deploy: DaemonSet draproxy container draproxy image":            draproxyRewrite,
-	"draproxy/deploy: audience draproxy":                                      draproxyRewrite,
-	"draproxy/deploy/driver: Namespace gpu-driver warn privileged":            draproxyRewrite,
-	"draproxy/deploy/driver: Namespace gpu-driver audit privileged":           draproxyRewrite,
-	"draproxy/deploy/driver: DaemonSet kubelet-plugin container plugin image": draproxyRewrite,
-}
-
-// draproxyRewrite is why draproxy's findings are known: its deploy/ is
-// being rewritten (issue #28: node identity by constrained impersonation),
-// and these are the manifests before that change.
-const draproxyRewrite = "examples/draproxy/deploy before issue #28's rewrite"
-
 // clusterScoped are the kinds of the manifests that have no namespace.
 // (kustomize's built-in schema predates some of them and gives them its
 // namespace; the API server drops it.)
@@ -105,16 +84,9 @@ type kustomization struct {
 func TestKustomizationsStandAlone(t *testing.T) {
 	t.Parallel()
 	ks := renderKustomizations(t)
-	found := map[string]bool{}
 	report := func(t *testing.T, k *kustomization, key, detail string) {
 		t.Helper()
-		key = k.rel + ": " + key
-		if reason, ok := knownStandAlone[key]; ok {
-			found[key] = true
-			t.Logf("known (%s): %s: %s", reason, key, detail)
-			return
-		}
-		t.Errorf("%s: %s", key, detail)
+		t.Errorf("%s: %s: %s", k.rel, key, detail)
 	}
 	for _, k := range ks {
 		t.Run(k.rel, func(t *testing.T) {
@@ -143,11 +115,6 @@ func TestKustomizationsStandAlone(t *testing.T) {
 			}
 		}
 	})
-	for key, reason := range knownStandAlone {
-		if !found[key] {
-			t.Errorf("known finding %q (%s) is no longer found: remove it from knownStandAlone", key, reason)
-		}
-	}
 }
 
 // renderKustomizations renders every kustomization of examples/*/deploy/**
@@ -700,7 +667,12 @@ func audiences(m *cluster.Manifests) (server, projected []string) {
 // (rendered in another namespace, it names that namespace: a token for
 // one deployment is refused by every other), and the tokens a part
 // projects (its callers') are for its server's audience, as shipped and
-// in another namespace.
+// in another namespace: a part in its server's namespace moves with it,
+// so rendered there with its server it names the moved server's; a part
+// in a namespace of its own (draproxy's driver/, in the driver's) names
+// its server where the server is, so rendered in another namespace alone
+// it still names the server's as shipped (a part that derived its
+// callers' audience from its own namespace would name none).
 func checkAudiences(t *testing.T, k *kustomization, f func(key, format string, args ...any)) {
 	t.Helper()
 	const other = "audience-check"
@@ -722,13 +694,17 @@ func checkAudiences(t *testing.T, k *kustomization, f func(key, format string, a
 		return
 	}
 	serverAudiences, _ := audiences(k.server.m)
-	movedServerAudiences, _ := audiences(moved(k.server))
+	movedServerAudiences, how := serverAudiences, "alone (its server where it is)"
+	if k.namespace == k.server.namespace {
+		movedServerAudiences, _ = audiences(moved(k.server))
+		how = "with its server"
+	}
 	for i, a := range projected {
 		if !slices.Contains(serverAudiences, a) {
 			f("projected audience "+a, "its workloads project tokens for %q; its server's audiences are %q", a, serverAudiences)
 		}
 		if i < len(movedProjected) && !slices.Contains(movedServerAudiences, movedProjected[i]) {
-			f("projected audience "+a+" in another namespace", "rendered in namespace %s with its server, it projects tokens for %q; its server's audiences are %q", other, movedProjected[i], movedServerAudiences)
+			f("projected audience "+a+" in another namespace", "rendered in namespace %s %s, it projects tokens for %q; its server's audiences are %q", other, how, movedProjected[i], movedServerAudiences)
 		}
 	}
 }
