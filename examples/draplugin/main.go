@@ -23,12 +23,17 @@
 // --kubeconfig it uses the in-cluster configuration. It prints
 // "listening on ADDRESS" once it accepts connections.
 //
-// A revoker (--revocation-watch, default pods,node; --revocation-as-node,
-// default true) watches this node's pods and Node, read as the node, so
-// that a deleted pod's token stops working within seconds rather than at
-// the end of the token cache's TTL. It needs the plugin's pod-bound token
-// and RBAC like examples/draproxy/deploy/revocation-rbac.yaml; without
-// them it stays out of sync and the TTL applies.
+// A revoker (--revocation-watch, default pods,node,clusterroles,roles;
+// --revocation-as-node, default true) watches this node's pods and Node,
+// read as the node, so that a deleted pod's token stops working within
+// seconds rather than at the end of the token cache's TTL, and
+// ClusterRoles, Roles and their bindings, read with the plugin's own
+// credentials (a node may not read RBAC), so that a removed permission to
+// get a claim does too rather than at the end of the Allow TTL: claims are
+// namespaced, so ClusterRoleBindings and RoleBindings grant them. It needs
+// the plugin's pod-bound token and RBAC like
+// examples/draproxy/deploy/revocation-rbac.yaml; without them it stays out
+// of sync and the TTLs apply.
 //
 // Serving is hardened (serving.GRPCServerOptions: connection cap
 // --max-connections, handshake timeout, keepalive enforcement, idle
@@ -77,8 +82,11 @@ func parseFlags(args []string, out io.Writer) (config, error) {
 	fs := pflag.NewFlagSet("draplugin", pflag.ContinueOnError)
 	fs.SetOutput(out)
 	fs.StringVar(&c.listen, "listen", "unix:///run/draplugin/plugin.sock", "unix:///path for a Unix socket, or HOST:PORT for TLS over TCP")
-	c.flags.AddFlags(fs, true)                                // logging, --version, --metrics-listen, --max-connections, --kubeconfig, --audience, --node-name (required: only callers bound to it are served), --authentication-*, --authorization-*, --tls-* (for TCP)
-	c.flags.AddRevocationFlags(fs, cli.NodeAgentRevocation()) // --revocation-*: this node's pods and Node, as the node
+	c.flags.AddFlags(fs, true) // logging, --version, --metrics-listen, --max-connections, --kubeconfig, --audience, --node-name (required: only callers bound to it are served), --authentication-*, --authorization-*, --tls-* (for TCP)
+	// --revocation-*: this node's pods and Node (as the node), and the RBAC
+	// its SubjectAccessReviews rest on: a get of a namespaced claim, which
+	// ClusterRoleBindings and RoleBindings grant.
+	c.flags.AddRevocationFlags(fs, cli.NodeAgentRevocation("clusterroles", "roles"))
 	fs.StringVar(&c.nodeUID, "node-uid", "", "UID of this node; when set, callers' node-uid must match too")
 	if err := fs.Parse(args); err != nil {
 		return c, err

@@ -8,6 +8,7 @@ import (
 	"net"
 	"os"
 	"path/filepath"
+	"slices"
 	"strings"
 	"testing"
 	"time"
@@ -211,5 +212,14 @@ func TestFlags(t *testing.T) {
 		if _, err := parseFlags(tt.args, io.Discard); err == nil || !strings.Contains(err.Error(), tt.want) {
 			t.Errorf("parseFlags(%q) = %v; want an error containing %q", tt.args, err, tt.want)
 		}
+	}
+	// The revoker watches the RBAC a claim's get rests on (ClusterRoles,
+	// Roles: claims are namespaced), beside this node's pods and Node.
+	c, err := parseFlags([]string{"--node-name=n", "--audience=a"}, io.Discard)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if r := c.review.Revocation; !slices.Equal(r.Watch, []string{"pods", "node", "clusterroles", "roles"}) || !r.AsNode || len(r.Namespaces) > 0 {
+		t.Errorf("revocation defaults = %+v; want pods, node, clusterroles, roles, as the node, every namespace", r)
 	}
 }

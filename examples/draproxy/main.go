@@ -48,7 +48,8 @@
 // node and no other, for the verbs and resources its RBAC names
 // (impersonate:associated-node on nodes, impersonate-on:associated-node:VERB
 // on each resource; deploy/rbac.yaml). draproxy holds no legacy impersonate
-// verb and no read of its own. The API server gives the node user its
+// verb, and reads nothing with its own credentials but the RBAC its
+// revoker watches (Revocation, below). The API server gives the node user its
 // groups (system:nodes) and nothing else, and then applies the code that
 // holds a kubelet to its node: the Node authorizer (a node gets, updates,
 // patches and deletes a ResourceSlice only along its graph's edge from the
@@ -73,8 +74,10 @@
 // draproxy's own credentials stay for what is not a node's: the reviews
 // of the drivers' tokens and requests (TokenReview, SubjectAccessReview:
 // system:auth-delegator), its own SelfSubjectReview and
-// SelfSubjectAccessReviews at start, and, with --require-admission-policy,
-// the list of the admission policies and their bindings
+// SelfSubjectAccessReviews at start, the revoker's list and watch of
+// ClusterRoles, Roles and their bindings (deploy/revocation-rbac.yaml: a
+// node may not read RBAC), and, with --require-admission-policy, the list
+// of the admission policies and their bindings
 // (deploy/admission-policy-check.yaml). Whoever may create pods (or tokens
 // bound to pods) for draproxy's ServiceAccount can place one on any node
 // and act as that node's DRA objects: draproxy's namespace is as sensitive
@@ -157,7 +160,36 @@
 // real API server, TestDRAProxy in test/e2e). Nothing about objects is cached at all (the
 // deprecated --pod-cache-ttl and --slice-cache-ttl have no effect); what
 // is cached is reviewauth's: the reviews of the drivers' tokens and of
-// their requests (--authentication-*, --authorization-*).
+// their requests (--authentication-*, --authorization-*), which the
+// revoker ends early.
+//
+// # Revocation
+//
+// draproxy forwards as its node, so the API server checks the node's
+// permissions on what it forwards, never the driver's: the driver's RBAC
+// is checked by draproxy's own SubjectAccessReviews alone, whose Allow is
+// cached for a minute (--authorization-webhook-cache-authorized-ttl), as
+// the review of a driver's token is (--authentication-token-webhook-cache-ttl).
+// A revoker (package revocation: --revocation-watch, default
+// pods,node,clusterroles,roles; --revocation-as-node, default true) ends
+// both within seconds instead. It watches this node's pods and its Node,
+// read as the node: a deleted driver pod's token is refused at once. And
+// it watches ClusterRoles, Roles and their bindings, read with draproxy's
+// own credentials (a node may not read RBAC): a binding deleted or no
+// longer naming the driver, or a role losing a rule, flushes the driver's
+// cached decisions at once and again a second later. ClusterRoles because
+// ResourceSlices and Nodes are cluster-scoped, which only
+// ClusterRoleBindings grant; Roles because claims are namespaced, and a
+// RoleBinding in a claim's namespace grants its get. Its RBAC is
+// deploy/revocation-rbac.yaml; without it draproxy works, and the revoker
+// stays out of sync (reviewauth_revocation_synced 0): the TTLs apply. On a
+// real API server TestRevocation (test/e2e) measures a deleted pod's token
+// and a deleted ClusterRoleBinding and RoleBinding of a driver refused
+// within 2 s. Watching RBAC costs each node the cluster's RBAC objects at
+// a start and every change of them (docs/fleet.md); with
+// --revocation-watch=pods,node and without the RBAC rules draproxy reads
+// nothing of its own, and a removed permission works through it for up to
+// the Allow TTL.
 //
 // # Driver names
 //
@@ -289,6 +321,7 @@
 //	deploy/namespace.yaml                dra-system, Pod Security "privileged" enforced (the socket's hostPath), "restricted" warned and audited
 //	deploy/serviceaccount.yaml           draproxy's ServiceAccount
 //	deploy/rbac.yaml                     draproxy's own RBAC (below)
+//	deploy/revocation-rbac.yaml          the revoker's reads (Revocation, above)
 //	deploy/daemonset.yaml                draproxy on every node
 //	deploy/admission-policy-check.yaml   the RBAC of --require-admission-policy (not applied by default)
 //	deploy/driver/namespace.yaml         the driver's namespace, Pod Security as draproxy's
@@ -388,6 +421,11 @@
 //	- apiGroups: [""]
 //	  resources: [pods, nodes]            # the pods a claim is reserved for; the driver's Node
 //	  verbs: ["impersonate-on:associated-node:get"]
+//
+// and, for its revoker (deploy/revocation-rbac.yaml), acting as its node to
+// list and watch pods and nodes (the Node authorizer gives it its own
+// alone), and list and watch of clusterroles, clusterrolebindings, roles
+// and rolebindings on its own identity.
 //
 // An --allow entry is forwarded as the node too: draproxy's RBAC must grant
 // impersonate-on:associated-node:VERB on it, and the node must be allowed
@@ -518,8 +556,14 @@ func parseFlags(args []string, out io.Writer) (*config, error) {
 	fs.DurationVar(&c.podTTL, "pod-cache-ttl", 0, "no effect: draproxy reads the pods a claim is reserved for, as the node, on every read of the claim")
 	_ = fs.MarkDeprecated("pod-cache-ttl", "draproxy no longer remembers pods: claims are decided by the API server's graph and a read of the pods as the node; the flag has no effect")
 	fs.Int64Var(&c.maxBody, "max-request-body-bytes", DefaultMaxBodyBytes, "largest request body accepted (413 above)")
-	c.flags.AddFlags(fs, true)                                // logging, --version, --metrics-listen, --max-connections, --kubeconfig, --audience, --node-name, --authentication-*, --authorization-*, --tls-* (for --tls-listen), --self-signed-ca-file
-	c.flags.AddRevocationFlags(fs, cli.NodeAgentRevocation()) // --revocation-*: this node's pods and Node, as the node
+	c.flags.AddFlags(fs, true) // logging, --version, --metrics-listen, --max-connections, --kubeconfig, --audience, --node-name, --authentication-*, --authorization-*, --tls-* (for --tls-listen), --self-signed-ca-file
+	// --revocation-*: this node's pods and Node (as the node), and the RBAC
+	// the drivers' SubjectAccessReviews rest on: ResourceSlices and Nodes
+	// are cluster-scoped (ClusterRoleBindings alone grant them), claims
+	// namespaced (RoleBindings too). draproxy forwards as its node, so the
+	// API server never checks a driver's RBAC again: a removed binding
+	// ends through draproxy only when its cached decision does.
+	c.flags.AddRevocationFlags(fs, cli.NodeAgentRevocation("clusterroles", "roles"))
 	if err := fs.Parse(args); err != nil {
 		return nil, err
 	}

@@ -10,6 +10,7 @@ import (
 	"net/http"
 	"os"
 	"path/filepath"
+	"slices"
 	"strconv"
 	"strings"
 	"sync"
@@ -446,5 +447,11 @@ func TestFlags(t *testing.T) {
 	}
 	if _, err := parseFlags(append(base, "--tls-listen=localhost:0"), io.Discard); err != nil {
 		t.Errorf("parseFlags(--tls-listen=localhost:0) = %v", err)
+	}
+	// The revoker watches the RBAC the drivers' reviews rest on: draproxy
+	// forwards as its node, so nothing else ends a removed permission
+	// before the Allow TTL.
+	if r := c.review.Revocation; !slices.Equal(r.Watch, []string{"pods", "node", "clusterroles", "roles"}) || !r.AsNode || len(r.Namespaces) > 0 {
+		t.Errorf("revocation defaults = %+v; want pods, node, clusterroles, roles, as the node, every namespace", r)
 	}
 }

@@ -106,9 +106,7 @@ func parseFlags(args []string, output io.Writer) (*config, error) {
 	// --revocation-*: this node's pods and Node (as the node), and the
 	// ClusterRoles and ClusterRoleBindings that decide nodes/* (cluster-scoped:
 	// RoleBindings cannot grant them).
-	rev := cli.NodeAgentRevocation()
-	rev.Watch = append(rev.Watch, "clusterroles")
-	c.flags.AddRevocationFlags(fs, rev)
+	c.flags.AddRevocationFlags(fs, cli.NodeAgentRevocation("clusterroles"))
 	if err := fs.Parse(args); err != nil {
 		return nil, err
 	}

@@ -103,11 +103,14 @@ func (f *Flags) AddRevocationFlags(fs *pflag.FlagSet, defaults serving.Revocatio
 
 // NodeAgentRevocation is the default revocation of the node-local
 // examples: this node's pods and its Node, read as the node, so that a
-// deleted pod's token stops working within seconds. Watching them costs
+// deleted pod's token stops working within seconds, and the RBAC kinds
+// (clusterroles, roles) the service's SubjectAccessReviews rest on, so
+// that a removed permission does too. Watching the pods and the Node costs
 // the API server what the kubelet's own watch of its pods costs, and the
-// Node authorizer confines the reads to this node's objects.
-func NodeAgentRevocation() serving.RevocationFlags {
-	return serving.RevocationFlags{Watch: []string{"pods", "node"}, AsNode: true}
+// Node authorizer confines the reads to this node's objects; RBAC is read
+// with the service's own credentials (a node may not read it), cluster-wide.
+func NodeAgentRevocation(rbac ...string) serving.RevocationFlags {
+	return serving.RevocationFlags{Watch: append([]string{"pods", "node"}, rbac...), AsNode: true}
 }
 
 // AddBaseFlags registers the logging flags, --version, --metrics-listen and

@@ -51,7 +51,8 @@ var permissionCases = []permissionCase{
 		name:     "rbacproxy",
 		accounts: []permissionAccount{{"rbacproxy/deploy", "app"}, {"rbacproxy/deploy/client", "metrics-reader"}},
 		flows: func(t *testing.T, c *cluster.Cluster) []string {
-			e := startRBACProxyWith(t, c, deployOptions{shipped: true})
+			e := startRBACProxyWith(t, c, deployOptions{shipped: true}, "--metrics-listen=127.0.0.1:0")
+			waitRevokerSynced(t, metricsAddr(t, e.server))
 			// The caller of the client's RoleBinding (its own namespace),
 			// and of a namespace the flow binds.
 			for _, ns := range []string{e.ns, e.allowed} {
@@ -70,6 +71,7 @@ var permissionCases = []permissionCase{
 		accounts: []permissionAccount{{"metricsproxy/deploy", "metricsproxy"}, {"metricsproxy/deploy/client", "metrics-scraper"}},
 		flows: func(t *testing.T, c *cluster.Cluster) []string {
 			p := startProxyWith(t, c, deployOptions{shipped: true})
+			waitRevokerSynced(t, metricsAddr(t, p.server))
 			if code, body := p.get(t.Context(), t, p.client(t), "/metrics", p.token); code != http.StatusOK {
 				t.Errorf("GET /metrics = %d %q; want 200", code, body)
 			}
@@ -80,11 +82,8 @@ var permissionCases = []permissionCase{
 		name:     "snapshotmetadata",
 		accounts: []permissionAccount{{"snapshotmetadata/deploy", "csi-snapshot-metadata"}, {"snapshotmetadata/deploy/client", "backup-app"}},
 		flows: func(t *testing.T, c *cluster.Cluster) []string {
-			// The informers list, then watch, as client-go does against
-			// an API server that cannot stream the initial list (its
-			// WatchListClient off); with it on, they only watch.
-			setExampleEnv(t, "KUBE_FEATURE_WatchListClient=false")
 			s := startSidecarWith(t, c, deployOptions{shipped: true})
+			waitRevokerSynced(t, metricsAddr(t, s.server))
 			m := deploy(t, c, deployDir("snapshotmetadata", "client"), deployOptions{shipped: true})
 			app := backupAppFor(t, c, m.Namespace(), m.Name("backup-app"))
 			snap, foreign := cluster.UniqueName("snap"), cluster.UniqueName("other-driver")
@@ -123,6 +122,7 @@ var permissionCases = []permissionCase{
 		// then update).
 		flows: func(t *testing.T, c *cluster.Cluster) []string {
 			e := setupDRA(t, c)
+			waitRevokerSynced(t, metricsAddr(t, e.proxy))
 			ctx := t.Context()
 			nodeA := e.nodeA.Name
 			drvA := e.client(t, e.token(t, e.podA))
@@ -218,6 +218,13 @@ func TestManifestPermissions(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
+	// The servers' informers and revokers list, then watch, as client-go
+	// does against an API server that cannot stream the initial list (its
+	// WatchListClient off): the manifests grant list for those; with it on
+	// (client-go's default) they only watch. Each flow waits for its
+	// server's revoker to be in sync: every watched resource listed and
+	// watched.
+	setExampleEnv(t, "KUBE_FEATURE_WatchListClient=false")
 	for _, pc := range permissionCases {
 		t.Run(pc.name, func(t *testing.T) {
 			t.Parallel()

@@ -19,6 +19,7 @@ import (
 	"testing"
 	"time"
 
+	authorizationv1 "k8s.io/api/authorization/v1"
 	corev1 "k8s.io/api/core/v1"
 	rbacv1 "k8s.io/api/rbac/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
@@ -211,9 +212,11 @@ func deletePod(c *cluster.Cluster, ns, name string) func(context.Context) error 
 
 // TestRevocation: with the servers at their default TTLs (1 m), a deleted
 // pod's token is refused through metricsproxy and draproxy within 2 s
-// (p99 of 20 tries), and a deleted RoleBinding's permission through
-// rbacproxy, because their revokers (the manifests' defaults) watch the
-// pods of their node and RBAC; and where a revoker's watches never
+// (p99 of 20 tries), a deleted RoleBinding's permission through rbacproxy,
+// and a driver's deleted ClusterRoleBinding and RoleBinding through
+// draproxy (which forwards as its node: the API server does not check the
+// driver again), because their revokers (the manifests' defaults) watch
+// the pods of their node and RBAC; and where a revoker's watches never
 // deliver, it says it is out of sync and the TTL still bounds how long a
 // deleted pod's token works. (TestOutage restarts the API server under
 // metricsproxy: its revoker lists again and still revokes.)
@@ -246,35 +249,39 @@ func TestRevocation(t *testing.T) {
 		}
 	})
 
-	t.Run("draproxy, pod deleted", func(t *testing.T) {
+	// draproxy from its manifests at its defaults (its caches' TTLs, its
+	// revoker's --revocation-watch), shared by its two cases.
+	t.Run("draproxy", func(t *testing.T) {
 		t.Parallel()
 		e := setupDRA(t, c)
-		addr := metricsAddr(t, e.proxy)
-		waitRevokerSynced(t, addr)
-		var tries []revocationTry
-		for range revocationTries {
-			// Another pod of identity 1's DaemonSet on node A.
-			pod := e.podA.DeepCopy()
-			pod.ObjectMeta = metav1.ObjectMeta{Namespace: e.podA.Namespace, Name: cluster.UniqueName("driver"), Labels: e.podA.Labels}
-			pod.Status = corev1.PodStatus{}
-			pod, err := c.Clientset().CoreV1().Pods(pod.Namespace).Create(t.Context(), pod, metav1.CreateOptions{})
-			if err != nil {
-				t.Fatal(err)
+		waitRevokerSynced(t, metricsAddr(t, e.proxy))
+		client := draproxyHTTP(t, e)
+		t.Run("pod deleted", func(t *testing.T) {
+			t.Parallel()
+			var tries []revocationTry
+			for range revocationTries {
+				// Another pod of identity 1's DaemonSet on node A.
+				pod := e.podA.DeepCopy()
+				pod.ObjectMeta = metav1.ObjectMeta{Namespace: e.podA.Namespace, Name: cluster.UniqueName("driver"), Labels: e.podA.Labels}
+				pod.Status = corev1.PodStatus{}
+				pod, err := c.Clientset().CoreV1().Pods(pod.Namespace).Create(t.Context(), pod, metav1.CreateOptions{})
+				if err != nil {
+					t.Fatal(err)
+				}
+				token := e.token(t, pod)
+				path := "/api/v1/nodes/" + e.nodeA.Name
+				tries = append(tries, revocationTry{
+					probe:   func(ctx context.Context) (int, error) { return getCode(ctx, client, "http://localhost"+path, token) },
+					revoke:  deletePod(c, pod.Namespace, pod.Name),
+					refused: http.StatusUnauthorized,
+				})
 			}
-			token := e.token(t, pod)
-			path := "/api/v1/nodes/" + e.nodeA.Name
-			tr := &http.Transport{DialContext: func(ctx context.Context, _, _ string) (net.Conn, error) {
-				return (&net.Dialer{}).DialContext(ctx, "unix", e.socket)
-			}}
-			t.Cleanup(tr.CloseIdleConnections)
-			client := &http.Client{Transport: tr, Timeout: callTimeout}
-			tries = append(tries, revocationTry{
-				probe:   func(ctx context.Context) (int, error) { return getCode(ctx, client, "http://localhost"+path, token) },
-				revoke:  deletePod(c, pod.Namespace, pod.Name),
-				refused: http.StatusUnauthorized,
-			})
-		}
-		runTries(t, "draproxy, a deleted pod's token", tries)
+			runTries(t, "draproxy, a deleted pod's token", tries)
+		})
+		t.Run("binding deleted", func(t *testing.T) {
+			t.Parallel()
+			draproxyBindingsDeleted(t, c, e, client)
+		})
 	})
 
 	t.Run("rbacproxy, RoleBinding deleted", func(t *testing.T) {
@@ -316,6 +323,122 @@ func TestRevocation(t *testing.T) {
 		t.Parallel()
 		revokerOutOfSync(t, c)
 	})
+}
+
+// draproxyHTTP is an HTTP client of draproxy's socket; its idle
+// connections are closed when the test ends.
+func draproxyHTTP(t testing.TB, e *draEnv) *http.Client {
+	tr := &http.Transport{DialContext: func(ctx context.Context, _, _ string) (net.Conn, error) {
+		return (&net.Dialer{}).DialContext(ctx, "unix", e.socket)
+	}}
+	t.Cleanup(tr.CloseIdleConnections)
+	return &http.Client{Transport: tr, Timeout: callTimeout}
+}
+
+// draproxyBindingsDeleted: a driver's permission removed ends through
+// draproxy within 2 s. draproxy forwards as its node, so the API server
+// never checks the driver's RBAC on what it forwards: only draproxy's own
+// SubjectAccessReviews do, whose Allow is cached for a minute, and only
+// its revoker's watch of RBAC flushes it. Ten driver identities on node A
+// are each allowed to list node A's ResourceSlices (cluster-scoped) by a
+// ClusterRoleBinding of the driver part's ClusterRole, and ten each to get
+// a claim of a workload pod on node A by a RoleBinding of it in the
+// claim's namespace; each binding is deleted while draproxy has the
+// identity's Allow cached, and the identity's next request must be 403
+// within 2 s (p99 of each ten).
+func draproxyBindingsDeleted(t *testing.T, c *cluster.Cluster, e *draEnv, client *http.Client) {
+	ctx := t.Context()
+	rbac := c.Clientset().RbacV1()
+	// The driver part's ClusterRole, as identity 1's ClusterRoleBinding
+	// names it.
+	crbs, err := rbac.ClusterRoleBindings().List(ctx, metav1.ListOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	var role *rbacv1.RoleRef
+	for _, b := range crbs.Items {
+		if slices.ContainsFunc(b.Subjects, func(s rbacv1.Subject) bool {
+			return s.Kind == rbacv1.ServiceAccountKind && s.Namespace == e.ns && s.Name == e.sa
+		}) {
+			role = &b.RoleRef
+		}
+	}
+	if role == nil {
+		t.Fatalf("no ClusterRoleBinding names the driver %s/%s", e.ns, e.sa)
+	}
+	claim := cluster.UniqueName("claim")
+	e.claim(t, claim, e.consumer(t, cluster.UniqueName("job"), e.nodeA.Name, claim))
+	slicesOfA := "/apis/resource.k8s.io/v1/resourceslices?fieldSelector=" + url.QueryEscape("spec.nodeName="+e.nodeA.Name)
+	claimPath := "/apis/resource.k8s.io/v1/namespaces/" + e.ns + "/resourceclaims/" + claim
+
+	// A driver identity: a ServiceAccount of the drivers' namespace and a
+	// token of it bound to a pod on node A, for draproxy's audience.
+	identity := func() (string, string) {
+		sa := cluster.UniqueName("driver")
+		c.CreateServiceAccount(t, e.ns, sa)
+		pod, err := c.Clientset().CoreV1().Pods(e.ns).Create(ctx, &corev1.Pod{
+			ObjectMeta: metav1.ObjectMeta{Name: sa},
+			Spec: corev1.PodSpec{NodeName: e.nodeA.Name, ServiceAccountName: sa, AutomountServiceAccountToken: new(false),
+				Containers: []corev1.Container{{Name: "plugin", Image: cluster.PauseImage}}},
+		}, metav1.CreateOptions{})
+		if err != nil {
+			t.Fatal(err)
+		}
+		return sa, c.RequestToken(t, e.ns, sa, cluster.TokenOptions{BoundPod: pod, Audiences: []string{e.audience}})
+	}
+	const n = 10
+	type bound struct {
+		token  string
+		spec   authorizationv1.SubjectAccessReviewSpec
+		path   string
+		delete func(context.Context) error
+	}
+	var clusterWide, inNamespace []bound
+	for range n {
+		sa, token := identity()
+		subject := []rbacv1.Subject{cluster.ServiceAccountSubject(e.ns, sa)}
+		crb, err := rbac.ClusterRoleBindings().Create(ctx, &rbacv1.ClusterRoleBinding{ObjectMeta: metav1.ObjectMeta{Name: sa}, RoleRef: *role, Subjects: subject}, metav1.CreateOptions{})
+		if err != nil {
+			t.Fatal(err)
+		}
+		clusterWide = append(clusterWide, bound{token: token, path: slicesOfA,
+			spec: authorizationv1.SubjectAccessReviewSpec{User: serviceAccountUser(e.ns, sa), ResourceAttributes: &authorizationv1.ResourceAttributes{
+				Verb: "list", Group: "resource.k8s.io", Version: "v1", Resource: "resourceslices"}},
+			delete: func(ctx context.Context) error {
+				return rbac.ClusterRoleBindings().Delete(ctx, crb.Name, metav1.DeleteOptions{})
+			}})
+
+		sa, token = identity()
+		subject = []rbacv1.Subject{cluster.ServiceAccountSubject(e.ns, sa)}
+		rb, err := rbac.RoleBindings(e.ns).Create(ctx, &rbacv1.RoleBinding{ObjectMeta: metav1.ObjectMeta{Name: sa}, RoleRef: *role, Subjects: subject}, metav1.CreateOptions{})
+		if err != nil {
+			t.Fatal(err)
+		}
+		inNamespace = append(inNamespace, bound{token: token, path: claimPath,
+			spec: authorizationv1.SubjectAccessReviewSpec{User: serviceAccountUser(e.ns, sa), ResourceAttributes: &authorizationv1.ResourceAttributes{
+				Namespace: e.ns, Verb: "get", Group: "resource.k8s.io", Version: "v1", Resource: "resourceclaims", Name: claim}},
+			delete: func(ctx context.Context) error {
+				return rbac.RoleBindings(e.ns).Delete(ctx, rb.Name, metav1.DeleteOptions{})
+			}})
+	}
+	tries := func(bs []bound) []revocationTry {
+		var out []revocationTry
+		for _, b := range bs {
+			// The API server's RBAC has the binding: the first request is
+			// allowed, and draproxy caches the Allow.
+			c.WaitForAccess(t, b.spec, true)
+			out = append(out, revocationTry{
+				probe: func(ctx context.Context) (int, error) {
+					return getCode(ctx, client, "http://localhost"+b.path, b.token)
+				},
+				revoke:  b.delete,
+				refused: http.StatusForbidden,
+			})
+		}
+		return out
+	}
+	runTries(t, "draproxy, a driver's deleted ClusterRoleBinding (list its node's ResourceSlices)", tries(clusterWide))
+	runTries(t, "draproxy, a driver's deleted RoleBinding (get a claim of its node)", tries(inNamespace))
 }
 
 // blackHoleWatches forwards every request to the API server but watches,
@@ -362,6 +485,8 @@ func revokerOutOfSync(t *testing.T, c *cluster.Cluster) {
 	}))
 	t.Cleanup(upstream.Close)
 	m := deploy(t, c, deployDir("metricsproxy"), deployOptions{})
+	// The README's Deploy step: the serving certificate's Secret, its CA.
+	ca := servingSecret(t, c, nil, m.Namespace(), "metricsproxy-tls", "metricsproxy-ca")
 	node := c.CreateNode(t, cluster.UniqueName("node-m")).Name
 	client := deploy(t, c, deployDir("metricsproxy", "client"), deployOptions{namespace: m.Namespace(), suffix: m.NameSuffix})
 	s, bin, args := serverCommand(t, c, m, "DaemonSet", "metricsproxy", node, "--upstream="+upstream.URL, "--listen=127.0.0.1:0",
@@ -393,7 +518,7 @@ func revokerOutOfSync(t *testing.T, c *cluster.Cluster) {
 	c.WaitForAccess(t, nodeMetricsSpec(serviceAccountUser(m.Namespace(), scraper), nil, node), true)
 	pod := c.CreatePodFromTemplate(t, client, "Job", "metricsproxy-smoke", cluster.PodOptions{NodeName: node})
 	token := podProjectedToken(t, c, pod, "/var/run/secrets/metricsproxy")
-	tr := &http.Transport{TLSClientConfig: &tls.Config{InsecureSkipVerify: true}} // the proxy's self-signed certificate; nothing secret is checked here
+	tr := &http.Transport{TLSClientConfig: tlsConfig(ca.Pool())}
 	t.Cleanup(tr.CloseIdleConnections)
 	web := &http.Client{Transport: tr, Timeout: callTimeout}
 	probe := func(ctx context.Context) (int, error) { return getCode(ctx, web, s.addr+"/metrics", token) }
