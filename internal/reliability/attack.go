@@ -58,12 +58,63 @@ const (
 	RapidReset Attack = "rapid reset"
 )
 
-// FloodOptions configures [Flood].
+// FloodOptions configures [Flood], [JunkHTTP] and [JunkGRPC].
 type FloodOptions struct {
 	// Path is the HTTP path, or the gRPC method, attackers name.
 	Path string
 	// Dialer dials the server; nil means a net.Dialer with a 10s timeout.
 	Dialer *net.Dialer
+	// Sources spreads the attackers over this many loopback source
+	// addresses ([SourceAddr]); 0 or 1 leaves the source to the system
+	// (127.0.0.1 for a server on 127.0.0.1: the legitimate clients'
+	// address).
+	Sources int
+	// Ready, if not nil, is called once, when every attacker has made its
+	// first connection attempt (or ctx is done first).
+	Ready func()
+}
+
+// SourceAddr is the source address of attacker i of an attack spread over
+// sources addresses: nil (the system's choice) when sources is 0 or 1,
+// else one of 127.1.0.1 to 127.1.255.250 (loopback has all of 127.0.0.0/8),
+// attacker i taking address i modulo sources.
+func SourceAddr(i, sources int) *net.TCPAddr {
+	if sources <= 1 {
+		return nil
+	}
+	j := i % min(sources, 256*250)
+	return &net.TCPAddr{IP: net.IPv4(127, 1, byte(j/250), byte(j%250+1))}
+}
+
+// dialer is the dialer of attacker i.
+func (o FloodOptions) dialer(i int) *net.Dialer {
+	d := net.Dialer{Timeout: 10 * time.Second}
+	if o.Dialer != nil {
+		d = *o.Dialer
+	}
+	if a := SourceAddr(i, o.Sources); a != nil {
+		d.LocalAddr = a
+	}
+	return &d
+}
+
+// readiness calls ready once n attackers have called the function it
+// returns (each once), or when ctx is done first.
+func readiness(ctx context.Context, n int, ready func()) (started func()) {
+	if ready == nil {
+		return func() {}
+	}
+	var once sync.Once
+	fire := func() { once.Do(ready) }
+	stop := context.AfterFunc(ctx, fire)
+	var left atomic.Int64
+	left.Store(int64(n))
+	return func() {
+		if left.Add(-1) == 0 {
+			stop()
+			fire()
+		}
+	}
 }
 
 // FloodStats counts what a flood did.
@@ -79,16 +130,23 @@ type FloodStats struct {
 // connection.
 func Flood(ctx context.Context, addr string, a Attack, n int, o FloodOptions) *FloodStats {
 	st := &FloodStats{}
-	d := o.Dialer
-	if d == nil {
-		d = &net.Dialer{Timeout: 10 * time.Second}
-	}
+	started := readiness(ctx, n, o.Ready)
 	var wg sync.WaitGroup
-	for range n {
+	for i := range n {
+		d := o.dialer(i)
 		wg.Go(func() {
+			first := true
 			for ctx.Err() == nil {
 				st.Conns.Add(1)
-				attackOnce(ctx, d, addr, a, o.Path, st)
+				attackOnce(ctx, d, addr, a, o.Path, st, func() {
+					if first {
+						first = false
+						started()
+					}
+				})
+			}
+			if first {
+				started()
 			}
 		})
 	}
@@ -97,9 +155,10 @@ func Flood(ctx context.Context, addr string, a Attack, n int, o FloodOptions) *F
 }
 
 // attackOnce opens one connection of kind a and holds it until the server
-// closes it or ctx is done.
-func attackOnce(ctx context.Context, d *net.Dialer, addr string, a Attack, path string, st *FloodStats) {
+// closes it or ctx is done; dialed is called once the dial returns.
+func attackOnce(ctx context.Context, d *net.Dialer, addr string, a Attack, path string, st *FloodStats, dialed func()) {
 	c, err := d.DialContext(ctx, "tcp", addr)
+	dialed()
 	if err != nil {
 		// Refused or timed out: try again, but do not spin.
 		sleepCtx(ctx, 10*time.Millisecond)
@@ -374,19 +433,32 @@ func shortErr(err error) error {
 
 // JunkHTTP runs n attackers that each send, one after the other on new TLS
 // connections, GETs of url with the bearer tokens token(i) returns, until
-// ctx is done. It returns how many it sent.
-func JunkHTTP(ctx context.Context, url string, n int, token func(i int) string) int64 {
+// ctx is done. It returns how many it sent. Of o, Dialer, Sources and Ready
+// apply.
+func JunkHTTP(ctx context.Context, url string, n int, token func(i int) string, o FloodOptions) int64 {
 	var sent atomic.Int64
+	started := readiness(ctx, n, o.Ready)
 	var wg sync.WaitGroup
-	for range n {
+	for a := range n {
+		d := o.dialer(a)
 		wg.Go(func() {
-			client := &http.Client{Transport: &http.Transport{TLSClientConfig: attackerTLS("http/1.1"), DisableKeepAlives: true}}
+			client := &http.Client{Transport: &http.Transport{TLSClientConfig: attackerTLS("http/1.1"), DisableKeepAlives: true, DialContext: d.DialContext}}
 			defer client.CloseIdleConnections()
+			first := true
+			defer func() {
+				if first {
+					started()
+				}
+			}()
 			for ctx.Err() == nil {
 				i := int(sent.Add(1))
 				req, _ := http.NewRequestWithContext(ctx, http.MethodGet, url, nil)
 				req.Header.Set("Authorization", "Bearer "+token(i))
 				resp, err := client.Do(req)
+				if first {
+					first = false
+					started()
+				}
 				if err != nil {
 					sleepCtx(ctx, 10*time.Millisecond)
 					continue
@@ -404,17 +476,21 @@ func JunkHTTP(ctx context.Context, url string, n int, token func(i int) string) 
 // name): X25519 alone, the cheapest handshake for the attacker.
 func AttackerTLS(proto string) *tls.Config { return attackerTLS(proto) }
 
-// JunkGRPC runs n attackers that each keep a gRPC connection (dial) and
-// run perConn calls at a time on it, each call(ctx, conn, i) with a new i,
-// until ctx is done; an attacker whose connection fails opens a new one at
-// once. It returns how many calls were made.
-func JunkGRPC(ctx context.Context, n, perConn int, dial func() (*grpc.ClientConn, error), call func(ctx context.Context, cc *grpc.ClientConn, i int) error) int64 {
+// JunkGRPC runs n attackers that each keep a gRPC connection (dial(a) for
+// attacker a) and run perConn calls at a time on it, each call(ctx, conn,
+// i) with a new i, until ctx is done; an attacker whose connection fails
+// opens a new one at once. It returns how many calls were made. ready, if
+// not nil, is called once every attacker has made its first call.
+func JunkGRPC(ctx context.Context, n, perConn int, dial func(a int) (*grpc.ClientConn, error), call func(ctx context.Context, cc *grpc.ClientConn, i int) error, ready func()) int64 {
 	var sent atomic.Int64
+	started := readiness(ctx, n, ready)
 	var wg sync.WaitGroup
-	for range n {
+	for a := range n {
 		wg.Go(func() {
+			var first sync.Once
+			defer first.Do(started)
 			for ctx.Err() == nil {
-				cc, err := dial()
+				cc, err := dial(a)
 				if err != nil {
 					sleepCtx(ctx, 10*time.Millisecond)
 					continue
@@ -425,6 +501,7 @@ func JunkGRPC(ctx context.Context, n, perConn int, dial func() (*grpc.ClientConn
 					calls.Go(func() {
 						for ctx.Err() == nil && !broken.Load() {
 							err := call(ctx, cc, int(sent.Add(1)))
+							first.Do(started)
 							if status.Code(err) == codes.Unavailable {
 								broken.Store(true)
 							}
@@ -456,7 +533,7 @@ const (
 	// Ramp lets the attackers fill the budget before the new-connection
 	// client is measured; Run is how long both clients are measured.
 	Ramp = time.Second
-	Run  = 4 * time.Second
+	Run  = 3 * time.Second
 	// CallTimeout bounds each legitimate call: past Bound it has failed,
 	// and how late it is is still measured up to here (a client that
 	// waited longer would hold ever more connections waiting).

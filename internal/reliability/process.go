@@ -4,14 +4,16 @@ import (
 	"bytes"
 	"context"
 	"encoding/json"
+	"errors"
 	"fmt"
 	"io"
 	"math/rand/v2"
+	"net"
 	"os"
 	"os/exec"
 	"os/signal"
 	"strconv"
-	"sync/atomic"
+	"sync"
 	"syscall"
 	"testing"
 	"time"
@@ -51,6 +53,9 @@ type AttackSpec struct {
 	// Run names this attack's junk tokens (distinct from every other
 	// run's); empty means a random name.
 	Run string
+	// Sources spreads the attackers over this many loopback source
+	// addresses ([SourceAddr]); 0 or 1 means the legitimate clients' own.
+	Sources int
 }
 
 // The junk attacks of AttackSpec.Kind.
@@ -79,25 +84,40 @@ func MaybeAttack() {
 	ctx, stop := signal.NotifyContext(context.Background(), syscall.SIGTERM, os.Interrupt)
 	// The test closes stdin when it goes away: stop then too.
 	go func() { _, _ = io.Copy(io.Discard, os.Stdin); stop() }()
-	res := runAttack(ctx, spec)
+	var out sync.Mutex
+	res := runAttack(ctx, spec, func() {
+		out.Lock()
+		defer out.Unlock()
+		fmt.Fprintln(os.Stdout, readyLine)
+	})
+	out.Lock()
 	_ = json.NewEncoder(os.Stdout).Encode(res)
 	os.Exit(0)
 }
 
-func runAttack(ctx context.Context, spec AttackSpec) AttackResult {
+// readyLine is what an attack process prints once every attacker has
+// made its first attempt.
+const readyLine = "ready"
+
+func runAttack(ctx context.Context, spec AttackSpec, ready func()) AttackResult {
+	o := FloodOptions{Path: spec.Path, Sources: spec.Sources, Ready: ready}
 	switch spec.Kind {
 	case JunkHTTPAttack:
-		return AttackResult{Sent: JunkHTTP(ctx, spec.URL, spec.N, JunkTokens(spec.Genuine, spec.Run))}
+		return AttackResult{Sent: JunkHTTP(ctx, spec.URL, spec.N, JunkTokens(spec.Genuine, spec.Run), o)}
 	case JunkGRPCAttack:
 		junk := JunkTokens(spec.Genuine, spec.Run)
 		creds := grpc.WithTransportCredentials(credentials.NewTLS(attackerTLS("h2")))
-		sent := JunkGRPC(ctx, spec.N, max(spec.PerConn, 1), func() (*grpc.ClientConn, error) { return grpc.NewClient(spec.Addr, creds) },
-			func(ctx context.Context, cc *grpc.ClientConn, i int) error {
-				return junkCall(ctx, cc, spec.Path, junk(i))
-			})
+		sent := JunkGRPC(ctx, spec.N, max(spec.PerConn, 1), func(a int) (*grpc.ClientConn, error) {
+			d := o.dialer(a)
+			return grpc.NewClient(spec.Addr, creds, grpc.WithContextDialer(func(ctx context.Context, addr string) (net.Conn, error) {
+				return d.DialContext(ctx, "tcp", addr)
+			}))
+		}, func(ctx context.Context, cc *grpc.ClientConn, i int) error {
+			return junkCall(ctx, cc, spec.Path, junk(i))
+		}, ready)
 		return AttackResult{Sent: sent}
 	}
-	st := Flood(ctx, spec.Addr, spec.Kind, spec.N, FloodOptions{Path: spec.Path})
+	st := Flood(ctx, spec.Addr, spec.Kind, spec.N, o)
 	return AttackResult{Conns: st.Conns.Load(), Streams: st.Streams.Load()}
 }
 
@@ -139,48 +159,70 @@ func appendVarint(b []byte, v uint64) []byte {
 
 // Attacker is an attack running in a process of its own.
 type Attacker struct {
-	cmd    *exec.Cmd
-	stdin  io.WriteCloser
-	out    bytes.Buffer
+	cmd   *exec.Cmd
+	stdin io.WriteCloser
+	out   *readyWriter
+
+	mu     sync.Mutex
+	done   bool
 	result AttackResult
-	done   atomic.Bool
+	err    error
 }
 
-// StartAttack runs spec in a new process of the test binary (whose
-// TestMain calls [MaybeAttack]), niced, so that the attackers' own work
-// (their TLS handshakes, HTTP/2 framing) competes with the server as
-// little as an attack from other machines would. It is stopped when the
-// test ends, if Stop was not called.
-func StartAttack(t testing.TB, spec AttackSpec) *Attacker {
-	t.Helper()
+// Spawn runs spec in a new process of this program (whose main, or
+// TestMain, calls [MaybeAttack] first), niced, so that the attackers' own
+// work (their TLS handshakes, HTTP/2 framing) competes with the server as
+// little as an attack from other machines would. Finish stops it.
+func Spawn(spec AttackSpec) (*Attacker, error) {
 	if spec.Run == "" {
 		spec.Run = strconv.FormatUint(rand.Uint64(), 36)
 	}
 	b, err := json.Marshal(spec)
 	if err != nil {
-		t.Fatal(err)
+		return nil, err
 	}
-	a := &Attacker{cmd: exec.Command(os.Args[0], "-test.run=^$")}
+	a := &Attacker{cmd: exec.Command(os.Args[0], "-test.run=^$"), out: &readyWriter{ready: make(chan struct{})}}
 	a.cmd.Env = append(os.Environ(), envAttack+"="+string(b))
-	a.cmd.Stdout = &a.out
+	a.cmd.Stdout = a.out
 	a.cmd.Stderr = os.Stderr
 	if a.stdin, err = a.cmd.StdinPipe(); err != nil {
-		t.Fatal(err)
+		return nil, err
 	}
 	if err := a.cmd.Start(); err != nil {
-		t.Fatal(err)
+		return nil, err
 	}
 	_ = syscall.Setpriority(syscall.PRIO_PROCESS, a.cmd.Process.Pid, attackerNice)
+	return a, nil
+}
+
+// StartAttack is [Spawn] for a test binary (whose TestMain calls
+// [MaybeAttack]): the attack is stopped when the test ends, if Stop was
+// not called.
+func StartAttack(t testing.TB, spec AttackSpec) *Attacker {
+	t.Helper()
+	a, err := Spawn(spec)
+	if err != nil {
+		t.Fatal(err)
+	}
 	t.Cleanup(func() { a.Stop(t) })
 	return a
 }
 
-// Stop ends the attack and returns what it reported.
-func (a *Attacker) Stop(t testing.TB) AttackResult {
-	t.Helper()
-	if a.done.Swap(true) {
-		return a.result
+// Ready is closed once every attacker has made its first attempt.
+func (a *Attacker) Ready() <-chan struct{} { return a.out.ready }
+
+// Pid is the attack process's id.
+func (a *Attacker) Pid() int { return a.cmd.Process.Pid }
+
+// Finish ends the attack and returns what it reported; calling it again
+// returns the same.
+func (a *Attacker) Finish() (AttackResult, error) {
+	a.mu.Lock()
+	defer a.mu.Unlock()
+	if a.done {
+		return a.result, a.err
 	}
+	a.done = true
 	_ = a.cmd.Process.Signal(syscall.SIGTERM)
 	a.stdin.Close()
 	done := make(chan error, 1)
@@ -188,17 +230,61 @@ func (a *Attacker) Stop(t testing.TB) AttackResult {
 	select {
 	case err := <-done:
 		if err != nil {
-			t.Errorf("attack process: %v", err)
+			a.err = fmt.Errorf("attack process: %w", err)
 		}
 	case <-time.After(30 * time.Second):
 		_ = a.cmd.Process.Kill()
 		<-done
-		t.Errorf("the attack process did not stop within 30s")
+		a.err = errors.New("the attack process did not stop within 30s")
 	}
-	if err := json.Unmarshal(a.out.Bytes(), &a.result); err != nil {
-		t.Errorf("attack process output %q: %v", a.out.String(), err)
+	if err := json.Unmarshal(a.out.last(), &a.result); err != nil && a.err == nil {
+		a.err = fmt.Errorf("attack process output %q: %w", a.out.String(), err)
 	}
-	return a.result
+	return a.result, a.err
+}
+
+// Stop ends the attack and returns what it reported.
+func (a *Attacker) Stop(t testing.TB) AttackResult {
+	t.Helper()
+	res, err := a.Finish()
+	if err != nil {
+		t.Error(err)
+	}
+	return res
+}
+
+// readyWriter keeps an attack process's output and closes ready when it
+// prints readyLine.
+type readyWriter struct {
+	mu    sync.Mutex
+	buf   bytes.Buffer
+	ready chan struct{}
+	seen  bool
+}
+
+func (w *readyWriter) Write(p []byte) (int, error) {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	w.buf.Write(p)
+	if !w.seen && bytes.Contains(w.buf.Bytes(), []byte(readyLine+"\n")) {
+		w.seen = true
+		close(w.ready)
+	}
+	return len(p), nil
+}
+
+func (w *readyWriter) String() string {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	return w.buf.String()
+}
+
+// last is the output's last line.
+func (w *readyWriter) last() []byte {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	lines := bytes.Split(bytes.TrimSpace(w.buf.Bytes()), []byte("\n"))
+	return lines[len(lines)-1]
 }
 
 // rawCodec passes messages as bytes, for calls whose request the attacker
