@@ -21,8 +21,8 @@
 // POSTs (Content-Length 100000000), TCP without TLS, TLS without the
 // HTTP/2 preface, a preface without streams, 100 gRPC streams without a
 // request, HTTP/2 rapid reset, junk tokens. Each at 600 attackers and at
-// 1.75 times the default connection budget (serving.MaxConnectionsFor(0),
-// as the servers compute it from their open-file limit), all from the
+// 1.75 times the default connection budget (serving.DefaultMaxConnections,
+// capped by the open-file limit as the servers cap it), all from the
 // legitimate client's address (127.0.0.1) and spread over 250 others
 // (127.1.0.x).
 //
@@ -132,7 +132,7 @@ func run(ctx context.Context, args []string, stdout io.Writer) error {
 			return fmt.Errorf("-kinds: unknown attack %q (known: %s)", k, strings.Join(kindNames(), ", "))
 		}
 	}
-	budget := serving.MaxConnectionsFor(0)
+	budget := serving.MaxConnectionsFor(serving.DefaultMaxConnections)
 	var ns []int
 	for _, s := range p.scales {
 		n, err := scale(s, budget)

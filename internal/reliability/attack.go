@@ -533,7 +533,7 @@ const (
 	// Ramp lets the attackers fill the budget before the new-connection
 	// client is measured; Run is how long both clients are measured.
 	Ramp = time.Second
-	Run  = 3 * time.Second
+	Run  = 4 * time.Second
 	// CallTimeout bounds each legitimate call: past Bound it has failed,
 	// and how late it is is still measured up to here (a client that
 	// waited longer would hold ever more connections waiting).
