@@ -6,7 +6,7 @@
 //
 // [Flags] registers authn's, authz's and httpauth's flags (k8s.io/apiserver's
 // delegated authentication and authorization names) and
-// --authentication-jwks-preverify (on by default: see [PreVerifier]);
+// --authentication-jwks-preverify (on by default: see authn.PreVerifier);
 // [Flags.Build] builds the authenticator,
 // the authorizer chain and a Prometheus registry, and checks at start that
 // the service may create the reviews it will send. [TLSFlags] registers
@@ -70,10 +70,10 @@
 // most connections loses one first, then the oldest. Connections waiting
 // for room are admitted newest first, a source at a time. Timeouts of the
 // first stages shrink as the budget fills; TLS handshakes are computed at
-// most GOMAXPROCS at once, shared fairly between sources, and each source
-// starts at most HandshakeRate a second; the review path shares its
-// in-flight reviews fairly between sources and reviews verified tokens
-// first (see [PreVerifier]).
+// most GOMAXPROCS at once, shared fairly between sources (no per-source
+// rate by default: where callers share an address, a flood would spend it
+// for them); the review path shares its in-flight reviews fairly between
+// sources and reviews verified tokens first (see authn.PreVerifier).
 //
 // # Sizing the budget
 //

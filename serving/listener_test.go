@@ -640,6 +640,67 @@ func TestLimitListenerHandshakeRate(t *testing.T) {
 	}
 }
 
+// TestLimitListenerNoHandshakeRateByDefault (issue #32): by default a
+// source has no handshake allowance to spend: 300 handshakes from one
+// address, far past the former burst of 64, each take their turn at once,
+// with no timer waited on. With the rate set, the 65th waits.
+func TestLimitListenerNoHandshakeRateByDefault(t *testing.T) {
+	t.Parallel()
+	for _, tt := range []struct {
+		name    string
+		rate    float64
+		waitsAt int // the first handshake that waits; 0: none of 300
+	}{
+		{name: "default", rate: 0},
+		{name: "negative", rate: -1},
+		{name: "set", rate: serving.DefaultHandshakeRate, waitsAt: serving.DefaultHandshakeBurst + 1},
+	} {
+		t.Run(tt.name, func(t *testing.T) {
+			t.Parallel()
+			clk := clocktesting.NewFakeClock(time.Unix(1000, 0))
+			inner := newChanListener()
+			ln := serving.AdmissionListener(inner, 400, serving.LimitOptions{Clock: clk,
+				AdmissionOptions: serving.AdmissionOptions{HandshakeRate: tt.rate, HandshakeConcurrency: -1}}, serving.AdmissionTestConfig{TLS: true})
+			defer ln.Close()
+			for i := 1; i <= 300; i++ {
+				c := accept(t, inner, ln, "10.0.0.1")
+				done := make(chan error, 1)
+				go func() { done <- serving.HandshakeTurn(c.c) }()
+				if i == tt.waitsAt {
+					waitFor(t, 10*time.Second, "the handshake past the burst to wait", clk.HasWaiters)
+					c.c.Close()
+					if err := <-done; !errors.Is(err, net.ErrClosed) {
+						t.Fatalf("handshake %d, closed while waiting = %v; want net.ErrClosed", i, err)
+					}
+					return
+				}
+				// Its turn at once, or a timer waited on (the fake clock
+				// never moves here): whichever comes first.
+				var err error
+				waitFor(t, 10*time.Second, "the handshake's turn", func() bool {
+					select {
+					case err = <-done:
+						return true
+					default:
+						return clk.HasWaiters()
+					}
+				})
+				if clk.HasWaiters() {
+					c.c.Close()
+					<-done
+					t.Fatalf("handshake %d from one source waited for a timer; want its turn at once", i)
+				}
+				if err != nil {
+					t.Fatalf("handshake %d from one source: %v; want its turn at once", i, err)
+				}
+			}
+			if tt.waitsAt != 0 {
+				t.Fatalf("no handshake of 300 waited; want the %dth to", tt.waitsAt)
+			}
+		})
+	}
+}
+
 // TestLimitListenerHandshakeSlots: at most HandshakeConcurrency handshakes
 // are computed at once; the next waits, first come, first served, until
 // one ends: at the server's first flight (its first write), when the

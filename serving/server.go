@@ -137,8 +137,8 @@ type ServerOptions struct {
 //     done the least for the longest (a silent one first, a connection
 //     that completed a request and is in use last), logged; the
 //     handshake, header and idle timeouts shrink as the budget fills; and
-//     each client address starts at most HandshakeRate TLS handshakes a
-//     second;
+//     TLS handshakes are computed at most GOMAXPROCS at once (a
+//     per-address rate, HandshakeRate, only if set);
 //   - headers must arrive within ReadHeaderTimeout, each read of a body
 //     must complete within ReadTimeout (a per-read deadline, so that
 //     uploads and client streams may last while the client sends), and
