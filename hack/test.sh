@@ -7,12 +7,12 @@
 #   bash hack/test.sh
 #
 # Environment:
-#   FUZZTIME=6s         how long each fuzz target runs (0 skips fuzzing)
+#   FUZZTIME=3s         how long each fuzz target runs (0 skips fuzzing)
 #   REVIEWAUTH_E2E=0    skip the end-to-end suite (it is on by default)
 set -euo pipefail
 cd "$(dirname "$0")/.."
 root=$(pwd)
-fuzztime=${FUZZTIME:-6s}
+fuzztime=${FUZZTIME:-3s}
 status=0
 steps=0
 failures=0
