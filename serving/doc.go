@@ -60,14 +60,19 @@
 // TLS handshake (through the server's tls.Config), and HTTP requests
 // (http.Server.ConnContext and the handler) or gRPC calls (a stats handler
 // and a tap handle joined to the connection). When the budget
-// (MaxConnections) is full, a new connection is admitted by closing the
-// one that has done the least for the longest: silent connections first,
-// then those whose every request was refused, those waiting with no
-// request (slowloris, an HTTP/2 preface or gRPC streams without a
-// message), unfinished handshakes, idle keep-alives, connections on their
-// first request, and last, connections that completed a request and have
-// one in progress. Within a stage the source (client address) holding the
-// most connections loses one first, then the oldest. Connections waiting
+// (MaxConnections) is full, a new connection is admitted by closing one
+// that made no progress: a connection that moved bytes for a request in
+// progress, or served one, within the last five seconds (a watch, a
+// stream, a download, an upload, a scraper's keep-alive) is closed only
+// when no other is admitted, not even one in its grace. Among the others,
+// silent connections go first, then those whose every request was
+// refused, those waiting with no request (slowloris, an HTTP/2 preface or
+// gRPC streams without a message), unfinished handshakes, idle
+// keep-alives, connections on their first request, and last, connections
+// that completed a request and have one in progress. Within a stage the
+// source (client address) holding the most connections loses one first,
+// then the youngest (under a flood, the attackers' reconnections). The
+// policy is in policy.go, its bookkeeping in admission.go. Connections waiting
 // for room are admitted newest first, a source at a time. Timeouts of the
 // first stages shrink as the budget fills; TLS handshakes are computed at
 // most GOMAXPROCS at once, shared fairly between sources (no per-source
@@ -77,9 +82,12 @@
 //
 // # Sizing the budget
 //
-// Size MaxConnections for the clients you expect, with room to spare, and
-// below the process's open-file limit (RLIMIT_NOFILE, `ulimit -n`; the
-// container runtime's default is often 1,048,576, systemd's 1,024 soft):
+// The default budget ([DefaultBudget]) is read from the process's limits,
+// not fixed: an idle or waiting connection costs a file and some memory,
+// while one closed to make room reconnects and costs a TLS handshake, so
+// connections are kept as long as files and memory allow. It is the
+// smaller of half the open-file limit less 128 and a quarter of the
+// memory limit at [ConnectionMemory] (128 KiB) a connection:
 //
 //	files ≈ MaxConnections                (admitted client connections)
 //	      + MaxConnections                (upstream connections, for a proxy)
@@ -87,13 +95,15 @@
 //	      + 1                             (one being swapped in)
 //	      + about 64                      (listeners, API server, certificates, logs)
 //
-// [MaxConnectionsFor] applies that rule to the limit in force, and the
-// default budget (1,024) is capped by it. A budget too small for the
-// legitimate clients makes them displace each other (an idle keep-alive is
-// closed for a newcomer); a budget far above them only lets a flood hold
-// more files. A node agent with a handful of local clients needs tens; a
-// proxy in front of a metrics endpoint scraped by a few Prometheus
-// replicas, a few hundred. reviewauth_connections{state="admitted"} and
+// The open-file limit is RLIMIT_NOFILE as Go leaves it (Go raises the
+// soft limit to the hard one at start; serving changes nothing): the
+// container runtime's default is 524,288 or 1,048,576, systemd's hard
+// limit 524,288. The memory limit is GOMEMLIMIT if set, else the cgroup's
+// (a container's resources.limits.memory), else the machine's. A
+// container with 128 MiB gets 256 connections; one with 1 GiB, 2,048; a
+// process with neither limit set low, half its files. Set MaxConnections
+// to bound it further (a node agent with a handful of local clients needs
+// tens). reviewauth_connections{state="admitted"} and
 // reviewauth_connections_closed_total (see [LimitOptions].Metrics) show
 // how full it runs and what admission closed.
 //

@@ -1,6 +1,7 @@
 package serving
 
 import (
+	"io/fs"
 	"net"
 	"time"
 )
@@ -56,3 +57,6 @@ func Pending(ln net.Listener) int {
 	defer a.mu.Unlock()
 	return a.npending
 }
+
+// FileMemoryLimit is the memory limit read from root, GOMEMLIMIT aside.
+func FileMemoryLimit(root fs.FS) uint64 { return fileMemoryLimit(root) }

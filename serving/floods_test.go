@@ -9,6 +9,7 @@ import (
 	"net/http"
 	"os"
 	"runtime"
+	"strings"
 	"sync"
 	"sync/atomic"
 	"testing"
@@ -17,10 +18,12 @@ import (
 	"github.com/go-logr/logr"
 	"github.com/prometheus/client_golang/prometheus"
 	"google.golang.org/grpc"
+	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/credentials"
 	"google.golang.org/grpc/health"
 	healthpb "google.golang.org/grpc/health/grpc_health_v1"
 	"google.golang.org/grpc/metadata"
+	"google.golang.org/grpc/status"
 	"k8s.io/apiserver/pkg/authentication/user"
 	"k8s.io/apiserver/pkg/authorization/authorizer"
 	"k8s.io/klog/v2"
@@ -189,11 +192,17 @@ func TestFloodsHTTP(t *testing.T) {
 // test ends, and returns its address and the counting listener under it.
 func grpcFloodServer(t *testing.T, opts serving.GRPCOptions, extra ...grpc.ServerOption) (string, *countingListener) {
 	t.Helper()
+	return grpcFloodServerWith(t, health.NewServer(), opts, extra...)
+}
+
+// grpcFloodServerWith is grpcFloodServer serving hs.
+func grpcFloodServerWith(t *testing.T, hs *health.Server, opts serving.GRPCOptions, extra ...grpc.ServerOption) (string, *countingListener) {
+	t.Helper()
 	if opts.Metrics == nil {
 		opts.Metrics = metrics.New()
 	}
 	srv := grpc.NewServer(append(serving.GRPCServerOptions(opts), extra...)...)
-	healthpb.RegisterHealthServer(srv, health.NewServer())
+	healthpb.RegisterHealthServer(srv, hs)
 	ln, err := net.Listen("tcp", "127.0.0.1:0")
 	if err != nil {
 		t.Fatal(err)
@@ -475,4 +484,206 @@ func TestFloodJunkTokens(t *testing.T) {
 			return nil
 		})
 	})
+}
+
+// Scale of TestFloodsLongStreams: a budget of 16, attacked at it and at
+// 1.75 times it.
+const (
+	streamsBudget = 16
+	streamsAttack = 1500 * time.Millisecond
+)
+
+var streamsScales = []int{streamsBudget, streamsBudget * 7 / 4}
+
+// streamWatch is a long stream a legitimate client holds during a flood:
+// events counts what it received, ended is closed when it ends (with err).
+type streamWatch struct {
+	events atomic.Int64
+	ended  chan struct{}
+	err    error
+}
+
+// survived reports the stream's fate over one attack: an error if it ended
+// or received nothing during it.
+func (w *streamWatch) survived(before int64) error {
+	select {
+	case <-w.ended:
+		return fmt.Errorf("the stream ended during the attack: %v", w.err)
+	default:
+	}
+	if got := w.events.Load() - before; got == 0 {
+		return fmt.Errorf("the stream received nothing during the attack")
+	}
+	return nil
+}
+
+// TestFloodsLongStreams (issue #32): a watch over HTTP/1.1 and a gRPC
+// server stream, each sending an event every 50 ms, survive every flood
+// kind at the budget and past it (16 and 28 attackers, budget 16), from
+// the client's own address: admission never closes a connection that
+// moves bytes for its request while one that does not is kept.
+func TestFloodsLongStreams(t *testing.T) {
+	t.Run("http", func(t *testing.T) {
+		const good = "Bearer good"
+		handler := http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+			if r.Header.Get("Authorization") != good {
+				http.Error(w, "Unauthorized", http.StatusUnauthorized)
+				return
+			}
+			if r.URL.Path != "/watch" {
+				_, _ = io.WriteString(w, "ok")
+				return
+			}
+			tick := time.NewTicker(50 * time.Millisecond)
+			defer tick.Stop()
+			for {
+				if _, err := io.WriteString(w, "event\n"); err != nil {
+					return
+				}
+				w.(http.Flusher).Flush()
+				select {
+				case <-r.Context().Done():
+					return
+				case <-tick.C:
+				}
+			}
+		})
+		srv, err := serving.NewHTTPServer(handler, serving.ServerOptions{Certificates: selfSigned(t), MaxConnections: streamsBudget})
+		if err != nil {
+			t.Fatal(err)
+		}
+		addr := serve(t, quiet(t), srv)
+		for _, kind := range []reliability.Attack{reliability.HTTPIdle, reliability.HTTPSlowloris, reliability.HTTPBodylessPost, reliability.JunkHTTPAttack} {
+			for _, n := range streamsScales {
+				t.Run(fmt.Sprintf("%s/%d", kind, n), func(t *testing.T) {
+					w := &streamWatch{ended: make(chan struct{})}
+					ctx, cancel := context.WithCancel(t.Context())
+					defer cancel()
+					c, err := tls.Dial("tcp", addr, &tls.Config{InsecureSkipVerify: true, NextProtos: []string{"http/1.1"}})
+					if err != nil {
+						t.Fatal(err)
+					}
+					defer c.Close()
+					context.AfterFunc(ctx, func() { c.Close() })
+					if _, err := io.WriteString(c, "GET /watch HTTP/1.1\r\nHost: x\r\nAuthorization: "+good+"\r\n\r\n"); err != nil {
+						t.Fatal(err)
+					}
+					go func() {
+						defer close(w.ended)
+						buf := make([]byte, 4096)
+						for {
+							n, err := c.Read(buf)
+							w.events.Add(int64(strings.Count(string(buf[:n]), "event")))
+							if err != nil {
+								w.err = err
+								return
+							}
+						}
+					}()
+					waitFor(t, 10*time.Second, "the watch's first event", func() bool { return w.events.Load() > 0 })
+					spec := reliability.AttackSpec{Addr: addr, URL: "https://" + addr + "/metrics", Kind: kind, N: n, Path: "/metrics", Genuine: "junk.junk.junk"}
+					runAttack(t, spec, w)
+				})
+			}
+		}
+	})
+	t.Run("grpc", func(t *testing.T) {
+		hs := health.NewServer()
+		refuse := func(ctx context.Context) error {
+			if md, _ := metadata.FromIncomingContext(ctx); len(md.Get("authorization")) != 1 || md.Get("authorization")[0] != "Bearer good" {
+				return status.Error(codes.Unauthenticated, "no")
+			}
+			return nil
+		}
+		addr, _ := grpcFloodServerWith(t, hs, serving.GRPCOptions{Certificates: selfSigned(t), MaxConnections: streamsBudget},
+			grpc.ChainUnaryInterceptor(func(ctx context.Context, req any, _ *grpc.UnaryServerInfo, h grpc.UnaryHandler) (any, error) {
+				if err := refuse(ctx); err != nil {
+					return nil, err
+				}
+				return h(ctx, req)
+			}),
+			grpc.ChainStreamInterceptor(func(srv any, ss grpc.ServerStream, _ *grpc.StreamServerInfo, h grpc.StreamHandler) error {
+				if err := refuse(ss.Context()); err != nil {
+					return err
+				}
+				return h(srv, ss)
+			}))
+		// The watched service changes every 50 ms: an event each time.
+		tickCtx, stopTicks := context.WithCancel(t.Context())
+		ticked := make(chan struct{})
+		go func() {
+			defer close(ticked)
+			tick := time.NewTicker(50 * time.Millisecond)
+			defer tick.Stop()
+			for up := true; ; up = !up {
+				st := healthpb.HealthCheckResponse_SERVING
+				if !up {
+					st = healthpb.HealthCheckResponse_NOT_SERVING
+				}
+				hs.SetServingStatus("tick", st)
+				select {
+				case <-tickCtx.Done():
+					return
+				case <-tick.C:
+				}
+			}
+		}()
+		defer func() { stopTicks(); <-ticked }()
+		for _, kind := range []reliability.Attack{reliability.NoTLS, reliability.NoPreface, reliability.PrefaceOnly, reliability.EmptyStreams, reliability.RapidReset, reliability.JunkGRPCAttack} {
+			for _, n := range streamsScales {
+				t.Run(fmt.Sprintf("%s/%d", kind, n), func(t *testing.T) {
+					cc, err := grpc.NewClient(addr, grpcTLS)
+					if err != nil {
+						t.Fatal(err)
+					}
+					defer cc.Close()
+					ctx, cancel := context.WithCancel(metadata.AppendToOutgoingContext(t.Context(), "authorization", "Bearer good"))
+					defer cancel()
+					stream, err := healthpb.NewHealthClient(cc).Watch(ctx, &healthpb.HealthCheckRequest{Service: "tick"})
+					if err != nil {
+						t.Fatal(err)
+					}
+					w := &streamWatch{ended: make(chan struct{})}
+					go func() {
+						defer close(w.ended)
+						for {
+							if _, err := stream.Recv(); err != nil {
+								w.err = err
+								return
+							}
+							w.events.Add(1)
+						}
+					}()
+					waitFor(t, 10*time.Second, "the stream's first event", func() bool { return w.events.Load() > 0 })
+					spec := reliability.AttackSpec{Addr: addr, Kind: kind, N: n, PerConn: 2, Path: "/grpc.health.v1.Health/Check", Genuine: "junk.junk.junk"}
+					runAttack(t, spec, w)
+					cancel()
+					<-w.ended
+				})
+			}
+		}
+	})
+}
+
+// runAttack runs spec for streamsAttack and fails t if w did not survive
+// it.
+func runAttack(t *testing.T, spec reliability.AttackSpec, w *streamWatch) {
+	t.Helper()
+	before := w.events.Load()
+	var res reliability.AttackResult
+	attack := reliability.StartAttack(t, spec)
+	select {
+	case <-attack.Ready():
+	case <-time.After(time.Minute):
+		t.Fatal("the attack process did not start within a minute")
+	}
+	before = w.events.Load()
+	// The attack's length is what is measured; nothing waits on a clock.
+	time.Sleep(streamsAttack)
+	res = attack.Stop(t)
+	if err := w.survived(before); err != nil {
+		t.Errorf("%s, %d attackers (budget %d): %v (attack: %d connections, %d streams, %d calls)", spec.Kind, spec.N, streamsBudget, err, res.Conns, res.Streams, res.Sent)
+	} else {
+		t.Logf("%s, %d attackers: the stream received %d events during the attack (attack: %d connections, %d streams, %d calls)", spec.Kind, spec.N, w.events.Load()-before, res.Conns, res.Streams, res.Sent)
+	}
 }

@@ -63,7 +63,7 @@ type GRPCOptions struct {
 	Credentials credentials.TransportCredentials
 
 	// MaxConnections caps the open connections ([LimitListener]). Zero
-	// means [DefaultMaxConnections] capped by the open-file limit;
+	// means [DefaultBudget], from the open-file and memory limits;
 	// negative means no cap (and none of Admission, FirstMessageTimeout
 	// or the rapid-reset bound applies).
 	MaxConnections int
@@ -138,7 +138,7 @@ func (o GRPCOptions) withDefaults() GRPCOptions {
 		o.ShutdownTimeout = DefaultShutdownTimeout
 	}
 	if o.MaxConnections == 0 {
-		o.MaxConnections = MaxConnectionsFor(DefaultMaxConnections)
+		o.MaxConnections = DefaultBudget()
 	}
 	if o.FirstMessageTimeout <= 0 {
 		o.FirstMessageTimeout = DefaultGRPCFirstMessageTimeout

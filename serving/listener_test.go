@@ -139,7 +139,7 @@ func TestLimitListenerEvictionOrder(t *testing.T) {
 			t.Fatalf("stage = %q; want %q", got, tt.stage)
 		}
 	}
-	clk.Step(testGrace)
+	clk.Step(serving.DefaultProgressWindow) // past every grace, and no progress within the window
 	order := []admitted{silent, refused, waiting, handshake, idle, first, busy}
 	for i := range order {
 		if i > 0 {
@@ -165,6 +165,154 @@ func TestLimitListenerEvictionOrder(t *testing.T) {
 	if !found {
 		t.Errorf("no log line saying a silent connection was closed:\n%s", strings.Join(logs.snapshot(), "\n"))
 	}
+}
+
+// serverWrite writes one byte from the server's end c to the client end
+// peer.
+func serverWrite(t testing.TB, c, peer net.Conn) {
+	t.Helper()
+	_ = peer.SetReadDeadline(time.Time{}) // isClosed leaves one in the past
+	go func() { _, _ = io.ReadFull(peer, make([]byte, 1)) }()
+	if _, err := c.Write([]byte{'e'}); err != nil {
+		t.Fatal(err)
+	}
+}
+
+// waitAccept admits the next connection in a goroutine; the channel
+// receives it (nil if Accept failed).
+func waitAccept(ln net.Listener) chan net.Conn {
+	accepted := make(chan net.Conn, 1)
+	go func() {
+		c, err := ln.Accept()
+		if err != nil {
+			c = nil
+		}
+		accepted <- c
+	}()
+	return accepted
+}
+
+// fakeLimitListener is a LimitListener of max on a fake clock, closed
+// when the test ends.
+func fakeLimitListener(t *testing.T, max int) (*clocktesting.FakeClock, *chanListener, net.Listener) {
+	clk := clocktesting.NewFakeClock(time.Unix(1000, 0))
+	inner := newChanListener()
+	ln := serving.LimitListener(inner, max, serving.LimitOptions{Clock: clk})
+	t.Cleanup(func() { ln.Close() })
+	return clk, inner, ln
+}
+
+// TestLimitListenerProgress (issue #32): a connection that moved bytes for
+// a request in progress within the progress window (a watch sending
+// events, an upload) or served a request is never closed to make room
+// while a connection that did neither is admitted, even one in its grace:
+// the newcomer waits for that one. Among equals the youngest goes first.
+// A refused request's bytes are no progress; a watch that stops moving for
+// the window is judged by its stage again.
+func TestLimitListenerProgress(t *testing.T) {
+	t.Parallel()
+	t.Run("youngest first among equals", func(t *testing.T) {
+		t.Parallel()
+		clk, inner, ln := fakeLimitListener(t, 3)
+		old := accept(t, inner, ln, "127.0.0.1")
+		clk.Step(time.Second)
+		mid := accept(t, inner, ln, "127.0.0.1")
+		clk.Step(time.Second)
+		young := accept(t, inner, ln, "127.0.0.1")
+		clk.Step(testGrace)
+		accept(t, inner, ln, "127.0.0.1")
+		if !isClosed(t, young.peer) || isClosed(t, mid.peer) || isClosed(t, old.peer) {
+			t.Fatal("want the youngest silent connection closed, the older ones kept")
+		}
+	})
+	t.Run("a moving watch outlives young attackers", func(t *testing.T) {
+		t.Parallel()
+		clk, inner, ln := fakeLimitListener(t, 2)
+		watch := accept(t, inner, ln, "127.0.0.1")
+		sendByte(t, watch.c, watch.peer)
+		serving.WorkStart(watch.c)
+		clk.Step(10 * time.Second) // long past its grace
+		serverWrite(t, watch.c, watch.peer)
+		attacker := accept(t, inner, ln, "127.0.0.1") // in its grace
+		inner.push()
+		accepted := waitAccept(ln)
+		waitFor(t, 10*time.Second, "Accept to wait for the attacker's grace", clk.HasWaiters)
+		if isClosed(t, watch.peer) || isClosed(t, attacker.peer) {
+			t.Fatal("closed a connection while the only one without progress was in its grace")
+		}
+		select {
+		case <-accepted:
+			t.Fatal("admitted a newcomer by closing the moving watch")
+		default:
+		}
+		serverWrite(t, watch.c, watch.peer)
+		clk.Step(testGrace)
+		if c := <-accepted; c == nil {
+			t.Fatal("Accept failed")
+		}
+		if !isClosed(t, attacker.peer) || isClosed(t, watch.peer) {
+			t.Fatal("want the attacker closed at its grace, the watch kept")
+		}
+	})
+	t.Run("an upload's reads are progress", func(t *testing.T) {
+		t.Parallel()
+		clk, inner, ln := fakeLimitListener(t, 2)
+		upload := accept(t, inner, ln, "127.0.0.1")
+		sendByte(t, upload.c, upload.peer)
+		serving.WorkStart(upload.c)
+		clk.Step(time.Second)
+		other := accept(t, inner, ln, "127.0.0.1")
+		sendByte(t, other.c, other.peer) // waiting: a later stage than silent, earlier than first request
+		clk.Step(serving.DefaultProgressWindow)
+		sendByte(t, upload.c, upload.peer) // the body, within the window
+		accept(t, inner, ln, "127.0.0.1")
+		if !isClosed(t, other.peer) || isClosed(t, upload.peer) {
+			t.Fatal("want the waiting connection closed, the upload kept")
+		}
+	})
+	t.Run("refused requests are no progress", func(t *testing.T) {
+		t.Parallel()
+		clk, inner, ln := fakeLimitListener(t, 2)
+		junk := accept(t, inner, ln, "127.0.0.1")
+		sendByte(t, junk.c, junk.peer)
+		serving.WorkStart(junk.c)
+		sendByte(t, junk.c, junk.peer)
+		serverWrite(t, junk.c, junk.peer) // the 401
+		serving.WorkEnd(junk.c, false)
+		clk.Step(time.Second)
+		// A silent connection in its grace: had the junk counted as
+		// progress, the newcomer would wait for this one's grace.
+		silent := accept(t, inner, ln, "127.0.0.1")
+		inner.push()
+		select {
+		case c := <-waitAccept(ln):
+			if c == nil {
+				t.Fatal("Accept failed")
+			}
+		case <-time.After(10 * time.Second):
+			t.Fatal("the newcomer waited: the refused connection's bytes counted as progress")
+		}
+		if !isClosed(t, junk.peer) || isClosed(t, silent.peer) {
+			t.Fatal("want the refused connection closed, the silent one in its grace kept")
+		}
+	})
+	t.Run("a watch that stops moving is judged by its stage", func(t *testing.T) {
+		t.Parallel()
+		clk, inner, ln := fakeLimitListener(t, 2)
+		watch := accept(t, inner, ln, "127.0.0.1")
+		sendByte(t, watch.c, watch.peer)
+		serving.WorkStart(watch.c)
+		serverWrite(t, watch.c, watch.peer)
+		idle := accept(t, inner, ln, "127.0.0.1")
+		serving.WorkStart(idle.c)
+		serving.WorkEnd(idle.c, true) // served: progress for the window
+		clk.Step(serving.DefaultProgressWindow)
+		// Neither moved within the window: idle goes before first request.
+		accept(t, inner, ln, "127.0.0.1")
+		if !isClosed(t, idle.peer) || isClosed(t, watch.peer) {
+			t.Fatal("want the idle connection closed, the quiet watch kept (stage order)")
+		}
+	})
 }
 
 // TestLimitListenerGrace: a connection is not closed to make room before
@@ -290,21 +438,21 @@ func TestLimitListenerEvictionInterval(t *testing.T) {
 	a := accept(t, inner, ln, "10.0.0.1")
 	b := accept(t, inner, ln, "10.0.0.1")
 	clk.Step(testGrace)
-	accept(t, inner, ln, "10.0.0.1") // closes a
-	if !isClosed(t, a.peer) {
-		t.Fatal("the oldest connection was not closed for the first newcomer")
+	accept(t, inner, ln, "10.0.0.1") // closes b, the youngest
+	if !isClosed(t, b.peer) || isClosed(t, a.peer) {
+		t.Fatal("want the youngest connection closed for the first newcomer")
 	}
 	accepted := acceptAll(ln)
 	inner.push()
 	waitFor(t, 10*time.Second, "the second newcomer to wait", func() bool { return serving.Pending(ln) == 1 && clk.HasWaiters() })
 	clk.Step(serving.DefaultEvictionInterval - time.Nanosecond)
-	if isClosed(t, b.peer) {
+	if isClosed(t, a.peer) {
 		t.Fatal("a second connection was closed to make room within the interval")
 	}
 	clk.Step(time.Nanosecond)
 	<-accepted
-	if !isClosed(t, b.peer) {
-		t.Fatal("the second newcomer was admitted without closing the next oldest")
+	if !isClosed(t, a.peer) {
+		t.Fatal("the second newcomer was admitted without closing a (the first newcomer is in its grace)")
 	}
 }
 
@@ -498,21 +646,21 @@ func TestLimitListenerAdaptiveGrace(t *testing.T) {
 	accepted := make(chan error, 1)
 	go func() { _, err := ln.Accept(); accepted <- err }()
 	waitFor(t, 10*time.Second, "Accept to wait for the grace", clk.HasWaiters)
-	if isClosed(t, a.peer) {
+	if isClosed(t, a.peer) || isClosed(t, b.peer) {
 		t.Fatal("a waiting connection was closed 1ns before its stage's grace")
 	}
 	clk.Step(time.Nanosecond)
 	if err := <-accepted; err != nil {
 		t.Fatal(err)
 	}
-	if !isClosed(t, a.peer) || isClosed(t, b.peer) {
-		t.Fatal("want the oldest waiting connection closed at the grace")
+	if !isClosed(t, b.peer) || isClosed(t, a.peer) {
+		t.Fatal("want the youngest waiting connection closed at the grace")
 	}
 }
 
 // TestLimitListenerFairness: within a stage the source that holds the
-// most connections loses one first, even when another source's
-// connection is older; connections closed by their clients make room
+// most connections loses one first (its youngest), even when another
+// source's connection is younger; connections closed by their clients make room
 // without closing any other.
 func TestLimitListenerFairness(t *testing.T) {
 	t.Parallel()
@@ -530,26 +678,29 @@ func TestLimitListenerFairness(t *testing.T) {
 	if isClosed(t, legit.peer) {
 		t.Fatal("the connection of the source with one connection was closed; want one of the source with three")
 	}
-	if !isClosed(t, flood[0].peer) {
-		t.Fatal("want the oldest connection of the source with the most closed")
+	if !isClosed(t, flood[2].peer) || isClosed(t, flood[0].peer) {
+		t.Fatal("want the youngest connection of the source with the most closed")
 	}
 	flood[1].c.Close()
 	accept(t, inner, ln, "10.0.0.3") // room: nothing else closed
-	if isClosed(t, legit.peer) || isClosed(t, flood[2].peer) {
+	if isClosed(t, legit.peer) || isClosed(t, flood[0].peer) {
 		t.Fatal("a connection was closed while there was room")
 	}
 
-	// Fairness off: one source for every address, the oldest goes.
+	// Fairness off: one source for every address, the youngest goes (with
+	// fairness, 10.0.0.1's younger one would).
 	inner2 := newChanListener()
-	ln2 := serving.LimitListener(inner2, 2, serving.LimitOptions{Clock: clk,
+	ln2 := serving.LimitListener(inner2, 3, serving.LimitOptions{Clock: clk,
 		AdmissionOptions: serving.AdmissionOptions{Source: func(net.Addr) string { return "" }}})
 	defer ln2.Close()
-	old := accept(t, inner2, ln2, "10.0.0.1")
-	accept(t, inner2, ln2, "10.0.0.2")
+	old1 := accept(t, inner2, ln2, "10.0.0.1")
+	old2 := accept(t, inner2, ln2, "10.0.0.1")
+	clk.Step(time.Second)
+	young := accept(t, inner2, ln2, "10.0.0.2")
 	clk.Step(testGrace)
-	accept(t, inner2, ln2, "10.0.0.2")
-	if !isClosed(t, old.peer) {
-		t.Fatal("without fairness the oldest connection was kept")
+	accept(t, inner2, ln2, "10.0.0.1")
+	if !isClosed(t, young.peer) || isClosed(t, old1.peer) || isClosed(t, old2.peer) {
+		t.Fatal("without fairness the youngest connection goes, whatever its source")
 	}
 }
 

@@ -9,6 +9,7 @@ import (
 )
 
 func TestMain(m *testing.M) {
+	maybeMemoryServer()       // BenchmarkConnectionMemory's server
 	reliability.MaybeAttack() // the floods' attackers run as processes of this binary
 	goleak.VerifyTestMain(m,
 		goleak.IgnoreTopFunction("k8s.io/klog/v2.(*flushDaemon).run.func1"),

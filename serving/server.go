@@ -23,11 +23,14 @@ import (
 // Defaults of [ServerOptions]. Each is used when its field is zero; each
 // bounds what one client can hold.
 const (
-	// DefaultMaxConnections caps the connections a server keeps open. It
-	// is further capped, at start, to half of the process's open-file
-	// limit less 128 (see [MaxConnectionsFor]), since a proxied connection
-	// may need a second one upstream, up to 64 more wait to be admitted,
-	// and the process needs files for the API server and its own work.
+	// DefaultMaxConnections was the fixed connection budget of a server
+	// whose MaxConnections is zero.
+	//
+	// Deprecated: the default budget is [DefaultBudget], read from the
+	// process's open-file and memory limits (issue #32): at a fixed 1,024
+	// a flood past it made the server close and re-handshake connections
+	// it had files and memory to keep. DefaultBudget still returns it
+	// where neither limit is known.
 	DefaultMaxConnections = 1024
 
 	// DefaultReadHeaderTimeout bounds the time from a connection's first
@@ -82,8 +85,8 @@ type ServerOptions struct {
 	Certificates *Certificates
 
 	// MaxConnections caps the open connections (see [LimitListener]). Zero
-	// means [DefaultMaxConnections], capped by the open-file limit
-	// ([MaxConnectionsFor]); negative means no cap.
+	// means [DefaultBudget], from the process's open-file and memory
+	// limits; negative means no cap.
 	MaxConnections int
 	// Admission tunes how connections past MaxConnections make room,
 	// and the timeouts under pressure (see [LimitListener]).
@@ -198,13 +201,13 @@ func NewHTTPServer(handler http.Handler, opts ServerOptions) (*HTTPServer, error
 	}
 	maxConn := opts.MaxConnections
 	if maxConn == 0 {
-		maxConn = MaxConnectionsFor(DefaultMaxConnections)
+		maxConn = DefaultBudget()
 	}
 	return &HTTPServer{handler: handler, opts: opts, maxConn: maxConn}, nil
 }
 
-// MaxConnections is the connection cap in force: the option, or its
-// default capped by the open-file limit; zero or less for none.
+// MaxConnections is the connection cap in force: the option, or
+// [DefaultBudget]; zero or less for none.
 func (s *HTTPServer) MaxConnections() int { return s.maxConn }
 
 // Serve serves on ln until ctx is done, then shuts down gracefully (see

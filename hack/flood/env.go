@@ -21,6 +21,7 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"strconv"
 	"strings"
 	"syscall"
 	"time"
@@ -182,6 +183,11 @@ type proc struct {
 // returns once it prints "listening on ADDR".
 func (e *env) startProc(name, bin string, args, environ []string) (*proc, error) {
 	p := &proc{cmd: exec.Command(bin, args...), exited: make(chan error, 1)}
+	if e.p.nofile > 0 {
+		// Soft and hard: Go raises the soft limit to the hard one at start.
+		n := strconv.FormatUint(e.p.nofile, 10)
+		p.cmd = exec.Command("prlimit", append([]string{"--nofile=" + n + ":" + n, "--", bin}, args...)...)
+	}
 	p.cmd.Env = append(os.Environ(), environ...)
 	stdout, err := p.cmd.StdoutPipe()
 	if err != nil {

@@ -21,8 +21,8 @@
 // POSTs (Content-Length 100000000), TCP without TLS, TLS without the
 // HTTP/2 preface, a preface without streams, 100 gRPC streams without a
 // request, HTTP/2 rapid reset, junk tokens. Each at 600 attackers and at
-// 1.75 times the default connection budget (serving.DefaultMaxConnections,
-// capped by the open-file limit as the servers cap it), all from the
+// 1.75 times the default connection budget (serving.DefaultBudget, from
+// the servers' open-file limit, which -nofile sets), all from the
 // legitimate client's address (127.0.0.1) and spread over 250 others
 // (127.1.0.x).
 //
@@ -38,7 +38,7 @@
 //
 //	go -C hack/flood run . [-servers rbacproxy,kube-rbac-proxy,snapshotmetadata,upstream-sidecar]
 //	    [-kinds idle,slowloris,...] [-scales 600,1.75x] [-sources same,many]
-//	    [-window 5s] [-key ecdsa|rsa] [-out table.md]
+//	    [-window 5s] [-key ecdsa|rsa] [-nofile N] [-out table.md]
 package main
 
 import (
@@ -94,6 +94,9 @@ type params struct {
 	out                             string
 	repo                            string
 	verbose                         bool
+	// nofile, if positive, is every server's open-file limit (soft and
+	// hard, through prlimit(1)), peers included.
+	nofile uint64
 }
 
 func run(ctx context.Context, args []string, stdout io.Writer) error {
@@ -111,6 +114,7 @@ func run(ctx context.Context, args []string, stdout io.Writer) error {
 	fs.StringVar(&p.out, "out", "", "also write the table to this file")
 	fs.StringVar(&p.repo, "repo", "", "the repository's root (default: ../.. of this directory)")
 	fs.BoolVar(&p.verbose, "v", false, "log each row's details to stderr")
+	fs.Uint64Var(&p.nofile, "nofile", 0, "every server's open-file limit, soft and hard (0: this process's): the default budget follows it (serving.DefaultBudget), so that the 1.75x rows fit a small machine; the peers get the same")
 	if err := fs.Parse(args); err != nil {
 		return err
 	}
@@ -132,7 +136,13 @@ func run(ctx context.Context, args []string, stdout io.Writer) error {
 			return fmt.Errorf("-kinds: unknown attack %q (known: %s)", k, strings.Join(kindNames(), ", "))
 		}
 	}
-	budget := serving.MaxConnectionsFor(serving.DefaultMaxConnections)
+	// The budget the servers choose at their defaults: from their open-file
+	// limit (and memory: no cgroup limit is set here, so the machine's,
+	// which on any machine this runs on allows more than the files do).
+	budget := serving.DefaultBudget()
+	if p.nofile > 0 {
+		budget = serving.BudgetFor(p.nofile, 0)
+	}
 	var ns []int
 	for _, s := range p.scales {
 		n, err := scale(s, budget)

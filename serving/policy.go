@@ -1,0 +1,395 @@
+package serving
+
+// This file is admission's policy: which connection is closed to make
+// room, which one waiting is admitted, and what times out, and why. The
+// bookkeeping it decides on is in admission.go.
+
+import (
+	"net"
+	"time"
+)
+
+// stage is what a connection has done so far: the eviction order, first
+// to go first.
+type stage uint8
+
+const (
+	// stageSilent: accepted; the client has sent nothing.
+	stageSilent stage = iota
+	// stageRefused: every request the connection completed was refused
+	// (401, 403; Unauthenticated, PermissionDenied), none served: junk
+	// tokens on a kept HTTP/2 or gRPC connection.
+	stageRefused
+	// stageWaiting: the handshake is done (or there is none), and the
+	// client has not made a request: HTTP/1 headers not complete, an
+	// HTTP/2 connection with its preface and no request, a gRPC
+	// connection whose streams have not sent a message.
+	stageWaiting
+	// stageHandshake: the client has sent its first bytes and the TLS
+	// handshake is not finished.
+	stageHandshake
+	// stageIdle: the connection completed a request and has none in
+	// progress (a keep-alive connection).
+	stageIdle
+	// stageFirst: the connection's first request is in progress.
+	stageFirst
+	// stageBusy: the connection completed a request and has one in
+	// progress.
+	stageBusy
+	numStages
+)
+
+var stageNames = [numStages]string{"silent", "refused", "waiting", "handshake", "idle", "first-request", "busy"}
+
+func (s stage) String() string { return stageNames[s] }
+
+// reasons a connection is closed by admission, for the log and metrics.
+const (
+	closeEvicted = iota
+	closeTimeout
+	closeRapidReset
+	closeRefusals
+	closeReasons
+)
+
+var closeReasonNames = [closeReasons]string{"evicted", "timeout", "rapid_reset", "refused"}
+
+// maxRefusals is how many requests a connection that has not completed
+// one may have refused (401, 403; Unauthenticated, PermissionDenied)
+// before it is closed: HTTP/1 closes a connection at its first refusal;
+// an HTTP/2 or gRPC client may try a few calls (a token about to be
+// rotated, several calls in flight), but a connection that only sends junk
+// tokens pays a handshake (paced) every few calls rather than none.
+const maxRefusals = 8
+
+// derive is the stage c's state says it is in. Under a.mu.
+func (c *admConn) derive() stage {
+	switch {
+	case c.served && c.working > 0:
+		return stageBusy
+	case c.served:
+		return stageIdle
+	case c.refused:
+		return stageRefused
+	case c.working > 0:
+		return stageFirst
+	case !c.sawByte:
+		return stageSilent
+	case c.a.tls && !c.handshaken:
+		return stageHandshake
+	default:
+		return stageWaiting
+	}
+}
+
+// popLocked takes the connection to admit from the pending ones: of the
+// source with the fewest connections admitted (then the one whose newest
+// connection is the newest), its newest, passing over the presumed
+// reconnections that arrived in admission interval skip-1 unless there
+// is nothing else. Under overload the oldest waiting connections are the
+// ones whose clients are likeliest to have given up; a client that
+// reconnects as soon as it is closed would, newest first, overtake a
+// newcomer that arrived just before it, and the next reconnection would
+// overtake it again: passing over the reconnections of an interval once
+// gives the newcomer the next turn (if the newcomer itself was taken for
+// a reconnection, it waits one turn). Under a.mu, with a.npending > 0.
+func (a *admission) popLocked(skip uint64, now time.Time) *pendingConn {
+	if skip%2 == 0 {
+		// Every other turn, the one that has waited longest among those
+		// that waited more than two intervals and less than a second:
+		// a newcomer that newer arrivals kept overtaking, not a
+		// connection left waiting long ago by a client that has likely
+		// given up or keeps reconnecting.
+		if pc := a.popWaitedLocked(now); pc != nil {
+			return pc
+		}
+	}
+	eligible := func(pc *pendingConn) bool { return pc.reconnect != skip }
+	var best string
+	var bestConns, bestIdx int
+	var bestAt time.Time
+	found := false
+	for pass := 0; pass < 2 && !found; pass++ {
+		for key, q := range a.pending {
+			idx := len(q) - 1
+			if pass == 0 {
+				for idx >= 0 && !eligible(q[idx]) {
+					idx--
+				}
+				if idx < 0 {
+					continue
+				}
+			}
+			conns := 0
+			if src := a.sources[key]; src != nil {
+				conns = src.conns
+			}
+			at := q[idx].at
+			if !found || conns < bestConns || (conns == bestConns && at.After(bestAt)) {
+				best, bestConns, bestIdx, bestAt, found = key, conns, idx, at, true
+			}
+		}
+	}
+	return a.removePendingLocked(best, bestIdx)
+}
+
+// Bounds of the waiting connections popWaitedLocked takes.
+const (
+	waitedMinIntervals = 2
+	waitedMax          = time.Second
+)
+
+// popWaitedLocked takes the connection that has waited longest among
+// those that waited at least waitedMinIntervals eviction intervals and
+// less than waitedMax, or returns nil. Under a.mu.
+func (a *admission) popWaitedLocked(now time.Time) *pendingConn {
+	from, to := now.Add(-waitedMax), now.Add(-waitedMinIntervals*max(a.evictEvery, 0))
+	var best string
+	bestIdx := -1
+	var bestAt time.Time
+	for key, q := range a.pending {
+		for i, pc := range q {
+			if pc.at.After(to) {
+				break
+			}
+			if !pc.at.After(from) {
+				continue // waited a second or more
+			}
+			if bestIdx < 0 || pc.at.Before(bestAt) {
+				best, bestIdx, bestAt = key, i, pc.at
+			}
+			break
+		}
+	}
+	if bestIdx < 0 {
+		return nil
+	}
+	return a.removePendingLocked(best, bestIdx)
+}
+
+// handshakesBacklogged reports whether as many handshakes wait for a slot
+// as can be computed at once: then a full budget admits no one (closing a
+// connection for a newcomer whose handshake would only queue behind
+// them), so that clients reconnecting at once never make the server start
+// more handshakes than it finishes.
+func (a *admission) handshakesBacklogged() bool {
+	return a.hsSlots != nil && a.hsSlots.Waiting() >= a.hsConcurrency
+}
+
+// Bounds of the adaptive grace (see LimitListener).
+const (
+	graceStayFactor = 4
+	graceMaxFactor  = 10
+	// stayWeight is the weight of each new stay in the average, as a
+	// fraction 1/stayWeight.
+	stayWeight = 8
+)
+
+// graceOf is the grace of stage s. Under a.mu.
+func (a *admission) graceOf(s int) time.Duration {
+	g := min(graceStayFactor*a.stay[s], graceMaxFactor*a.grace)
+	return max(g, a.grace)
+}
+
+// victim returns the connection to close to make room (see LimitListener),
+// or nil and when the first candidate will be old enough. Under a.mu.
+//
+// Connections that made progress within the progress window (see
+// progressing) are candidates only when no other connection is admitted,
+// not even one still in its grace: a watch, a stream, a download or an
+// upload is never closed while a connection that did neither is kept.
+// Within those that did not (and, when all did, among those), the stages
+// go in order; within a stage, the connection of the source holding the
+// most connections goes first, then the youngest (the one admitted last):
+// under a flood the youngest are the attackers' reconnections, and a
+// connection that has been open long is the likeliest to be a client's
+// that uses it.
+func (a *admission) victim(now time.Time) (*admConn, time.Time) {
+	wake := now.Add(graceMaxFactor * a.grace)
+	for _, moving := range [...]bool{false, true} {
+		seen := false
+		for s := range a.lists {
+			var best *admConn
+			grace := a.graceOf(s)
+			for c := a.lists[s].oldest(); c != nil; c = a.lists[s].next(c) {
+				if c.progressing(now, a.progressWindow) != moving {
+					continue
+				}
+				seen = true
+				if ready := c.since.Add(grace); ready.After(now) {
+					if ready.Before(wake) {
+						wake = ready
+					}
+					break // the rest of the list entered the stage later
+				}
+				if c.queued {
+					continue // the server owes it a handshake
+				}
+				if best == nil || c.src.conns > best.src.conns || (c.src.conns == best.src.conns && c.id > best.id) {
+					best = c
+				}
+			}
+			if best != nil {
+				return best, now
+			}
+		}
+		if seen {
+			return nil, wake
+		}
+	}
+	return nil, wake
+}
+
+// progressing reports whether c made progress within window of now: bytes
+// read or written while one of its requests was in progress (a watch, a
+// stream, a download, an upload), or a request it served ended. A request
+// that has only started is none (a junk token waiting for its review). A connection that has completed no request served
+// loses what its refused requests moved when they end: junk tokens are no
+// progress. Reads c's atomics only.
+func (c *admConn) progressing(now time.Time, window time.Duration) bool {
+	if window <= 0 {
+		return false
+	}
+	m := c.moved.Load()
+	return m != 0 && now.UnixNano()-m < int64(window)
+}
+
+// pendingTimeout bounds how long a connection waits to be admitted, when
+// the server sets no handshake timeout: its client has likely given up.
+const pendingTimeout = 10 * time.Second
+
+// sweep unlinks the connections that have spent longer in their stage
+// than its timeout allows at the current fill, and the pending ones that
+// waited longer than the handshake timeout, and returns them to be closed
+// once a.mu is released. Under a.mu.
+func (a *admission) sweep(now time.Time) []net.Conn {
+	var expired []net.Conn
+	limit := a.pendingLimit()
+	for key, q := range a.pending {
+		n := 0
+		for n < len(q) && now.Sub(q[n].at) >= limit {
+			expired = append(expired, q[n])
+			n++
+		}
+		if n == 0 {
+			continue
+		}
+		a.npending -= n
+		a.rec.Connections(stateWaiting, -n)
+		if n == len(q) {
+			delete(a.pending, key)
+		} else {
+			a.pending[key] = q[n:]
+		}
+		a.signal(a.space)
+	}
+	for s := range a.lists {
+		timeout := a.timeout(stage(s))
+		if timeout <= 0 {
+			continue
+		}
+		for c := a.lists[s].oldest(); c != nil && now.Sub(c.since) >= timeout; {
+			next := a.lists[s].next(c)
+			if !c.queued { // the server owes it a handshake
+				a.unlink(c, closeTimeout)
+				expired = append(expired, c)
+			}
+			c = next
+		}
+	}
+	return expired
+}
+
+// pendingLimit is how long a connection may wait to be admitted.
+func (a *admission) pendingLimit() time.Duration {
+	if limit := a.relaxed[stageSilent]; limit > 0 {
+		return limit
+	}
+	return pendingTimeout
+}
+
+// nextExpiry returns when sweep will next have something to close, if
+// before wake. Under a.mu.
+func (a *admission) nextExpiry(wake time.Time) time.Time {
+	limit := a.pendingLimit()
+	for _, q := range a.pending {
+		if at := q[0].at.Add(limit); at.Before(wake) {
+			wake = at
+		}
+	}
+	for s := range a.lists {
+		timeout := a.timeout(stage(s))
+		if timeout <= 0 {
+			continue
+		}
+		for c := a.lists[s].oldest(); c != nil; c = a.lists[s].next(c) {
+			if c.queued {
+				// Not timed out while the server owes it a handshake:
+				// its turn wakes next (see admConn.releaseSlot).
+				continue
+			}
+			if at := c.since.Add(timeout); at.Before(wake) {
+				wake = at
+			}
+			break
+		}
+	}
+	return wake
+}
+
+// timeout is the timeout of stage s at the current fill: its relaxed value
+// up to half the budget, then shrinking linearly to its tight value at a
+// full budget, but never below the stage's grace (so that on a slow
+// network or a loaded machine, where connections that get through need
+// longer, they are given it). Under a.mu.
+func (a *admission) timeout(s stage) time.Duration {
+	relaxed, tight := a.relaxed[s], a.tight[s]
+	if relaxed <= 0 || tight <= 0 || tight >= relaxed || 2*a.open <= a.max {
+		return relaxed
+	}
+	over := min(2*a.open-a.max, a.max)
+	t := relaxed - (relaxed-tight)*time.Duration(over)/time.Duration(a.max)
+	return min(max(t, a.graceOf(int(s))), relaxed)
+}
+
+// outcome is how a request ended, for its connection's stage.
+type outcome int8
+
+const (
+	// outcomeOther: neither answered nor refused (a deadline, a
+	// cancellation, a resource limit).
+	outcomeOther outcome = iota
+	// outcomeServed: answered, not refused.
+	outcomeServed
+	// outcomeRefused: refused for its credentials (401, 403;
+	// Unauthenticated, PermissionDenied).
+	outcomeRefused
+)
+
+// workEnd records the end of a request on c, and its progress (see
+// progressing); a connection that has not completed a request and had
+// maxRefusals refused is closed.
+func (c *admConn) workEnd(o outcome) {
+	over := false
+	c.a.set(c, false, func(c *admConn) {
+		c.working--
+		c.served = c.served || o == outcomeServed
+		c.refused = c.refused || o == outcomeRefused
+		if o == outcomeRefused && !c.served {
+			c.refusals++
+			over = c.refusals >= maxRefusals
+		}
+	})
+	left := c.active.Add(-1)
+	switch {
+	case o == outcomeServed:
+		c.servedOnce.Store(true)
+		c.moved.Store(c.a.clock.Now().UnixNano())
+	case left == 0 && !c.servedOnce.Load():
+		// What a request that was not served moved is no progress.
+		c.moved.Store(0)
+	}
+	if over {
+		c.a.evict(c, closeRefusals)
+	}
+}
