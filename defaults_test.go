@@ -13,6 +13,7 @@ import (
 	"github.com/reviewauth/reviewauth"
 	"github.com/reviewauth/reviewauth/authn"
 	"github.com/reviewauth/reviewauth/authz"
+	"github.com/reviewauth/reviewauth/serving"
 )
 
 // flagDefaults pairs every flag that has a default with the constant that
@@ -164,6 +165,8 @@ var readmeDefaults = []struct {
 	{"Per-attempt timeout", fmt.Sprintf("%d s", authn.DefaultAttemptTimeout/time.Second)},
 	{"Answer size", fmt.Sprintf("%d KiB past the review sent", reviewauth.MaxAnswerBytes>>10)},
 	{"SAR cache key", "`" + authz.CredentialIDExtra + "`"},
+	{"Connections per server", fmt.Sprintf("at %d KiB a connection", serving.ConnectionMemory>>10)},
+	{"Past the budget", fmt.Sprintf("in the last %d s", serving.DefaultProgressWindow/time.Second)},
 }
 
 // TestREADMEStatesTheDefaults checks the Default column of README.md's

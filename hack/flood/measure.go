@@ -167,8 +167,12 @@ func cpuTicks(pid int) int64 {
 // tableHeader starts the table.
 func tableHeader(e *env, budget int) string {
 	var b strings.Builder
+	limit := fileLimit()
+	if e.p.nofile > 0 {
+		limit = fmt.Sprintf("%d/%d for every server, peers included (-nofile); %s for the attackers", e.p.nofile, e.p.nofile, limit)
+	}
 	fmt.Fprintf(&b, "\nflood: %s; load average %s at start; default connection budget %d (open-file limit %s); certificate %s; window %v after %v of attack, a call every %v per client\n\n",
-		machine(), loadavg(), budget, fileLimit(), e.p.key, e.p.window, e.p.settle, e.p.interval)
+		machine(), loadavg(), budget, limit, e.p.key, e.p.window, e.p.settle, e.p.interval)
 	b.WriteString("| server | attack | attackers | sources | new within 1 s | new p50 / p95 | kept-alive within 1 s | kept p50 / p95 | server CPU | RSS peak (before) | fds peak (before) | attacker conns | load |\n")
 	b.WriteString("|---|---|---|---|---|---|---|---|---|---|---|---|---|\n")
 	return b.String()
