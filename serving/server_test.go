@@ -382,6 +382,57 @@ func TestPerWriteDeadline(t *testing.T) {
 	}
 }
 
+// TestPerWriteDeadlineHTTP2: on HTTP/2 a stream whose client stops granting
+// it flow-control window (while it reads the connection) is cut off after
+// WriteTimeout once its response is past the lazily set deadline
+// (h2LazyDeadline), and a small response sets no deadline at all (so a
+// stream costs the connection's serve goroutine no deadline message).
+func TestPerWriteDeadlineHTTP2(t *testing.T) {
+	t.Parallel()
+	const writeTimeout = 300 * time.Millisecond
+	big := strings.Repeat("x", 1<<20)
+	stalledErr := make(chan error, 1)
+	handler := http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		if r.URL.Path != "/big" {
+			_, _ = io.WriteString(w, "small")
+			return
+		}
+		var err error
+		for i := 0; i < 64 && err == nil; i++ {
+			_, err = io.WriteString(w, big)
+		}
+		stalledErr <- err
+	})
+	srv, err := serving.NewHTTPServer(handler, serving.ServerOptions{Certificates: selfSigned(t), WriteTimeout: writeTimeout})
+	if err != nil {
+		t.Fatal(err)
+	}
+	addr := serve(t, t.Context(), srv)
+	h := dialH2(t, addr)
+	defer h.c.Close()
+	h.serverMaxStreams(t)
+	// Read every frame, grant no window: the stream's 64 KiB fill, and
+	// its writes block.
+	go func() {
+		for {
+			if _, err := h.fr.ReadFrame(); err != nil {
+				return
+			}
+		}
+	}()
+	if err := h.headers(1, "/big"); err != nil {
+		t.Fatal(err)
+	}
+	select {
+	case err := <-stalledErr:
+		if err == nil {
+			t.Error("writes to a stream without window succeeded")
+		}
+	case <-time.After(30 * time.Second):
+		t.Fatal("a write to a stream without window did not fail within 30s")
+	}
+}
+
 // h2Conn is a raw HTTP/2 client connection for tests that misbehave.
 type h2Conn struct {
 	c   net.Conn
