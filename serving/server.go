@@ -50,7 +50,10 @@ const (
 	// DefaultWriteTimeout bounds each write of a response to the client,
 	// not the response: a client that stops reading is cut off, while a
 	// long response (a large scrape, a stream, a watch) lasts as long as
-	// the client keeps reading.
+	// the client keeps reading. On HTTP/2 a stream's deadline is set once
+	// its response is past 4 KiB (see h2LazyDeadline), and the
+	// connection's WriteByteTimeout bounds a client that stops reading
+	// the connection.
 	DefaultWriteTimeout = time.Minute
 
 	// DefaultIdleTimeout bounds how long a keep-alive connection (HTTP/1)
