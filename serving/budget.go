@@ -6,6 +6,7 @@ import (
 	"io/fs"
 	"math"
 	"os"
+	"path"
 	"runtime/debug"
 	"slices"
 	"strconv"
@@ -169,7 +170,7 @@ func cgroupMemoryLimit(root fs.FS) uint64 {
 		}
 		dir := strings.Trim(f[2], "/")
 		for {
-			if l := readLimit(root, pathJoin(mount, dir, file)); l > 0 && (limit == 0 || l < limit) {
+			if l := readLimit(root, path.Join(mount, dir, file)); l > 0 && (limit == 0 || l < limit) {
 				limit = l
 			}
 			if dir == "" {
@@ -183,16 +184,6 @@ func cgroupMemoryLimit(root fs.FS) uint64 {
 		}
 	}
 	return limit
-}
-
-func pathJoin(parts ...string) string {
-	var out []string
-	for _, p := range parts {
-		if p != "" && p != "." {
-			out = append(out, p)
-		}
-	}
-	return strings.Join(out, "/")
 }
 
 // readLimit reads a limit in bytes from name: 0 for "max", a value of
