@@ -82,7 +82,7 @@ type admission struct {
 	done     chan struct{}                // the listener closed
 	doneOnce sync.Once
 	// pending are the connections accepted and not admitted yet, by
-	// source, oldest first; at most maxPending.
+	// source, oldest first; at most maxPending (the budget).
 	pending    map[string][]*pendingConn
 	npending   int
 	maxPending int
@@ -137,7 +137,7 @@ func newAdmission(max int, c admissionConfig) *admission {
 		grace: o.EvictionGrace, progressWindow: o.ProgressWindow, evictEvery: o.EvictionInterval, source: o.Source, tls: c.tls, join: c.join,
 		resetBurst: c.resetBurst, resetInterval: c.resetInterval, rec: observe.Of(c.Metrics),
 		sources: map[string]*sourceState{}, done: make(chan struct{}),
-		pending: map[string][]*pendingConn{}, maxPending: min(max, DefaultMaxPending), awaited: map[string]int{},
+		pending: map[string][]*pendingConn{}, maxPending: max, awaited: map[string]int{},
 		wake: make(chan struct{}, 1), space: make(chan struct{}, 1),
 	}
 	// Both states are exported from the start, at 0, so that a scrape

@@ -19,11 +19,16 @@ import (
 // the budget is as large as the limits allow and connections are closed
 // only when files or memory are really short.
 
-// reservedFiles are the files MaxConnectionsFor keeps out of the budget:
-// the process's own (listeners, API server connections, certificates,
-// logs: 64) and the connections waiting to be admitted
-// ([DefaultMaxPending]).
-const reservedFiles = 64 + DefaultMaxPending
+// reservedFiles are the files MaxConnectionsFor keeps out of the budget
+// for the process's own: listeners, API server connections, certificates,
+// logs, a connection being swapped in for another.
+const reservedFiles = 128
+
+// filesPerConnection is the files the budget counts for each connection
+// it admits: the connection, one waiting to be admitted (as many may wait
+// as are admitted: see LimitListener), and, for a proxy, one to its
+// upstream.
+const filesPerConnection = 3
 
 // ConnectionMemory is the memory the default budget sets aside for each
 // admitted connection. BenchmarkConnectionMemory measures the Go heap and
@@ -43,7 +48,9 @@ const memoryShare = 4
 // DefaultBudget is the connection budget of a server whose MaxConnections
 // is zero: the smaller of
 //
-//   - MaxConnectionsFor(unbounded): half the open-file limit less 128
+//   - MaxConnectionsFor(unbounded): a third of the open-file limit less
+//     128 (a file for each admitted connection, one for a connection
+//     waiting to be admitted, one for a proxy's upstream connection)
 //     (Go raises the soft limit to the hard limit when the process
 //     starts, on Linux and the BSDs; serving reads the limit in force and
 //     changes nothing);
@@ -56,7 +63,9 @@ const memoryShare = 4
 // and at least 1. Neither known: [DefaultMaxConnections]. For example, a
 // container with 128 MiB and the container runtime's 1,048,576 files gets
 // 256; with no memory limit on a machine of 8 GiB and a limit of 65,536
-// files, 16,384 (files: 32,704).
+// files, 16,384 (files: 21,802). Up to as many connections again wait to
+// be admitted (see LimitListener): they hold a file and a kernel socket
+// each, and no memory of the process's.
 func DefaultBudget() int {
 	return BudgetFor(openFileLimit(), memoryLimit(os.DirFS("/")))
 }
@@ -81,21 +90,21 @@ func BudgetFor(files, memory uint64) int {
 	return int(max(budget, 1))
 }
 
-// filesBudget is half of files less reservedFiles, at least 1.
+// filesBudget is a third of files less reservedFiles, at least 1.
 func filesBudget(files uint64) uint64 {
 	if files <= reservedFiles {
 		return 1
 	}
-	return max((files-reservedFiles)/2, 1)
+	return max((files-reservedFiles)/filesPerConnection, 1)
 }
 
-// MaxConnectionsFor returns max capped to half of the process's open-file
-// limit less 128 (and at least 1): each connection a proxy serves may need a
-// second one to its upstream, up to 64 more wait to be admitted
-// ([DefaultMaxPending]), and the process needs files for the API server, its
-// certificates and its logs. (Go raises the soft limit to the hard limit at
-// start; this reads the limit in force.) Where the limit is unknown, max is
-// returned.
+// MaxConnectionsFor returns max capped to a third of the process's
+// open-file limit less 128 (and at least 1): each connection admitted may
+// have another waiting to be admitted (see LimitListener), each a proxy
+// serves may need one to its upstream, and the process needs files for the
+// API server, its certificates and its logs. (Go raises the soft limit to
+// the hard limit at start; this reads the limit in force.) Where the limit
+// is unknown, max is returned.
 func MaxConnectionsFor(max int) int {
 	limit := openFileLimit()
 	if limit == 0 || max <= 0 {

@@ -33,13 +33,16 @@ func TestDefaultBudget(t *testing.T) {
 		want          int
 	}{
 		{"neither known", 0, 0, serving.DefaultMaxConnections},
-		{"files only", 20000, 0, (20000 - 128) / 2},
+		{"files only", 20000, 0, (20000 - 128) / 3},
 		{"memory only", 0, 128 * mi, 256},
 		{"container: 128 MiB, 1,048,576 files", 1 << 20, 128 * mi, 256},
 		{"machine: 8 GiB, 65,536 files", 65536, 8 * gi, 16384},
 		{"files smaller than the reserve", 100, 8 * gi, 1},
 		{"files at the reserve", 128, 8 * gi, 1},
-		{"one past the reserve, twice", 130, 8 * gi, 1},
+		{"two past the reserve", 130, 8 * gi, 1},
+		{"three files a connection, for two less one", 128 + 5, 8 * gi, 1},
+		{"three files a connection, for two", 128 + 6, 8 * gi, 2},
+		{"-nofile 4096 (hack/flood)", 4096, 24 * gi, 1322},
 		{"memory below one connection's share", 1 << 20, 256 << 10, 1},
 		{"memory at one connection's share", 1 << 20, 4 * serving.ConnectionMemory, 1},
 		{"memory at two connections' share", 1 << 20, 8 * serving.ConnectionMemory, 2},
@@ -126,8 +129,8 @@ func FuzzMemoryLimit(f *testing.F) {
 		if got >= 1<<60 && got%1024 != 0 {
 			t.Fatalf("memory limit %d: a cgroup value this large is no limit", got)
 		}
-		if b := serving.BudgetFor(20000, got); b < 1 || b > (20000-128)/2 {
-			t.Fatalf("BudgetFor(20000, %d) = %d; want 1 to %d", got, b, (20000-128)/2)
+		if b := serving.BudgetFor(20000, got); b < 1 || b > (20000-128)/3 {
+			t.Fatalf("BudgetFor(20000, %d) = %d; want 1 to %d", got, b, (20000-128)/3)
 		}
 	})
 }

@@ -86,14 +86,23 @@
 // not fixed: an idle or waiting connection costs a file and some memory,
 // while one closed to make room reconnects and costs a TLS handshake, so
 // connections are kept as long as files and memory allow. It is the
-// smaller of half the open-file limit less 128 and a quarter of the
+// smaller of a third of the open-file limit less 128 and a quarter of the
 // memory limit at [ConnectionMemory] (128 KiB) a connection:
 //
 //	files ≈ MaxConnections                (admitted client connections)
+//	      + MaxConnections                (connections waiting to be admitted)
 //	      + MaxConnections                (upstream connections, for a proxy)
-//	      + min(MaxConnections, 64)       (connections waiting to be admitted)
 //	      + 1                             (one being swapped in)
 //	      + about 64                      (listeners, API server, certificates, logs)
+//
+// As many connections may wait to be admitted as are admitted: accepted,
+// nothing read from them, each holding a file and a kernel socket and no
+// memory of the process's. A flood of up to twice the budget therefore
+// waits where admission chooses among it (newest first, sources in turn),
+// and a newcomer is admitted at the next turn; in the kernel's queue, first
+// come first served, it would wait for an admission per attacker ahead of
+// it (with 64 waiting, rbacproxy under junk tokens at 1.75 times its
+// budget got 0% of new connections through within 1 s).
 //
 // The open-file limit is RLIMIT_NOFILE as Go leaves it (Go raises the
 // soft limit to the hard one at start; serving changes nothing): the
@@ -101,7 +110,7 @@
 // limit 524,288. The memory limit is GOMEMLIMIT if set, else the cgroup's
 // (a container's resources.limits.memory), else the machine's. A
 // container with 128 MiB gets 256 connections; one with 1 GiB, 2,048; a
-// process with neither limit set low, half its files. Set MaxConnections
+// process with neither limit set low, a third of its files. Set MaxConnections
 // to bound it further (a node agent with a handful of local clients needs
 // tens). reviewauth_connections{state="admitted"} and
 // reviewauth_connections_closed_total (see [LimitOptions].Metrics) show

@@ -136,7 +136,7 @@ func checkFlood(t *testing.T, name string, r floodResult) (missed []string) {
 		t.Errorf("%s: %d client connections admitted at once; want at most the budget (%d)", name, r.peakAdmitted, floodBudget)
 	}
 	// Plus those waiting to be admitted, and one being swapped in.
-	if limit := int64(floodBudget + min(floodBudget, serving.DefaultMaxPending) + 1); r.peakConns > limit {
+	if limit := int64(2*floodBudget + 1); r.peakConns > limit {
 		t.Errorf("%s: %d client connections accepted at once; want at most %d", name, r.peakConns, limit)
 	}
 	return append(r.newConn.Missed("new-connection", floodNewGoal), r.existing.Missed("existing-connection", floodExistingGoal)...)

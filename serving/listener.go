@@ -82,10 +82,13 @@ const (
 	// scraper that scrapes every few seconds serves a request as often.
 	DefaultProgressWindow = 5 * time.Second
 
-	// DefaultMaxPending bounds the connections accepted from the kernel
-	// and not admitted yet (or the budget, if smaller): they hold a file
-	// each and cost nothing else (nothing is read from them); past it, new
-	// connections wait in the kernel's queue.
+	// DefaultMaxPending was the bound of the connections accepted from
+	// the kernel and not admitted yet.
+	//
+	// Deprecated: as many connections may wait to be admitted as the
+	// budget admits (see [LimitListener]), so that a flood of up to twice
+	// the budget waits where admission can choose among it, not in the
+	// kernel's first-come first-served queue. Nothing reads this constant.
 	DefaultMaxPending = 64
 )
 
@@ -181,9 +184,13 @@ const limitLogInterval = 10 * time.Second
 // wait.
 //
 // Connections are taken from ln as they come (by a goroutine the listener
-// runs until it is closed), up to [DefaultMaxPending] (or max, if smaller)
-// waiting to be admitted, from which nothing is read; past that, they wait
-// in the kernel's queue. When there is room, the newest waiting connection
+// runs until it is closed), up to max waiting to be admitted, from which
+// nothing is read (each holds a file and its kernel socket, no goroutine,
+// no buffer); past that, they wait in the kernel's queue, first come
+// first served. Parking a flood of up to twice the budget here rather
+// than in the kernel's queue is what lets a newcomer overtake it: in the
+// kernel's queue it would wait behind every attacker that arrived before
+// it, for as many admissions. When there is room, the newest waiting connection
 // of the source with the fewest connections admitted is admitted: under a
 // flood the oldest waiting connections are those whose clients are
 // likeliest to have given up, and a client that reconnects as soon as it
@@ -246,10 +253,10 @@ const limitLogInterval = 10 * time.Second
 // starts.
 //
 // A max of zero or less means no limit, and ln is returned as is. The
-// budget should stay below the process's open-file limit
+// budget should stay below a third of the process's open-file limit
 // ([MaxConnectionsFor]): the process holds at most max admitted
-// connections, DefaultMaxPending waiting ones, and one being swapped in
-// for another.
+// connections, max waiting ones, and one being swapped in for another,
+// and a proxy as many connections to its upstream.
 func LimitListener(ln net.Listener, max int, opts LimitOptions) net.Listener {
 	if max <= 0 {
 		return ln

@@ -2,6 +2,7 @@ package serving_test
 
 import (
 	"errors"
+	"fmt"
 	"io"
 	"net"
 	"os"
@@ -510,6 +511,91 @@ func TestLimitListenerReconnectPassedOver(t *testing.T) {
 	}
 }
 
+// TestLimitListenerReconnectsGoAfter: a presumed reconnection goes after
+// every waiting connection that is not one, even once its own interval
+// has passed: a newcomer that arrived before the reconnections of a
+// source's closes (all from one address, as behind SNAT) is admitted
+// before them, not overtaken by each in turn. A waiting connection closed
+// at its timeout is awaited to reconnect too.
+func TestLimitListenerReconnectsGoAfter(t *testing.T) {
+	t.Parallel()
+	const grace, interval = 10 * time.Millisecond, 200 * time.Millisecond
+	port := func(c net.Conn) int { return c.RemoteAddr().(*net.TCPAddr).Port }
+	t.Run("after a close", func(t *testing.T) {
+		t.Parallel()
+		clk := clocktesting.NewFakeClock(time.Unix(1000, 0))
+		inner := newChanListener()
+		ln := serving.LimitListener(inner, 3, serving.LimitOptions{Clock: clk,
+			AdmissionOptions: serving.AdmissionOptions{EvictionGrace: grace, EvictionInterval: interval}})
+		defer ln.Close()
+		for range 2 { // served: never the victims here
+			busy := accept(t, inner, ln, "10.0.0.1")
+			serving.WorkStart(busy.c)
+			serving.WorkEnd(busy.c, true)
+		}
+		a := accept(t, inner, ln, "10.0.0.1")
+		wait := func(n int) {
+			t.Helper()
+			waitFor(t, 10*time.Second, fmt.Sprintf("%d to wait", n), func() bool { return serving.Pending(ln) == n })
+		}
+		inner.pushFrom("10.0.0.1")
+		newcomer := int(inner.port.Load())
+		wait(1)
+		a.c.Close() // its client reconnects
+		inner.pushFrom("10.0.0.1")
+		reconnection := int(inner.port.Load())
+		wait(2)
+		inner.pushFrom("10.0.0.2")
+		other := int(inner.port.Load())
+		wait(3)
+		// The source with the fewest connections admitted goes first:
+		// this turn ends the reconnection's interval.
+		if c, err := ln.Accept(); err != nil || port(c) != other {
+			t.Fatalf("first admission: %v, %v; want port %d", c, err, other)
+		}
+		clk.Step(grace)
+		c, err := ln.Accept() // closes the other source's silent one
+		if err != nil {
+			t.Fatal(err)
+		}
+		if got := port(c); got != newcomer {
+			t.Fatalf("admitted port %d; want the newcomer (%d), not the newer reconnection of an earlier interval (%d)", got, newcomer, reconnection)
+		}
+	})
+	t.Run("after a waiting connection's timeout", func(t *testing.T) {
+		t.Parallel()
+		clk := clocktesting.NewFakeClock(time.Unix(1000, 0))
+		inner := newChanListener()
+		ln := serving.AdmissionListener(inner, 2, serving.LimitOptions{Clock: clk,
+			AdmissionOptions: serving.AdmissionOptions{EvictionGrace: time.Hour, EvictionInterval: interval, PressureTimeout: -1}},
+			serving.AdmissionTestConfig{Handshake: 10 * time.Second})
+		defer ln.Close()
+		var held admitted
+		for range 2 { // in their grace for the whole test: room comes from a close
+			held = accept(t, inner, ln, "10.0.0.1")
+			serving.WorkStart(held.c)
+			serving.WorkEnd(held.c, true)
+		}
+		stale := inner.pushFrom("10.0.0.1")
+		waitFor(t, 10*time.Second, "one to wait", func() bool { return serving.Pending(ln) == 1 })
+		clk.Step(5 * time.Second)
+		inner.pushFrom("10.0.0.1")
+		newcomer := int(inner.port.Load())
+		waitFor(t, 10*time.Second, "two to wait", func() bool { return serving.Pending(ln) == 2 })
+		clk.Step(5 * time.Second) // the first waited 10 s: closed, and awaited
+		accepted := acceptAll(ln)
+		waitFor(t, 10*time.Second, "the stale one to be closed", func() bool { return isClosed(t, stale) })
+		inner.pushFrom("10.0.0.1")
+		reconnection := int(inner.port.Load())
+		waitFor(t, 10*time.Second, "the reconnection to wait", func() bool { return serving.Pending(ln) == 2 })
+		held.c.Close() // room
+		c := <-accepted
+		if got := port(c); got != newcomer {
+			t.Fatalf("admitted port %d; want the newcomer (%d), not the reconnection after the timeout (%d)", got, newcomer, reconnection)
+		}
+	})
+}
+
 // TestLimitListenerWaitedTurn: every other admission takes the connection
 // that has waited longest among those that waited more than two eviction
 // intervals and less than a second: one overtaken by newer arrivals gets
@@ -617,6 +703,64 @@ func TestLimitListenerPending(t *testing.T) {
 	waitFor(t, 10*time.Second, "the waiting connections to be closed at the timeout", func() bool { return isClosed(t, p1) && isClosed(t, p2) })
 	x.c.Close()
 	a.c.Close()
+}
+
+// TestLimitListenerPendingBudget: as many connections wait to be admitted
+// as the budget admits (not the 64 of old), the next in the kernel's
+// queue; at the next turn the newest of them is admitted, so that a
+// newcomer is not queued behind a parked flood.
+func TestLimitListenerPendingBudget(t *testing.T) {
+	t.Parallel()
+	for _, budget := range []int{1, 65, 300} {
+		t.Run(fmt.Sprint(budget), func(t *testing.T) {
+			t.Parallel()
+			clk := clocktesting.NewFakeClock(time.Unix(1000, 0))
+			inner := newChanListener()
+			ln := serving.LimitListener(inner, budget, serving.LimitOptions{Clock: clk})
+			defer ln.Close()
+			var held []admitted
+			for range budget {
+				held = append(held, accept(t, inner, ln, "10.0.0.1"))
+			}
+			waiting := make([]net.Conn, budget)
+			pushed := make(chan struct{})
+			go func() { // blocks for good past the bound of the waiting
+				defer close(pushed)
+				for i := range waiting {
+					waiting[i] = inner.pushFrom("10.0.0.1")
+				}
+			}()
+			waitFor(t, 10*time.Second, "the budget's worth to wait", func() bool { return serving.Pending(ln) == budget })
+			<-pushed
+			kernel := inner.pushFrom("10.0.0.1")
+			if len(inner.conns) != 1 || serving.Pending(ln) != budget {
+				t.Fatalf("connections left in the kernel's queue past the bound = %d, waiting %d; want 1, %d", len(inner.conns), serving.Pending(ln), budget)
+			}
+			// A second on, the admitted ones may be closed for room, and
+			// every waiting one has waited too long for the turns that
+			// go to the longest waiting (see LimitListener).
+			clk.Step(time.Second)
+			c, err := ln.Accept()
+			if err != nil {
+				t.Fatal(err)
+			}
+			if err := c.SetReadDeadline(time.Now().Add(10 * time.Second)); err != nil {
+				t.Fatal(err)
+			}
+			go func() { _, _ = waiting[budget-1].Write([]byte("x")) }()
+			buf := make([]byte, 1)
+			if _, err := io.ReadFull(c, buf); err != nil {
+				t.Fatalf("admitted a connection other than the newest waiting: %v", err)
+			}
+			// Its place among the waiting is taken from the kernel's queue.
+			waitFor(t, 10*time.Second, "the kernel's connection to wait", func() bool { return len(inner.conns) == 0 && serving.Pending(ln) == budget })
+			c.Close()
+			kernel.Close()
+			for _, h := range held {
+				h.c.Close()
+			}
+		})
+	}
 }
 
 // TestLimitListenerAdaptiveGrace: when connections that moved on from a

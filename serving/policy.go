@@ -84,15 +84,18 @@ func (c *admConn) derive() stage {
 
 // popLocked takes the connection to admit from the pending ones: of the
 // source with the fewest connections admitted (then the one whose newest
-// connection is the newest), its newest, passing over the presumed
-// reconnections that arrived in admission interval skip-1 unless there
-// is nothing else. Under overload the oldest waiting connections are the
-// ones whose clients are likeliest to have given up; a client that
-// reconnects as soon as it is closed would, newest first, overtake a
-// newcomer that arrived just before it, and the next reconnection would
-// overtake it again: passing over the reconnections of an interval once
-// gives the newcomer the next turn (if the newcomer itself was taken for
-// a reconnection, it waits one turn). Under a.mu, with a.npending > 0.
+// connection is the newest), its newest that is not a presumed
+// reconnection; if there is none, its newest that is not a presumed
+// reconnection that arrived in admission interval skip-1; else its newest.
+// Under overload the oldest waiting connections are the ones whose
+// clients are likeliest to have given up; a client that reconnects as
+// soon as it is closed would, newest first, overtake a newcomer that
+// arrived just before it, and the next reconnection would overtake it
+// again: reconnections go after every connection that is not one, so a
+// newcomer gets the next turn (if it was itself taken for a reconnection,
+// arriving just after a close, it is passed over in the interval it
+// arrived in only, and competes with the reconnections after that).
+// Under a.mu, with a.npending > 0.
 func (a *admission) popLocked(skip uint64, now time.Time) *pendingConn {
 	if skip%2 == 0 {
 		// Every other turn, the one that has waited longest among those
@@ -104,21 +107,26 @@ func (a *admission) popLocked(skip uint64, now time.Time) *pendingConn {
 			return pc
 		}
 	}
-	eligible := func(pc *pendingConn) bool { return pc.reconnect != skip }
+	eligible := [...]func(pc *pendingConn) bool{
+		func(pc *pendingConn) bool { return pc.reconnect == 0 },
+		func(pc *pendingConn) bool { return pc.reconnect != skip },
+		func(*pendingConn) bool { return true },
+	}
 	var best string
 	var bestConns, bestIdx int
 	var bestAt time.Time
 	found := false
-	for pass := 0; pass < 2 && !found; pass++ {
+	for pass := 0; pass < len(eligible) && !found; pass++ {
 		for key, q := range a.pending {
-			idx := len(q) - 1
-			if pass == 0 {
-				for idx >= 0 && !eligible(q[idx]) {
-					idx--
-				}
-				if idx < 0 {
-					continue
-				}
+			idx, stop := len(q)-1, max(len(q)-popScan, 0)
+			if pass == len(eligible)-1 {
+				stop = idx
+			}
+			for idx >= stop && !eligible[pass](q[idx]) {
+				idx--
+			}
+			if idx < stop {
+				continue
 			}
 			conns := 0
 			if src := a.sources[key]; src != nil {
@@ -132,6 +140,14 @@ func (a *admission) popLocked(skip uint64, now time.Time) *pendingConn {
 	}
 	return a.removePendingLocked(best, bestIdx)
 }
+
+// popScan bounds the connections of a source popLocked looks at, newest
+// first, for one that is not a presumed reconnection (or not one of the
+// current interval), so that a turn costs the same however many wait: a
+// newcomer is overtaken by far fewer arrivals than that before the next
+// turn (a turn comes at every close, and every EvictionInterval while a
+// connection that made no progress is admitted).
+const popScan = 256
 
 // Bounds of the waiting connections popWaitedLocked takes.
 const (
@@ -276,6 +292,8 @@ func (a *admission) sweep(now time.Time) []net.Conn {
 		}
 		a.npending -= n
 		a.rec.Connections(stateWaiting, -n)
+		// Their clients reconnect too, as after any close.
+		a.awaited[key] = min(a.awaited[key]+n, maxAwaited)
 		if n == len(q) {
 			delete(a.pending, key)
 		} else {

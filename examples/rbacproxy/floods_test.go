@@ -20,12 +20,12 @@ const (
 	// floodExtraFiles bounds the files the process holds beyond its
 	// budget of client connections while attacked, counted from its files
 	// before (listeners, API server and upstream connections, log files):
-	// connections waiting to be admitted (serving.DefaultMaxPending), one
+	// connections waiting to be admitted (as many as the budget), one
 	// being swapped in, and, as the fake API server speaks HTTP/1.1 (a
 	// real one speaks HTTP/2, one connection), a connection per review in
 	// flight (16 TokenReviews, 16 SubjectAccessReviews) and the JWKS
 	// fetch, and one more upstream connection.
-	floodExtraFiles = serving.DefaultMaxPending + 1 + 2*16 + 1 + 1
+	floodExtraFiles = reliability.Budget + 1 + 2*16 + 1 + 1
 	// floodRun is how long each attack is measured here (the library's
 	// goal tests measure longer).
 	floodRun = 3 * time.Second

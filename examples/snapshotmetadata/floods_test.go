@@ -49,11 +49,11 @@ const (
 	// sidecarExtraFiles bounds the files the process holds beyond its
 	// budget of client connections while attacked, counted from its files
 	// before (listeners, API server connections, log files): connections
-	// waiting to be admitted (serving.DefaultMaxPending), one being swapped
+	// waiting to be admitted (as many as the budget), one being swapped
 	// in; and, as the fake API server speaks HTTP/1.1 (a real one speaks
 	// HTTP/2, one connection), a connection per review in flight (16
 	// TokenReviews, 16 SubjectAccessReviews) and the JWKS fetch.
-	sidecarExtraFiles = serving.DefaultMaxPending + 1 + 2*16 + 1
+	sidecarExtraFiles = reliability.Budget + 1 + 2*16 + 1
 	// sidecarRSSBound bounds the sidecar's resident memory during the
 	// rapid-reset attack; the race detector (the sidecar is this test
 	// binary) multiplies it, so its bound is sidecarRaceRSSBound.

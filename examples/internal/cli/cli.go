@@ -122,7 +122,7 @@ func (f *Flags) AddBaseFlags(fs *pflag.FlagSet) {
 	fs.StringVar(&f.MetricsListen, "metrics-listen", f.MetricsListen,
 		"Address to serve Prometheus metrics on, at /metrics, with /healthz, /livez and /readyz (for example 127.0.0.1:9090); plain HTTP. Not served when empty.")
 	fs.IntVar(&f.MaxConnections, "max-connections", 0,
-		"Most client connections kept open at once; past it, a new connection is admitted by closing one that made no progress (see serving.LimitListener). 0 means serving.DefaultBudget: half the open-file limit less 128, or a quarter of the memory limit (GOMEMLIMIT, the cgroup's, else the machine's) at 128 KiB a connection, whichever is smaller; the log line at start says which.")
+		"Most client connections kept open at once; past it, a new connection is admitted by closing one that made no progress (see serving.LimitListener). 0 means serving.DefaultBudget: a third of the open-file limit less 128 (as many connections again may wait to be admitted), or a quarter of the memory limit (GOMEMLIMIT, the cgroup's, else the machine's) at 128 KiB a connection, whichever is smaller; the log line at start says which.")
 }
 
 // versionValue is --version: a boolean that also takes "raw", as
