@@ -88,6 +88,8 @@ type admission struct {
 	maxPending int
 	acceptErr  error     // the listener's, once it failed
 	lastEvict  time.Time // when a connection was last closed to make room
+	// lastReconnect is when a presumed reconnection was last admitted.
+	lastReconnect time.Time
 	// admissions counts the connections admitted; awaited, by source,
 	// the closes of admitted connections not yet followed by an arrival
 	// from the same source (at most maxAwaited each).

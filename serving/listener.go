@@ -418,9 +418,22 @@ func (a *admission) next() (net.Conn, error) {
 		if admit {
 			// Pass over the presumed reconnections that arrived since
 			// the previous admission.
-			ac = a.admitLocked(a.popLocked(a.admissions+1, now), now)
-			a.admissions++
-		} else {
+			key, idx := a.chooseLocked(a.admissions+1, now)
+			if victim == nil && a.pending[key][idx].reconnect != 0 {
+				if at := a.reconnectTurn(); at.After(now) {
+					admit, wake = false, at
+				}
+			}
+			if admit {
+				pc := a.removePendingLocked(key, idx)
+				if pc.reconnect != 0 {
+					a.lastReconnect = now
+				}
+				ac = a.admitLocked(pc, now)
+				a.admissions++
+			}
+		}
+		if !admit {
 			wake = a.nextExpiry(wake)
 		}
 		a.mu.Unlock()

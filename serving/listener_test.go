@@ -596,6 +596,66 @@ func TestLimitListenerReconnectsGoAfter(t *testing.T) {
 	})
 }
 
+// TestLimitListenerReconnectPacing: presumed reconnections that would
+// fill the budget are admitted at most one per EvictionInterval; one
+// below it at once, and a connection that is not one at once.
+func TestLimitListenerReconnectPacing(t *testing.T) {
+	t.Parallel()
+	const interval = 200 * time.Millisecond
+	clk := clocktesting.NewFakeClock(time.Unix(1000, 0))
+	inner := newChanListener()
+	ln := serving.LimitListener(inner, 4, serving.LimitOptions{Clock: clk,
+		AdmissionOptions: serving.AdmissionOptions{EvictionGrace: time.Hour, EvictionInterval: interval}})
+	defer ln.Close()
+	accepted := acceptAll(ln)
+	var held []net.Conn
+	for range 4 {
+		inner.pushFrom("10.0.0.1")
+		held = append(held, <-accepted)
+	}
+	port := func(c net.Conn) int { return c.RemoteAddr().(*net.TCPAddr).Port }
+	none := func(what string) {
+		t.Helper()
+		select {
+		case c := <-accepted:
+			t.Fatalf("%s: admitted port %d", what, port(c))
+		case <-time.After(50 * time.Millisecond): // real time: nothing is due on the fake clock
+		}
+	}
+	// Three closes, three reconnections: the two below the full budget
+	// at once, the one that fills it an interval after them.
+	for _, c := range held[:3] {
+		c.Close()
+	}
+	for i := range 2 {
+		inner.pushFrom("10.0.0.1")
+		held[i] = <-accepted
+	}
+	inner.pushFrom("10.0.0.1")
+	reconnection := int(inner.port.Load())
+	waitFor(t, 10*time.Second, "the third reconnection to wait", func() bool { return serving.Pending(ln) == 1 })
+	none("the reconnection that fills the budget, within the interval")
+	clk.Step(interval - time.Nanosecond)
+	none("the reconnection that fills the budget, 1ns before the interval")
+	// A newcomer (no close awaits a reconnection) takes the room at once.
+	inner.pushFrom("10.0.0.1")
+	newcomer := int(inner.port.Load())
+	if c := <-accepted; port(c) != newcomer {
+		t.Fatalf("admitted port %d; want the newcomer %d", port(c), newcomer)
+	}
+	clk.Step(time.Nanosecond)
+	none("the reconnection, with the budget full")
+	held[0].Close()
+	select {
+	case c := <-accepted:
+		if port(c) != reconnection {
+			t.Fatalf("admitted port %d; want the reconnection %d", port(c), reconnection)
+		}
+	case <-time.After(10 * time.Second):
+		t.Fatal("the reconnection was not admitted into the room after the interval")
+	}
+}
+
 // TestLimitListenerWaitedTurn: every other admission takes the connection
 // that has waited longest among those that waited more than two eviction
 // intervals and less than a second: one overtaken by newer arrivals gets

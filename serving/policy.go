@@ -6,6 +6,7 @@ package serving
 
 import (
 	"net"
+	"sort"
 	"time"
 )
 
@@ -95,16 +96,17 @@ func (c *admConn) derive() stage {
 // newcomer gets the next turn (if it was itself taken for a reconnection,
 // arriving just after a close, it is passed over in the interval it
 // arrived in only, and competes with the reconnections after that).
-// Under a.mu, with a.npending > 0.
-func (a *admission) popLocked(skip uint64, now time.Time) *pendingConn {
+// It returns the connection's source and index in a.pending, without
+// removing it. Under a.mu, with a.npending > 0.
+func (a *admission) chooseLocked(skip uint64, now time.Time) (string, int) {
 	if skip%2 == 0 {
 		// Every other turn, the one that has waited longest among those
 		// that waited more than two intervals and less than a second:
 		// a newcomer that newer arrivals kept overtaking, not a
 		// connection left waiting long ago by a client that has likely
 		// given up or keeps reconnecting.
-		if pc := a.popWaitedLocked(now); pc != nil {
-			return pc
+		if key, idx := a.waitedLocked(now); idx >= 0 {
+			return key, idx
 		}
 	}
 	eligible := [...]func(pc *pendingConn) bool{
@@ -138,10 +140,10 @@ func (a *admission) popLocked(skip uint64, now time.Time) *pendingConn {
 			}
 		}
 	}
-	return a.removePendingLocked(best, bestIdx)
+	return best, bestIdx
 }
 
-// popScan bounds the connections of a source popLocked looks at, newest
+// popScan bounds the connections of a source chooseLocked looks at, newest
 // first, for one that is not a presumed reconnection (or not one of the
 // current interval), so that a turn costs the same however many wait: a
 // newcomer is overtaken by far fewer arrivals than that before the next
@@ -149,38 +151,33 @@ func (a *admission) popLocked(skip uint64, now time.Time) *pendingConn {
 // connection that made no progress is admitted).
 const popScan = 256
 
-// Bounds of the waiting connections popWaitedLocked takes.
+// Bounds of the waiting connections waitedLocked chooses.
 const (
 	waitedMinIntervals = 2
 	waitedMax          = time.Second
 )
 
-// popWaitedLocked takes the connection that has waited longest among
+// waitedLocked chooses the connection that has waited longest among
 // those that waited at least waitedMinIntervals eviction intervals and
-// less than waitedMax, or returns nil. Under a.mu.
-func (a *admission) popWaitedLocked(now time.Time) *pendingConn {
+// less than waitedMax: its source and index in a.pending, or an index of
+// -1 for none. Under a.mu.
+func (a *admission) waitedLocked(now time.Time) (string, int) {
 	from, to := now.Add(-waitedMax), now.Add(-waitedMinIntervals*max(a.evictEvery, 0))
 	var best string
 	bestIdx := -1
 	var bestAt time.Time
 	for key, q := range a.pending {
-		for i, pc := range q {
-			if pc.at.After(to) {
-				break
-			}
-			if !pc.at.After(from) {
-				continue // waited a second or more
-			}
-			if bestIdx < 0 || pc.at.Before(bestAt) {
-				best, bestIdx, bestAt = key, i, pc.at
-			}
-			break
+		// q is oldest first: skip, by bisection, those that waited a
+		// second or more.
+		i := sort.Search(len(q), func(i int) bool { return q[i].at.After(from) })
+		if i == len(q) || q[i].at.After(to) {
+			continue
+		}
+		if bestIdx < 0 || q[i].at.Before(bestAt) {
+			best, bestIdx, bestAt = key, i, q[i].at
 		}
 	}
-	if bestIdx < 0 {
-		return nil
-	}
-	return a.removePendingLocked(best, bestIdx)
+	return best, bestIdx
 }
 
 // handshakesBacklogged reports whether as many handshakes wait for a slot
@@ -410,4 +407,19 @@ func (c *admConn) workEnd(o outcome) {
 	if over {
 		c.a.evict(c, closeRefusals)
 	}
+}
+
+// reconnectTurn is when a presumed reconnection may next be admitted into
+// the room a close left, when that admission would fill the budget: at
+// most one per EvictionInterval, as connections are closed to make room.
+// A client that reconnects as soon as it is closed or refused (an HTTP/1
+// connection closes at its first 401) would otherwise take every room its
+// own closes leave, a TLS handshake each, and a newcomer's turn with it;
+// the room waits for a connection that is not a reconnection instead.
+// Below a full budget there is no pacing. Under a.mu.
+func (a *admission) reconnectTurn() time.Time {
+	if a.evictEvery <= 0 || a.open+1 < a.max {
+		return time.Time{}
+	}
+	return a.lastReconnect.Add(a.evictEvery)
 }
