@@ -562,6 +562,33 @@ func TestLimitListenerReconnectsGoAfter(t *testing.T) {
 			t.Fatalf("admitted port %d; want the newcomer (%d), not the newer reconnection of an earlier interval (%d)", got, newcomer, reconnection)
 		}
 	})
+	t.Run("past the reconnection window", func(t *testing.T) {
+		t.Parallel()
+		clk := clocktesting.NewFakeClock(time.Unix(1000, 0))
+		inner := newChanListener()
+		ln := serving.LimitListener(inner, 3, serving.LimitOptions{Clock: clk,
+			AdmissionOptions: serving.AdmissionOptions{EvictionGrace: time.Hour, EvictionInterval: interval}})
+		defer ln.Close()
+		var held []admitted
+		for range 3 {
+			held = append(held, accept(t, inner, ln, "10.0.0.1"))
+		}
+		held[0].c.Close()
+		clk.Step(interval + time.Nanosecond) // a client that opens a connection per request, at its pace
+		inner.pushFrom("10.0.0.1")
+		newcomer := int(inner.port.Load())
+		waitFor(t, 10*time.Second, "the newcomer to wait", func() bool { return serving.Pending(ln) == 1 })
+		held[1].c.Close()
+		inner.pushFrom("10.0.0.1") // within the window of that close
+		waitFor(t, 10*time.Second, "the reconnection to wait", func() bool { return serving.Pending(ln) == 2 })
+		c, err := ln.Accept()
+		if err != nil {
+			t.Fatal(err)
+		}
+		if got := port(c); got != newcomer {
+			t.Fatalf("admitted port %d; want the arrival past the window (%d), a newcomer, before the newer reconnection", got, newcomer)
+		}
+	})
 	t.Run("after a waiting connection's timeout", func(t *testing.T) {
 		t.Parallel()
 		clk := clocktesting.NewFakeClock(time.Unix(1000, 0))

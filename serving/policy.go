@@ -290,7 +290,7 @@ func (a *admission) sweep(now time.Time) []net.Conn {
 		a.npending -= n
 		a.rec.Connections(stateWaiting, -n)
 		// Their clients reconnect too, as after any close.
-		a.awaited[key] = min(a.awaited[key]+n, maxAwaited)
+		a.awaitLocked(key, now, n)
 		if n == len(q) {
 			delete(a.pending, key)
 		} else {
