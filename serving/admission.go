@@ -88,18 +88,13 @@ type admission struct {
 	maxPending int
 	acceptErr  error     // the listener's, once it failed
 	lastEvict  time.Time // when a connection was last closed to make room
-	// lastReconnect is when a presumed reconnection was last admitted.
-	lastReconnect time.Time
 	// admissions counts the connections admitted; awaited, by source,
-	// when its connections closed (admitted ones, and waiting ones at
-	// their timeout) that no arrival from it has followed yet, oldest
-	// first, at most maxAwaited each (see reconnectionLocked).
+	// the closes of admitted connections not yet followed by an arrival
+	// from the same source (at most maxAwaited each).
 	admissions uint64
-	awaited    map[string][]time.Time
-	// awaitedPruned is when awaited was last pruned.
-	awaitedPruned time.Time
-	wake          chan struct{} // for next: a connection closed, arrived or a slot freed
-	space         chan struct{} // for acceptLoop: a pending connection left
+	awaited    map[string]int
+	wake       chan struct{} // for next: a connection closed, arrived or a slot freed
+	space      chan struct{} // for acceptLoop: a pending connection left
 }
 
 // sourceState is what admission keeps per source, while it has
@@ -142,7 +137,7 @@ func newAdmission(max int, c admissionConfig) *admission {
 		grace: o.EvictionGrace, progressWindow: o.ProgressWindow, evictEvery: o.EvictionInterval, source: o.Source, tls: c.tls, join: c.join,
 		resetBurst: c.resetBurst, resetInterval: c.resetInterval, rec: observe.Of(c.Metrics),
 		sources: map[string]*sourceState{}, done: make(chan struct{}),
-		pending: map[string][]*pendingConn{}, maxPending: max, awaited: map[string][]time.Time{},
+		pending: map[string][]*pendingConn{}, maxPending: max, awaited: map[string]int{},
 		wake: make(chan struct{}, 1), space: make(chan struct{}, 1),
 	}
 	// Both states are exported from the start, at 0, so that a scrape
@@ -235,75 +230,14 @@ func (a *admission) unlink(c *admConn, reason int) {
 		a.closed[reason][c.stage]++
 		a.rec.ConnectionClosed(closeReasonNames[reason], stageNames[c.stage])
 	}
-	a.awaitLocked(c.src.key, a.clock.Now(), 1)
+	if n := a.awaited[c.src.key]; n < maxAwaited {
+		a.awaited[c.src.key] = n + 1
+	}
 	a.signal(a.wake)
 }
 
 // maxAwaited bounds the reconnections awaited of one source.
 const maxAwaited = 8
-
-// awaitLocked records that n connections of source key closed at now:
-// the source's arrivals within the reconnection window after each are
-// presumed their reconnections. Under a.mu.
-func (a *admission) awaitLocked(key string, now time.Time, n int) {
-	q := a.awaited[key]
-	for range n {
-		if len(q) == maxAwaited {
-			q = q[1:]
-		}
-		q = append(q, now)
-	}
-	a.awaited[key] = q
-	a.pruneAwaitedLocked(now)
-}
-
-// reconnectionLocked reports whether an arrival from source key at now is
-// presumed the reconnection of one of its connections that closed, and
-// counts it as that close's. Under a.mu.
-func (a *admission) reconnectionLocked(key string, now time.Time) bool {
-	q := a.awaited[key]
-	for len(q) > 0 && now.Sub(q[0]) > a.reconnectWindow() {
-		q = q[1:]
-	}
-	if len(q) == 0 {
-		delete(a.awaited, key)
-		return false
-	}
-	if len(q) == 1 {
-		delete(a.awaited, key)
-	} else {
-		a.awaited[key] = q[1:]
-	}
-	return true
-}
-
-// reconnectWindow is how soon after a close a source's arrival is
-// presumed its reconnection: an EvictionInterval (DefaultEvictionInterval
-// without pacing). A client that reconnects as soon as it is closed does
-// so within a round trip; one that opens a connection per request at its
-// own pace (a scraper every few seconds) arrives later and is a newcomer.
-func (a *admission) reconnectWindow() time.Duration {
-	if a.evictEvery > 0 {
-		return a.evictEvery
-	}
-	return DefaultEvictionInterval
-}
-
-// pruneAwaitedLocked forgets, at most once a window, the sources whose
-// closes are all older than the reconnection window, so that sources that
-// never reconnect leave nothing behind. Under a.mu.
-func (a *admission) pruneAwaitedLocked(now time.Time) {
-	w := a.reconnectWindow()
-	if now.Sub(a.awaitedPruned) < w {
-		return
-	}
-	a.awaitedPruned = now
-	for key, q := range a.awaited {
-		if now.Sub(q[len(q)-1]) > w {
-			delete(a.awaited, key)
-		}
-	}
-}
 
 // signal wakes the goroutine waiting on ch, if any.
 func (a *admission) signal(ch chan struct{}) {

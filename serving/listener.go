@@ -201,14 +201,8 @@ const limitLogInterval = 10 * time.Second
 // overtaken by reconnection after reconnection; and every other turn goes
 // instead to the connection that has waited longest among those that
 // waited at least two EvictionIntervals and less than a second, so that
-// one overtaken by newer arrivals is not starved. Presumed reconnections
-// go after every waiting connection that is not one, and one that would
-// fill the budget is admitted at most once per EvictionInterval: a client
-// that reconnects as soon as it is closed or refused (an HTTP/1 connection
-// closes at its first 401) would otherwise take every room its closes
-// leave. A connection waiting longer than the handshake timeout (10s
-// without one) is closed, and its source's next arrival is presumed its
-// reconnection.
+// one overtaken by newer arrivals is not starved. A connection waiting longer than the handshake timeout (10s
+// without one) is closed.
 //
 // Each admitted connection is in one stage, and when max are admitted the
 // next is admitted after closing one, chosen in this order:
@@ -361,8 +355,13 @@ func (a *admission) acceptLoop(ln net.Listener) {
 		pc.at = a.clock.Now()
 		closed := a.acceptErr != nil || isDone(a.done)
 		if !closed {
-			if a.reconnectionLocked(pc.key, pc.at) {
+			if n := a.awaited[pc.key]; n > 0 {
 				pc.reconnect = a.admissions + 1
+				if n == 1 {
+					delete(a.awaited, pc.key)
+				} else {
+					a.awaited[pc.key] = n - 1
+				}
 			}
 			a.pending[pc.key] = append(a.pending[pc.key], pc)
 			a.npending++
@@ -419,22 +418,9 @@ func (a *admission) next() (net.Conn, error) {
 		if admit {
 			// Pass over the presumed reconnections that arrived since
 			// the previous admission.
-			key, idx := a.chooseLocked(a.admissions+1, now)
-			if victim == nil && a.pending[key][idx].reconnect != 0 {
-				if at := a.reconnectTurn(); at.After(now) {
-					admit, wake = false, at
-				}
-			}
-			if admit {
-				pc := a.removePendingLocked(key, idx)
-				if pc.reconnect != 0 {
-					a.lastReconnect = now
-				}
-				ac = a.admitLocked(pc, now)
-				a.admissions++
-			}
-		}
-		if !admit {
+			ac = a.admitLocked(a.popLocked(a.admissions+1, now), now)
+			a.admissions++
+		} else {
 			wake = a.nextExpiry(wake)
 		}
 		a.mu.Unlock()

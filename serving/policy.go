@@ -85,32 +85,27 @@ func (c *admConn) derive() stage {
 
 // popLocked takes the connection to admit from the pending ones: of the
 // source with the fewest connections admitted (then the one whose newest
-// connection is the newest), its newest that is not a presumed
-// reconnection; if there is none, its newest that is not a presumed
-// reconnection that arrived in admission interval skip-1; else its newest.
-// Under overload the oldest waiting connections are the ones whose
-// clients are likeliest to have given up; a client that reconnects as
-// soon as it is closed would, newest first, overtake a newcomer that
-// arrived just before it, and the next reconnection would overtake it
-// again: reconnections go after every connection that is not one, so a
-// newcomer gets the next turn (if it was itself taken for a reconnection,
-// arriving just after a close, it is passed over in the interval it
-// arrived in only, and competes with the reconnections after that).
-// It returns the connection's source and index in a.pending, without
-// removing it. Under a.mu, with a.npending > 0.
-func (a *admission) chooseLocked(skip uint64, now time.Time) (string, int) {
+// connection is the newest), its newest, passing over the presumed
+// reconnections that arrived in admission interval skip-1 unless there
+// is nothing else. Under overload the oldest waiting connections are the
+// ones whose clients are likeliest to have given up; a client that
+// reconnects as soon as it is closed would, newest first, overtake a
+// newcomer that arrived just before it, and the next reconnection would
+// overtake it again: passing over the reconnections of an interval once
+// gives the newcomer the next turn (if the newcomer itself was taken for
+// a reconnection, it waits one turn). Under a.mu, with a.npending > 0.
+func (a *admission) popLocked(skip uint64, now time.Time) *pendingConn {
 	if skip%2 == 0 {
 		// Every other turn, the one that has waited longest among those
 		// that waited more than two intervals and less than a second:
 		// a newcomer that newer arrivals kept overtaking, not a
 		// connection left waiting long ago by a client that has likely
 		// given up or keeps reconnecting.
-		if key, idx := a.waitedLocked(now); idx >= 0 {
-			return key, idx
+		if pc := a.popWaitedLocked(now); pc != nil {
+			return pc
 		}
 	}
 	eligible := [...]func(pc *pendingConn) bool{
-		func(pc *pendingConn) bool { return pc.reconnect == 0 },
 		func(pc *pendingConn) bool { return pc.reconnect != skip },
 		func(*pendingConn) bool { return true },
 	}
@@ -140,28 +135,24 @@ func (a *admission) chooseLocked(skip uint64, now time.Time) (string, int) {
 			}
 		}
 	}
-	return best, bestIdx
+	return a.removePendingLocked(best, bestIdx)
 }
 
-// popScan bounds the connections of a source chooseLocked looks at, newest
-// first, for one that is not a presumed reconnection (or not one of the
-// current interval), so that a turn costs the same however many wait: a
-// newcomer is overtaken by far fewer arrivals than that before the next
-// turn (a turn comes at every close, and every EvictionInterval while a
-// connection that made no progress is admitted).
+// popScan bounds the connections of a source popLocked looks at, newest
+// first, for one that is not a presumed reconnection of the current
+// interval, so that a turn costs the same however many wait.
 const popScan = 256
 
-// Bounds of the waiting connections waitedLocked chooses.
+// Bounds of the waiting connections popWaitedLocked takes.
 const (
 	waitedMinIntervals = 2
 	waitedMax          = time.Second
 )
 
-// waitedLocked chooses the connection that has waited longest among
+// popWaitedLocked takes the connection that has waited longest among
 // those that waited at least waitedMinIntervals eviction intervals and
-// less than waitedMax: its source and index in a.pending, or an index of
-// -1 for none. Under a.mu.
-func (a *admission) waitedLocked(now time.Time) (string, int) {
+// less than waitedMax, or returns nil. Under a.mu.
+func (a *admission) popWaitedLocked(now time.Time) *pendingConn {
 	from, to := now.Add(-waitedMax), now.Add(-waitedMinIntervals*max(a.evictEvery, 0))
 	var best string
 	bestIdx := -1
@@ -177,7 +168,10 @@ func (a *admission) waitedLocked(now time.Time) (string, int) {
 			best, bestIdx, bestAt = key, i, q[i].at
 		}
 	}
-	return best, bestIdx
+	if bestIdx < 0 {
+		return nil
+	}
+	return a.removePendingLocked(best, bestIdx)
 }
 
 // handshakesBacklogged reports whether as many handshakes wait for a slot
@@ -289,8 +283,6 @@ func (a *admission) sweep(now time.Time) []net.Conn {
 		}
 		a.npending -= n
 		a.rec.Connections(stateWaiting, -n)
-		// Their clients reconnect too, as after any close.
-		a.awaitLocked(key, now, n)
 		if n == len(q) {
 			delete(a.pending, key)
 		} else {
@@ -407,19 +399,4 @@ func (c *admConn) workEnd(o outcome) {
 	if over {
 		c.a.evict(c, closeRefusals)
 	}
-}
-
-// reconnectTurn is when a presumed reconnection may next be admitted into
-// the room a close left, when that admission would fill the budget: at
-// most one per EvictionInterval, as connections are closed to make room.
-// A client that reconnects as soon as it is closed or refused (an HTTP/1
-// connection closes at its first 401) would otherwise take every room its
-// own closes leave, a TLS handshake each, and a newcomer's turn with it;
-// the room waits for a connection that is not a reconnection instead.
-// Below a full budget there is no pacing. Under a.mu.
-func (a *admission) reconnectTurn() time.Time {
-	if a.evictEvery <= 0 || a.open+1 < a.max {
-		return time.Time{}
-	}
-	return a.lastReconnect.Add(a.evictEvery)
 }
