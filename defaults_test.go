@@ -167,6 +167,17 @@ var readmeDefaults = []struct {
 	{"SAR cache key", "`" + authz.CredentialIDExtra + "`"},
 	{"Connections per server", fmt.Sprintf("at %d KiB a connection", serving.ConnectionMemory>>10)},
 	{"Past the budget", fmt.Sprintf("in the last %d s", serving.DefaultProgressWindow/time.Second)},
+	{"Connections per server", fmt.Sprintf("%s in a container with 128 MiB", thousands(serving.BudgetFor(1<<20, 128<<20)))},
+	{"Connections per server", fmt.Sprintf("%s on this 2-core machine (20,000 files, 24 GiB)", thousands(serving.BudgetFor(20000, 24<<30)))},
+}
+
+// thousands spells n with a comma between thousands, as the README does.
+func thousands(n int) string {
+	s := fmt.Sprint(n)
+	for i := len(s) - 3; i > 0; i -= 3 {
+		s = s[:i] + "," + s[i:]
+	}
+	return s
 }
 
 // TestREADMEStatesTheDefaults checks the Default column of README.md's
