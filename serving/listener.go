@@ -224,7 +224,9 @@ const limitLogInterval = 10 * time.Second
 // none is admitted, not even one still in its grace: the new one waits
 // for that one instead. Within a stage, the connection of the source
 // holding the most connections goes first, then the youngest (admitted
-// last): under a flood the youngest are the attackers' reconnections.
+// last): under a flood the youngest are the attackers' reconnections. Of
+// silent connections the oldest goes first: the youngest may be a
+// newcomer whose first bytes the server has not read yet.
 // The policy is in policy.go, its bookkeeping in admission.go. A connection is not closed before it has spent its grace
 // in its stage: EvictionGrace, or, when connections that moved on from
 // that stage recently needed longer (a slow network, a loaded machine),

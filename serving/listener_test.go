@@ -215,15 +215,31 @@ func TestLimitListenerProgress(t *testing.T) {
 	t.Run("youngest first among equals", func(t *testing.T) {
 		t.Parallel()
 		clk, inner, ln := fakeLimitListener(t, 3)
-		old := accept(t, inner, ln, "127.0.0.1")
-		clk.Step(time.Second)
-		mid := accept(t, inner, ln, "127.0.0.1")
-		clk.Step(time.Second)
-		young := accept(t, inner, ln, "127.0.0.1")
+		var conns []admitted
+		for range 3 {
+			c := accept(t, inner, ln, "127.0.0.1")
+			sendByte(t, c.c, c.peer) // waiting: a byte, no request
+			conns = append(conns, c)
+			clk.Step(time.Second)
+		}
 		clk.Step(testGrace)
 		accept(t, inner, ln, "127.0.0.1")
-		if !isClosed(t, young.peer) || isClosed(t, mid.peer) || isClosed(t, old.peer) {
-			t.Fatal("want the youngest silent connection closed, the older ones kept")
+		if !isClosed(t, conns[2].peer) || isClosed(t, conns[1].peer) || isClosed(t, conns[0].peer) {
+			t.Fatal("want the youngest waiting connection closed, the older ones kept")
+		}
+	})
+	t.Run("oldest first among silent ones", func(t *testing.T) {
+		t.Parallel()
+		clk, inner, ln := fakeLimitListener(t, 3)
+		var conns []admitted
+		for range 3 {
+			conns = append(conns, accept(t, inner, ln, "127.0.0.1"))
+			clk.Step(time.Second)
+		}
+		clk.Step(testGrace)
+		accept(t, inner, ln, "127.0.0.1")
+		if !isClosed(t, conns[0].peer) || isClosed(t, conns[1].peer) || isClosed(t, conns[2].peer) {
+			t.Fatal("want the oldest silent connection closed (the youngest may be a newcomer not read yet), the younger ones kept")
 		}
 	})
 	t.Run("a moving watch outlives young attackers", func(t *testing.T) {
@@ -438,6 +454,8 @@ func TestLimitListenerEvictionInterval(t *testing.T) {
 	defer ln.Close()
 	a := accept(t, inner, ln, "10.0.0.1")
 	b := accept(t, inner, ln, "10.0.0.1")
+	sendByte(t, a.c, a.peer) // waiting, where the youngest goes first
+	sendByte(t, b.c, b.peer)
 	clk.Step(testGrace)
 	accept(t, inner, ln, "10.0.0.1") // closes b, the youngest
 	if !isClosed(t, b.peer) || isClosed(t, a.peer) {
@@ -728,9 +746,12 @@ func TestLimitListenerFairness(t *testing.T) {
 	ln := serving.LimitListener(inner, 4, serving.LimitOptions{Clock: clk})
 	defer ln.Close()
 	legit := accept(t, inner, ln, "10.0.0.1")
+	sendByte(t, legit.c, legit.peer) // waiting, where the youngest goes first
 	var flood []admitted
 	for range 3 {
-		flood = append(flood, accept(t, inner, ln, "10.0.0.2"))
+		c := accept(t, inner, ln, "10.0.0.2")
+		sendByte(t, c.c, c.peer)
+		flood = append(flood, c)
 	}
 	clk.Step(testGrace)
 	accept(t, inner, ln, "10.0.0.2")
@@ -756,6 +777,9 @@ func TestLimitListenerFairness(t *testing.T) {
 	old2 := accept(t, inner2, ln2, "10.0.0.1")
 	clk.Step(time.Second)
 	young := accept(t, inner2, ln2, "10.0.0.2")
+	for _, c := range []admitted{old1, old2, young} {
+		sendByte(t, c.c, c.peer) // waiting, where the youngest goes first
+	}
 	clk.Step(testGrace)
 	accept(t, inner2, ln2, "10.0.0.1")
 	if !isClosed(t, young.peer) || isClosed(t, old1.peer) || isClosed(t, old2.peer) {

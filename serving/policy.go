@@ -210,7 +210,14 @@ func (a *admission) graceOf(s int) time.Duration {
 // most connections goes first, then the youngest (the one admitted last):
 // under a flood the youngest are the attackers' reconnections, and a
 // connection that has been open long is the likeliest to be a client's
-// that uses it.
+// that uses it. Silent connections are the exception, oldest first: the
+// youngest silent one is likeliest a newcomer whose first bytes the
+// loaded server has not read yet (its grace is 250 ms), while one silent
+// for longer has sent nothing. With the youngest first, the sidecar's
+// TestFloods under TCP without TLS, run beside other tests, answered
+// 77-97% of new connections within 1 s at its first attempts (5 runs),
+// with calls lost to gRPC's reconnect backoff; with the oldest, 93-100%
+// (4 runs).
 func (a *admission) victim(now time.Time) (*admConn, time.Time) {
 	wake := now.Add(graceMaxFactor * a.grace)
 	for _, moving := range [...]bool{false, true} {
@@ -232,7 +239,9 @@ func (a *admission) victim(now time.Time) (*admConn, time.Time) {
 				if c.queued {
 					continue // the server owes it a handshake
 				}
-				if best == nil || c.src.conns > best.src.conns || (c.src.conns == best.src.conns && c.id > best.id) {
+				// Youngest first, but the oldest of the silent ones.
+				if best == nil || c.src.conns > best.src.conns ||
+					(c.src.conns == best.src.conns && (c.id > best.id) != (s == int(stageSilent))) {
 					best = c
 				}
 			}
