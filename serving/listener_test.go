@@ -212,36 +212,37 @@ func fakeLimitListener(t *testing.T, max int) (*clocktesting.FakeClock, *chanLis
 // the window is judged by its stage again.
 func TestLimitListenerProgress(t *testing.T) {
 	t.Parallel()
-	t.Run("youngest first among equals", func(t *testing.T) {
-		t.Parallel()
-		clk, inner, ln := fakeLimitListener(t, 3)
-		var conns []admitted
-		for range 3 {
-			c := accept(t, inner, ln, "127.0.0.1")
-			sendByte(t, c.c, c.peer) // waiting: a byte, no request
-			conns = append(conns, c)
-			clk.Step(time.Second)
-		}
-		clk.Step(testGrace)
-		accept(t, inner, ln, "127.0.0.1")
-		if !isClosed(t, conns[2].peer) || isClosed(t, conns[1].peer) || isClosed(t, conns[0].peer) {
-			t.Fatal("want the youngest waiting connection closed, the older ones kept")
-		}
-	})
-	t.Run("oldest first among silent ones", func(t *testing.T) {
-		t.Parallel()
-		clk, inner, ln := fakeLimitListener(t, 3)
-		var conns []admitted
-		for range 3 {
-			conns = append(conns, accept(t, inner, ln, "127.0.0.1"))
-			clk.Step(time.Second)
-		}
-		clk.Step(testGrace)
-		accept(t, inner, ln, "127.0.0.1")
-		if !isClosed(t, conns[0].peer) || isClosed(t, conns[1].peer) || isClosed(t, conns[2].peer) {
-			t.Fatal("want the oldest silent connection closed (the youngest may be a newcomer not read yet), the younger ones kept")
-		}
-	})
+	// Among equals the youngest goes first, but of silent connections the
+	// oldest (the youngest may be a newcomer whose bytes are not read yet).
+	for _, tt := range []struct {
+		name    string
+		waiting bool // a byte received: the waiting stage, else silent
+		closed  int  // which of the three, oldest first, is closed
+	}{
+		{"youngest first among equals", true, 2},
+		{"oldest first among silent ones", false, 0},
+	} {
+		t.Run(tt.name, func(t *testing.T) {
+			t.Parallel()
+			clk, inner, ln := fakeLimitListener(t, 3)
+			var conns []admitted
+			for range 3 {
+				c := accept(t, inner, ln, "127.0.0.1")
+				if tt.waiting {
+					sendByte(t, c.c, c.peer)
+				}
+				conns = append(conns, c)
+				clk.Step(time.Second)
+			}
+			clk.Step(testGrace)
+			accept(t, inner, ln, "127.0.0.1")
+			for i, c := range conns {
+				if got := isClosed(t, c.peer); got != (i == tt.closed) {
+					t.Fatalf("connection %d of 3 (oldest first) closed = %v; want only connection %d closed", i, got, tt.closed)
+				}
+			}
+		})
+	}
 	t.Run("a moving watch outlives young attackers", func(t *testing.T) {
 		t.Parallel()
 		clk, inner, ln := fakeLimitListener(t, 2)
