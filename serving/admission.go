@@ -230,14 +230,20 @@ func (a *admission) unlink(c *admConn, reason int) {
 		a.closed[reason][c.stage]++
 		a.rec.ConnectionClosed(closeReasonNames[reason], stageNames[c.stage])
 	}
-	if n := a.awaited[c.src.key]; n < maxAwaited {
+	// A client whose connection the server closed, or that closed it
+	// before anything was served on it, is presumed to reconnect at once;
+	// one that was served (a scraper done with its scrape) is not.
+	if n := a.awaited[c.src.key]; n < maxAwaited && (reason >= 0 || !c.served) {
 		a.awaited[c.src.key] = n + 1
 	}
 	a.signal(a.wake)
 }
 
-// maxAwaited bounds the reconnections awaited of one source.
-const maxAwaited = 8
+// maxAwaited bounds the reconnections awaited of one source: as many as
+// popLocked looks at. It was 8 before issue #32's second stop: a sweep
+// that closes more of a source's connections at once left the rest of
+// their reconnections unmarked, to overtake a newcomer.
+const maxAwaited = popScan
 
 // signal wakes the goroutine waiting on ch, if any.
 func (a *admission) signal(ch chan struct{}) {
