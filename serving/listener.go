@@ -198,10 +198,12 @@ const limitLogInterval = 10 * time.Second
 // likeliest to have given up, and a client that reconnects as soon as it
 // is closed does not push a newcomer back behind its retries (adaptive
 // LIFO); a connection arriving from a source one of whose connections
-// the server just closed, or that closed before anything was served on
-// it, or that waited too long (presumably its reconnection), is passed
-// over in the turn it arrived in, so that a newcomer that arrived just
-// before it is not overtaken by reconnection after reconnection; and
+// the server closed, or that closed before anything was served on it, or
+// that waited too long, less than a second before (presumably its
+// reconnection), is admitted only after the waiting connections that are
+// not presumed reconnections, and never in the turn it arrived in, so
+// that a newcomer that arrived just before it is not overtaken by
+// reconnection after reconnection; and
 // every other turn goes instead to the connection that has waited longest
 // among those that waited at least two EvictionIntervals and less than a
 // second and are not presumed reconnections, so that a newcomer overtaken
@@ -366,13 +368,8 @@ func (a *admission) acceptLoop(ln net.Listener) {
 		pc.at = a.clock.Now()
 		closed := a.acceptErr != nil || isDone(a.done)
 		if !closed {
-			if n := a.awaited[pc.key]; n > 0 {
+			if a.reconnectionLocked(pc.key, pc.at) {
 				pc.reconnect = a.admissions + 1
-				if n == 1 {
-					delete(a.awaited, pc.key)
-				} else {
-					a.awaited[pc.key] = n - 1
-				}
 			}
 			a.pending[pc.key] = append(a.pending[pc.key], pc)
 			a.npending++

@@ -618,18 +618,24 @@ func TestLimitListenerWaitedTurnSkipsReconnections(t *testing.T) {
 }
 
 // TestLimitListenerPresumedReconnection (issue #32): the arrival after a
-// close is presumed a reconnection (passed over in the turn it arrived
-// in) when the connection closed before anything was served on it, not
-// when it was served: a scraper done with its scrape does not reconnect
-// at once, and its next scrape's connection is a newcomer.
+// close is presumed a reconnection (admitted after the arrivals that are
+// not) when the connection closed before anything was served on it and
+// the arrival comes within a second of the close, not when the connection
+// was served (a scraper done with its scrape does not reconnect at once:
+// its next scrape's connection is a newcomer) nor when the arrival comes
+// later.
 func TestLimitListenerPresumedReconnection(t *testing.T) {
 	t.Parallel()
 	for _, tt := range []struct {
-		name   string
-		served bool
+		name     string
+		served   bool
+		after    time.Duration // from the close to the arrival
+		presumed bool
 	}{
-		{"closed unserved", false},
-		{"closed after a request served", true},
+		{"closed unserved", false, 0, true},
+		{"closed after a request served", true, 0, false},
+		{"closed unserved, arriving 1s later", false, time.Second, true},
+		{"closed unserved, arriving 1s and 1ns later", false, time.Second + time.Nanosecond, false},
 	} {
 		t.Run(tt.name, func(t *testing.T) {
 			t.Parallel()
@@ -652,6 +658,7 @@ func TestLimitListenerPresumedReconnection(t *testing.T) {
 			older := int(inner.port.Load())
 			waitFor(t, 10*time.Second, "the older arrival to wait", func() bool { return serving.Pending(ln) == 1 })
 			c.c.Close()
+			clk.Step(tt.after)
 			inner.pushFrom("10.0.0.1")
 			newer := int(inner.port.Load())
 			waitFor(t, 10*time.Second, "the newer arrival to wait", func() bool { return serving.Pending(ln) == 2 })
@@ -661,13 +668,57 @@ func TestLimitListenerPresumedReconnection(t *testing.T) {
 			}
 			defer got.Close()
 			want := newer
-			if !tt.served {
+			if tt.presumed {
 				want = older
 			}
 			if port := got.RemoteAddr().(*net.TCPAddr).Port; port != want {
-				t.Errorf("admitted port %d; want %d (older %d, newer %d)", port, want, older, newer)
+				t.Errorf("admitted port %d; want %d (older %d, newer %d, the newer presumed a reconnection: %v)", port, want, older, newer, tt.presumed)
 			}
 		})
+	}
+}
+
+// TestLimitListenerUnmarkedFirst (issue #32): a presumed reconnection is
+// admitted after every waiting connection that is not one, in later turns
+// too, not only in the turn it arrived in: after a burst of closes
+// (timeouts that expire together) reconnections arrive for a while, and a
+// newcomer that one of them overtook stayed behind them.
+func TestLimitListenerUnmarkedFirst(t *testing.T) {
+	t.Parallel()
+	clk := clocktesting.NewFakeClock(time.Unix(1000, 0))
+	inner := newChanListener()
+	ln := serving.LimitListener(inner, 3, serving.LimitOptions{Clock: clk})
+	defer ln.Close()
+	busy := accept(t, inner, ln, "10.0.0.2")
+	serving.WorkStart(busy.c)
+	serving.WorkEnd(busy.c, true)
+	serving.WorkStart(busy.c)
+	c1 := accept(t, inner, ln, "10.0.0.1")
+	c2 := accept(t, inner, ln, "10.0.0.1")
+	port := func() int { return int(inner.port.Load()) }
+	inner.pushFrom("10.0.0.1")
+	u1 := port()
+	inner.pushFrom("10.0.0.1")
+	u2 := port()
+	waitFor(t, 10*time.Second, "two newcomers to wait", func() bool { return serving.Pending(ln) == 2 })
+	c1.c.Close()
+	inner.pushFrom("10.0.0.1") // c1's reconnection
+	m := port()
+	waitFor(t, 10*time.Second, "the reconnection to wait", func() bool { return serving.Pending(ln) == 3 })
+	var got []int
+	for _, closeFirst := range []net.Conn{nil, c2.c} {
+		if closeFirst != nil {
+			closeFirst.Close()
+		}
+		a, err := ln.Accept()
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer a.Close()
+		got = append(got, a.RemoteAddr().(*net.TCPAddr).Port)
+	}
+	if want := []int{u2, u1}; !slices.Equal(got, want) {
+		t.Errorf("admitted ports %v; want %v, newest first, before the reconnection %d", got, want, m)
 	}
 }
 
@@ -733,6 +784,8 @@ func TestLimitListenerPending(t *testing.T) {
 		t.Fatalf("admitted %v while the handshakes were backlogged", c.RemoteAddr())
 	default:
 	}
+	// The admission loop re-arms its timer for the expiry after the step.
+	waitFor(t, 10*time.Second, "the admission loop to sleep until the timeout", clk.HasWaiters)
 	clk.Step(time.Nanosecond)
 	waitFor(t, 10*time.Second, "the waiting connections to be closed at the timeout", func() bool { return isClosed(t, p1) && isClosed(t, p2) })
 	x.c.Close()
@@ -944,6 +997,7 @@ func TestLimitListenerPressureTimeouts(t *testing.T) {
 			if isClosed(t, probe.peer) {
 				t.Fatalf("a full budget with none waiting closed a waiting connection 1ns before its configured timeout %v", relaxed)
 			}
+			waitFor(t, 10*time.Second, "the admission loop to sleep until the timeout", clk.HasWaiters)
 			clk.Step(time.Nanosecond)
 			waitFor(t, 10*time.Second, "the waiting connection to be closed at its timeout", func() bool { return isClosed(t, probe.peer) })
 		})

@@ -106,6 +106,7 @@ func (a *admission) popLocked(skip uint64, now time.Time) *pendingConn {
 		}
 	}
 	eligible := [...]func(pc *pendingConn) bool{
+		func(pc *pendingConn) bool { return pc.reconnect == 0 },
 		func(pc *pendingConn) bool { return pc.reconnect != skip },
 		func(*pendingConn) bool { return true },
 	}
@@ -292,6 +293,7 @@ const pendingTimeout = 10 * time.Second
 // once a.mu is released. Under a.mu.
 func (a *admission) sweep(now time.Time) []net.Conn {
 	var expired []net.Conn
+	a.sweepAwaitedLocked(now)
 	limit := a.pendingLimit()
 	for key, q := range a.pending {
 		n := 0
@@ -303,7 +305,7 @@ func (a *admission) sweep(now time.Time) []net.Conn {
 			continue
 		}
 		// Their clients, if they reconnect, do so at once.
-		a.awaited[key] = min(a.awaited[key]+n, maxAwaited)
+		a.awaitLocked(key, n, now)
 		a.npending -= n
 		a.rec.Connections(stateWaiting, -n)
 		if n == len(q) {
