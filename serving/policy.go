@@ -159,10 +159,10 @@ const (
 // under a flood they arrive as fast as the server closes connections, and
 // first come, first served among them the turn went to one that had
 // waited almost waitedMax, so that a newcomer that missed its first turn
-// was served after about a second. Measured with hack/flood, 2,313 idle
-// TLS connections from the client's address against rbacproxy at a budget
-// of 1,322 (AMD EPYC, 2 cores): 94-96% of new connections answered within
-// 1 s, p95 about 1 s, with them; 98-100%, p95 25-54 ms, without them.
+// was served after about a second: in hack/flood's rows at 2,313
+// attackers from the client's address, the p95 of new connections was
+// 960 ms-1.08 s in every row measured, and is 58-185 ms in most of them
+// since (docs/benchmarks.md).
 func (a *admission) popWaitedLocked(now time.Time) *pendingConn {
 	from, to := now.Add(-waitedMax), now.Add(-waitedMinIntervals*max(a.evictEvery, 0))
 	var best string
@@ -383,11 +383,14 @@ func (a *admission) nextExpiry(wake time.Time) time.Time {
 // file and a little memory a connection, which the budget counts, while
 // a connection closed early is one its client reopens at once, a TLS
 // handshake the server computes for nothing, and one more arrival a
-// newcomer is admitted among. Measured with hack/flood, 2,313 idle TLS
-// connections from the client's address against rbacproxy at a budget of
-// 1,322 (AMD EPYC, 2 cores): with the admitted fill 25,000 attacker
-// connections and 83% of a core; with the waiting fill 4,700-7,000 and
-// 7-23%, new connections answered within 1 s 94% then, 98-100% now.
+// newcomer is admitted among. Measured with hack/flood, 2,313 attackers
+// from the client's address at a budget of 1,322 (AMD EPYC, 2 cores;
+// idle TLS, TLS without preface and a preface without streams against
+// rbacproxy and the snapshot-metadata sidecar, two runs each): the
+// attackers made 24,000-26,000 connections in 16 s and the servers took
+// 76-95% of a core with the admitted fill; 5,500-7,600 and 15-24% with
+// the waiting fill, with the rest of issue #32's second stop
+// (docs/benchmarks.md).
 func (a *admission) timeout(s stage) time.Duration {
 	relaxed, tight := a.relaxed[s], a.tight[s]
 	if relaxed <= 0 || tight <= 0 || tight >= relaxed || 2*a.npending <= a.maxPending {
