@@ -89,13 +89,12 @@ type admission struct {
 	acceptErr  error     // the listener's, once it failed
 	lastEvict  time.Time // when a connection was last closed to make room
 	// admissions counts the connections admitted; awaited, by source,
-	// the reconnections presumed of its closes (see awaitLocked).
+	// the closes of admitted connections not yet followed by an arrival
+	// from the same source (at most maxAwaited each).
 	admissions uint64
-	awaited    map[string]*awaitedCloses
-	// lastAwaitSweep is when stale awaited entries were last dropped.
-	lastAwaitSweep time.Time
-	wake           chan struct{} // for next: a connection closed, arrived or a slot freed
-	space          chan struct{} // for acceptLoop: a pending connection left
+	awaited    map[string]int
+	wake       chan struct{} // for next: a connection closed, arrived or a slot freed
+	space      chan struct{} // for acceptLoop: a pending connection left
 }
 
 // sourceState is what admission keeps per source, while it has
@@ -138,7 +137,7 @@ func newAdmission(max int, c admissionConfig) *admission {
 		grace: o.EvictionGrace, progressWindow: o.ProgressWindow, evictEvery: o.EvictionInterval, source: o.Source, tls: c.tls, join: c.join,
 		resetBurst: c.resetBurst, resetInterval: c.resetInterval, rec: observe.Of(c.Metrics),
 		sources: map[string]*sourceState{}, done: make(chan struct{}),
-		pending: map[string][]*pendingConn{}, maxPending: max, awaited: map[string]*awaitedCloses{},
+		pending: map[string][]*pendingConn{}, maxPending: max, awaited: map[string]int{},
 		wake: make(chan struct{}, 1), space: make(chan struct{}, 1),
 	}
 	// Both states are exported from the start, at 0, so that a scrape
@@ -231,76 +230,14 @@ func (a *admission) unlink(c *admConn, reason int) {
 		a.closed[reason][c.stage]++
 		a.rec.ConnectionClosed(closeReasonNames[reason], stageNames[c.stage])
 	}
-	// A client whose connection the server closed, or that closed it
-	// before anything was served on it, is presumed to reconnect at once;
-	// one that was served (a scraper done with its scrape) is not.
-	if reason >= 0 || !c.served {
-		a.awaitLocked(c.src.key, 1, a.clock.Now())
+	if n := a.awaited[c.src.key]; n < maxAwaited {
+		a.awaited[c.src.key] = n + 1
 	}
 	a.signal(a.wake)
 }
 
-// awaitedCloses are the closes of a source's connections whose
-// reconnections are presumed: n of them, the last at last.
-type awaitedCloses struct {
-	n    int
-	last time.Time
-}
-
-// awaitWindow is how long after the last close of a source's connections
-// its arrivals are presumed their reconnections: a client that reconnects
-// at once does so within it, even from a loaded machine, and a newcomer
-// that arrives later is not taken for one.
-const awaitWindow = time.Second
-
-// awaitLocked presumes the reconnections of n closes of source key's
-// connections, now: its next n arrivals within awaitWindow of the last
-// such close. At most as many are awaited as connections are held
-// (admitted and waiting). It was at most 8 a source before issue #32's
-// second stop: the timeouts of a flood that arrived at once expire at
-// once, 1,316 in one sweep in hack/flood's TLS-without-preface row, and
-// the reconnections past the 8th overtook a newcomer, unmarked. Under
-// a.mu.
-func (a *admission) awaitLocked(key string, n int, now time.Time) {
-	w := a.awaited[key]
-	if w == nil {
-		w = &awaitedCloses{}
-		a.awaited[key] = w
-	}
-	w.n, w.last = min(w.n+n, a.max+a.maxPending), now
-}
-
-// reconnectionLocked reports whether an arrival from source key now is
-// presumed a reconnection, and counts it. Under a.mu.
-func (a *admission) reconnectionLocked(key string, now time.Time) bool {
-	w := a.awaited[key]
-	if w == nil {
-		return false
-	}
-	if now.Sub(w.last) > awaitWindow {
-		delete(a.awaited, key)
-		return false
-	}
-	if w.n--; w.n == 0 {
-		delete(a.awaited, key)
-	}
-	return true
-}
-
-// sweepAwaitedLocked drops, at most once per awaitWindow, the awaited
-// closes of sources that did not reconnect within it, so that sources
-// that never come back cost nothing. Under a.mu.
-func (a *admission) sweepAwaitedLocked(now time.Time) {
-	if now.Sub(a.lastAwaitSweep) < awaitWindow {
-		return
-	}
-	a.lastAwaitSweep = now
-	for key, w := range a.awaited {
-		if now.Sub(w.last) > awaitWindow {
-			delete(a.awaited, key)
-		}
-	}
-}
+// maxAwaited bounds the reconnections awaited of one source.
+const maxAwaited = 8
 
 // signal wakes the goroutine waiting on ch, if any.
 func (a *admission) signal(ch chan struct{}) {

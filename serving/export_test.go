@@ -60,17 +60,3 @@ func Pending(ln net.Listener) int {
 
 // FileMemoryLimit is the memory limit read from root, GOMEMLIMIT aside.
 func FileMemoryLimit(root fs.FS) uint64 { return fileMemoryLimit(root) }
-
-// StageTimeout is the timeout of the named stage at the listener's
-// current fill.
-func StageTimeout(ln net.Listener, name string) time.Duration {
-	a := ln.(*admListener).a
-	a.mu.Lock()
-	defer a.mu.Unlock()
-	for s, n := range stageNames {
-		if n == name {
-			return a.timeout(stage(s))
-		}
-	}
-	panic("no stage " + name)
-}

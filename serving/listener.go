@@ -33,14 +33,13 @@ const (
 	DefaultEvictionInterval = 50 * time.Millisecond
 
 	// DefaultPressureTimeout is what the handshake, header, HTTP/2 preface
-	// and first-message timeouts shrink to when the budget's worth of
-	// connections wait to be admitted (see [LimitListener]): a legitimate client sends its request within a round trip or
+	// and first-message timeouts shrink to when the connection budget is
+	// full: a legitimate client sends its request within a round trip or
 	// two of connecting, and one second leaves room for a slow network.
 	DefaultPressureTimeout = time.Second
 
 	// DefaultPressureIdleTimeout is what the idle timeout of connections
-	// that completed a request shrinks to when the budget's worth of
-	// connections wait to be admitted.
+	// that completed a request shrinks to when the budget is full.
 	DefaultPressureIdleTimeout = 5 * time.Second
 
 	// DefaultHandshakeRate and DefaultHandshakeBurst are a per-source
@@ -108,12 +107,11 @@ type AdmissionOptions struct {
 	EvictionInterval time.Duration
 	// PressureTimeout bounds the handshake, the request header, the
 	// HTTP/2 preface and a gRPC connection's first message when the
-	// budget's worth of connections wait to be admitted (see
-	// [LimitListener]). Zero means
+	// budget is full (see [LimitListener]). Zero means
 	// [DefaultPressureTimeout]; negative means the timeouts do not shrink.
 	PressureTimeout time.Duration
 	// PressureIdleTimeout bounds an idle connection that completed a
-	// request when the budget's worth of connections wait. Zero means
+	// request when the budget is full. Zero means
 	// [DefaultPressureIdleTimeout]; negative means it does not shrink.
 	PressureIdleTimeout time.Duration
 	// HandshakeRate and HandshakeBurst bound the TLS handshakes each source
@@ -198,17 +196,12 @@ const limitLogInterval = 10 * time.Second
 // likeliest to have given up, and a client that reconnects as soon as it
 // is closed does not push a newcomer back behind its retries (adaptive
 // LIFO); a connection arriving from a source one of whose connections
-// the server closed, or that closed before anything was served on it, or
-// that waited too long, less than a second before (presumably its
-// reconnection), is admitted only after the waiting connections that are
-// not presumed reconnections, and never in the turn it arrived in, so
-// that a newcomer that arrived just before it is not overtaken by
-// reconnection after reconnection; and
-// every other turn goes instead to the connection that has waited longest
-// among those that waited at least two EvictionIntervals and less than a
-// second and are not presumed reconnections, so that a newcomer overtaken
-// by newer arrivals is not starved (if there is none, that turn too goes
-// to the newest). A connection waiting longer than the handshake timeout (10s
+// just closed (presumably its reconnection) is passed over in the turn it
+// arrived in, so that a newcomer that arrived just before it is not
+// overtaken by reconnection after reconnection; and every other turn goes
+// instead to the connection that has waited longest among those that
+// waited at least two EvictionIntervals and less than a second, so that
+// one overtaken by newer arrivals is not starved. A connection waiting longer than the handshake timeout (10s
 // without one) is closed.
 //
 // Each admitted connection is in one stage, and when max are admitted the
@@ -249,15 +242,11 @@ const limitLogInterval = 10 * time.Second
 // grpc's stats handler and tap); a plain listener knows only silent and
 // waiting (a byte received).
 //
-// The timeouts of the first stages shrink as connections wait to be
-// admitted: from half the budget's worth waiting they go linearly from
-// their configured value to PressureTimeout (handshake, header, preface,
-// first message) and PressureIdleTimeout (idle) when the budget's worth
-// waits, but never below the stage's grace, and relax again as fewer
-// wait. A full budget alone does not shrink them: a connection kept costs
-// a file and a little memory, which the budget counts, while one closed
-// early is reopened at once by a client that means to hold it, at the
-// cost of a handshake. They are checked when
+// The timeouts of the first stages shrink as the budget fills: from half
+// full they go linearly from their configured value to PressureTimeout
+// (handshake, header, preface, first message) and PressureIdleTimeout
+// (idle) when full, but never below the stage's grace, and relax again as
+// it empties. They are checked when
 // a connection is accepted, so they cost nothing while the server is not
 // under pressure. A plain listener has no timeouts of its own.
 //
@@ -368,8 +357,13 @@ func (a *admission) acceptLoop(ln net.Listener) {
 		pc.at = a.clock.Now()
 		closed := a.acceptErr != nil || isDone(a.done)
 		if !closed {
-			if a.reconnectionLocked(pc.key, pc.at) {
+			if n := a.awaited[pc.key]; n > 0 {
 				pc.reconnect = a.admissions + 1
+				if n == 1 {
+					delete(a.awaited, pc.key)
+				} else {
+					a.awaited[pc.key] = n - 1
+				}
 			}
 			a.pending[pc.key] = append(a.pending[pc.key], pc)
 			a.npending++

@@ -571,157 +571,6 @@ func TestLimitListenerWaitedTurn(t *testing.T) {
 	}
 }
 
-// TestLimitListenerWaitedTurnSkipsReconnections (issue #32): the turn of
-// the longest waiting passes over presumed reconnections, however long they
-// waited: under a flood they arrive as fast as connections are closed, and
-// first come, first served among them a newcomer that missed its first
-// turn would wait about a second.
-func TestLimitListenerWaitedTurnSkipsReconnections(t *testing.T) {
-	t.Parallel()
-	clk := clocktesting.NewFakeClock(time.Unix(1000, 0))
-	inner := newChanListener()
-	ln := serving.LimitListener(inner, 4, serving.LimitOptions{Clock: clk})
-	defer ln.Close()
-	// A connection of 10.0.0.1 closed before anything was served on it:
-	// the next arrival from 10.0.0.1 is presumed its reconnection.
-	gone := accept(t, inner, ln, "10.0.0.1")
-	for range 3 {
-		c := accept(t, inner, ln, "10.0.0.2")
-		serving.WorkStart(c.c)
-		serving.WorkEnd(c.c, false) // refused: the first to go
-	}
-	gone.c.Close()
-	c := accept(t, inner, ln, "10.0.0.2")
-	serving.WorkStart(c.c)
-	serving.WorkEnd(c.c, false)
-	arrive := func(after time.Duration) int {
-		t.Helper()
-		clk.Step(after)
-		n := serving.Pending(ln)
-		inner.pushFrom("10.0.0.1")
-		waitFor(t, 10*time.Second, "the arrival to wait", func() bool { return serving.Pending(ln) == n+1 })
-		return int(inner.port.Load())
-	}
-	reconnection := arrive(0)
-	overtaken := arrive(300 * time.Millisecond)
-	newest := arrive(300 * time.Millisecond)
-	accepted := acceptAll(ln)
-	var order []int
-	for range 2 {
-		order = append(order, (<-accepted).RemoteAddr().(*net.TCPAddr).Port)
-		clk.Step(serving.DefaultEvictionInterval)
-	}
-	slices.Sort(order)
-	if want := []int{overtaken, newest}; !slices.Equal(order, want) {
-		t.Errorf("the first two admitted are ports %v; want %v (not the presumed reconnection %d, though it waited longest)", order, want, reconnection)
-	}
-}
-
-// TestLimitListenerPresumedReconnection (issue #32): the arrival after a
-// close is presumed a reconnection (admitted after the arrivals that are
-// not) when the connection closed before anything was served on it and
-// the arrival comes within a second of the close, not when the connection
-// was served (a scraper done with its scrape does not reconnect at once:
-// its next scrape's connection is a newcomer) nor when the arrival comes
-// later.
-func TestLimitListenerPresumedReconnection(t *testing.T) {
-	t.Parallel()
-	for _, tt := range []struct {
-		name     string
-		served   bool
-		after    time.Duration // from the close to the arrival
-		presumed bool
-	}{
-		{"closed unserved", false, 0, true},
-		{"closed after a request served", true, 0, false},
-		{"closed unserved, arriving 1s later", false, time.Second, true},
-		{"closed unserved, arriving 1s and 1ns later", false, time.Second + time.Nanosecond, false},
-	} {
-		t.Run(tt.name, func(t *testing.T) {
-			t.Parallel()
-			clk := clocktesting.NewFakeClock(time.Unix(1000, 0))
-			inner := newChanListener()
-			ln := serving.LimitListener(inner, 2, serving.LimitOptions{Clock: clk})
-			defer ln.Close()
-			busy := accept(t, inner, ln, "10.0.0.2")
-			serving.WorkStart(busy.c)
-			serving.WorkEnd(busy.c, true)
-			serving.WorkStart(busy.c)
-			c := accept(t, inner, ln, "10.0.0.1")
-			if tt.served {
-				serving.WorkStart(c.c)
-				serving.WorkEnd(c.c, true)
-			}
-			// The budget is full and nothing may be closed for room yet
-			// (the clock stands still): an arrival waits.
-			inner.pushFrom("10.0.0.1")
-			older := int(inner.port.Load())
-			waitFor(t, 10*time.Second, "the older arrival to wait", func() bool { return serving.Pending(ln) == 1 })
-			c.c.Close()
-			clk.Step(tt.after)
-			inner.pushFrom("10.0.0.1")
-			newer := int(inner.port.Load())
-			waitFor(t, 10*time.Second, "the newer arrival to wait", func() bool { return serving.Pending(ln) == 2 })
-			got, err := ln.Accept()
-			if err != nil {
-				t.Fatal(err)
-			}
-			defer got.Close()
-			want := newer
-			if tt.presumed {
-				want = older
-			}
-			if port := got.RemoteAddr().(*net.TCPAddr).Port; port != want {
-				t.Errorf("admitted port %d; want %d (older %d, newer %d, the newer presumed a reconnection: %v)", port, want, older, newer, tt.presumed)
-			}
-		})
-	}
-}
-
-// TestLimitListenerUnmarkedFirst (issue #32): a presumed reconnection is
-// admitted after every waiting connection that is not one, in later turns
-// too, not only in the turn it arrived in: after a burst of closes
-// (timeouts that expire together) reconnections arrive for a while, and a
-// newcomer that one of them overtook stayed behind them.
-func TestLimitListenerUnmarkedFirst(t *testing.T) {
-	t.Parallel()
-	clk := clocktesting.NewFakeClock(time.Unix(1000, 0))
-	inner := newChanListener()
-	ln := serving.LimitListener(inner, 3, serving.LimitOptions{Clock: clk})
-	defer ln.Close()
-	busy := accept(t, inner, ln, "10.0.0.2")
-	serving.WorkStart(busy.c)
-	serving.WorkEnd(busy.c, true)
-	serving.WorkStart(busy.c)
-	c1 := accept(t, inner, ln, "10.0.0.1")
-	c2 := accept(t, inner, ln, "10.0.0.1")
-	port := func() int { return int(inner.port.Load()) }
-	inner.pushFrom("10.0.0.1")
-	u1 := port()
-	inner.pushFrom("10.0.0.1")
-	u2 := port()
-	waitFor(t, 10*time.Second, "two newcomers to wait", func() bool { return serving.Pending(ln) == 2 })
-	c1.c.Close()
-	inner.pushFrom("10.0.0.1") // c1's reconnection
-	m := port()
-	waitFor(t, 10*time.Second, "the reconnection to wait", func() bool { return serving.Pending(ln) == 3 })
-	var got []int
-	for _, closeFirst := range []net.Conn{nil, c2.c} {
-		if closeFirst != nil {
-			closeFirst.Close()
-		}
-		a, err := ln.Accept()
-		if err != nil {
-			t.Fatal(err)
-		}
-		defer a.Close()
-		got = append(got, a.RemoteAddr().(*net.TCPAddr).Port)
-	}
-	if want := []int{u2, u1}; !slices.Equal(got, want) {
-		t.Errorf("admitted ports %v; want %v, newest first, before the reconnection %d", got, want, m)
-	}
-}
-
 // TestLimitListenerRefusals: a connection that has not completed a
 // request is closed at its 8th refused request (kept at the 7th); one that
 // completed a request is not closed for refusals.
@@ -941,66 +790,47 @@ func TestLimitListenerFairness(t *testing.T) {
 	}
 }
 
-// TestLimitListenerPressureTimeouts: the timeouts shrink with the
-// connections waiting to be admitted, not with the admitted ones (issue
-// #32): a full budget with none waiting keeps the waiting stage's
-// configured timeout (a connection there is kept 1ns before it and closed
-// at it); with waiting connections it is that value up to half the
-// budget's worth waiting, then shrinks linearly to PressureTimeout when
-// the budget's worth waits.
+// TestLimitListenerPressureTimeouts: the waiting stage's timeout is its
+// configured value up to half the budget, then shrinks linearly to
+// PressureTimeout at a full budget; each edge is exact (checked when a
+// connection is accepted, at the timeout and 1ns before).
 func TestLimitListenerPressureTimeouts(t *testing.T) {
 	t.Parallel()
 	const max, relaxed, tight = 8, 10 * time.Second, 2 * time.Second
 	for _, tt := range []struct {
-		waiting int // connections waiting to be admitted, the budget full
+		open    int // connections open when the probe is checked
 		timeout time.Duration
 	}{
-		{0, relaxed}, // a full budget alone no longer shrinks them
-		{1, relaxed},
-		{4, relaxed},                     // half the budget's worth
-		{5, relaxed - (relaxed-tight)/4}, // past it: shrinking
+		{2, relaxed},
+		{4, relaxed},                     // half full
 		{6, relaxed - (relaxed-tight)/2}, // three quarters: halfway down
-		{8, tight},                       // the budget's worth
+		{8, tight},                       // full
 	} {
-		t.Run(fmt.Sprint(tt.waiting), func(t *testing.T) {
-			t.Parallel()
+		for _, early := range []bool{true, false} {
 			clk := clocktesting.NewFakeClock(time.Unix(1000, 0))
 			inner := newChanListener()
 			ln := serving.AdmissionListener(inner, max, serving.LimitOptions{Clock: clk,
 				AdmissionOptions: serving.AdmissionOptions{PressureTimeout: tight}}, serving.AdmissionTestConfig{Waiting: relaxed})
-			defer ln.Close()
 			probe := accept(t, inner, ln, "10.0.0.1")
 			sendByte(t, probe.c, probe.peer) // waiting
-			var held []net.Conn
-			defer func() {
-				for _, c := range held {
-					c.Close()
-				}
-			}()
-			for range max - 1 {
-				held = append(held, accept(t, inner, ln, "10.0.0.2").c)
+			var silent []admitted
+			for range tt.open - 1 {
+				silent = append(silent, accept(t, inner, ln, "10.0.0.2"))
 			}
-			for range tt.waiting {
-				held = append(held, inner.pushFrom("10.0.0.3"))
+			age := tt.timeout
+			if early {
+				age -= time.Nanosecond
 			}
-			waitFor(t, 10*time.Second, "the connections to wait", func() bool { return serving.Pending(ln) == tt.waiting })
-			if got := serving.StageTimeout(ln, "waiting"); got != tt.timeout {
-				t.Errorf("%d admitted, %d waiting: the waiting stage's timeout = %v; want %v", max, tt.waiting, got, tt.timeout)
+			clk.Step(age)
+			accept(t, inner, ln, "10.0.0.3")
+			if got := isClosed(t, probe.peer); got == early {
+				t.Errorf("%d of %d open, a waiting connection aged %v: closed = %v; want %v (timeout %v)", tt.open, max, age, got, !early, tt.timeout)
 			}
-			if tt.waiting > 0 {
-				return // closing makes room, which the waiting take
+			for _, s := range silent {
+				s.c.Close()
 			}
-			// At the edge: the admission loop sweeps when its timer fires.
-			go func() { _, _ = ln.Accept() }()
-			waitFor(t, 10*time.Second, "the admission loop to sleep", clk.HasWaiters)
-			clk.Step(relaxed - time.Nanosecond)
-			if isClosed(t, probe.peer) {
-				t.Fatalf("a full budget with none waiting closed a waiting connection 1ns before its configured timeout %v", relaxed)
-			}
-			waitFor(t, 10*time.Second, "the admission loop to sleep until the timeout", clk.HasWaiters)
-			clk.Step(time.Nanosecond)
-			waitFor(t, 10*time.Second, "the waiting connection to be closed at its timeout", func() bool { return isClosed(t, probe.peer) })
-		})
+			ln.Close()
+		}
 	}
 }
 

@@ -106,7 +106,6 @@ func (a *admission) popLocked(skip uint64, now time.Time) *pendingConn {
 		}
 	}
 	eligible := [...]func(pc *pendingConn) bool{
-		func(pc *pendingConn) bool { return pc.reconnect == 0 },
 		func(pc *pendingConn) bool { return pc.reconnect != skip },
 		func(*pendingConn) bool { return true },
 	}
@@ -152,17 +151,7 @@ const (
 
 // popWaitedLocked takes the connection that has waited longest among
 // those that waited at least waitedMinIntervals eviction intervals and
-// less than waitedMax and are not presumed reconnections, or returns nil.
-// Under a.mu.
-//
-// Presumed reconnections are left out (since issue #32's second stop):
-// under a flood they arrive as fast as the server closes connections, and
-// first come, first served among them the turn went to one that had
-// waited almost waitedMax, so that a newcomer that missed its first turn
-// was served after about a second: in hack/flood's rows at 2,313
-// attackers from the client's address, the p95 of new connections was
-// 960 ms-1.08 s in every row measured, and is 58-185 ms in most of them
-// since (docs/benchmarks.md).
+// less than waitedMax, or returns nil. Under a.mu.
 func (a *admission) popWaitedLocked(now time.Time) *pendingConn {
 	from, to := now.Add(-waitedMax), now.Add(-waitedMinIntervals*max(a.evictEvery, 0))
 	var best string
@@ -172,9 +161,7 @@ func (a *admission) popWaitedLocked(now time.Time) *pendingConn {
 		// q is oldest first: skip, by bisection, those that waited a
 		// second or more.
 		i := sort.Search(len(q), func(i int) bool { return q[i].at.After(from) })
-		for stop := min(i+popScan, len(q)); i < stop && q[i].reconnect != 0; i++ {
-		}
-		if i == len(q) || q[i].at.After(to) || q[i].reconnect != 0 {
+		if i == len(q) || q[i].at.After(to) {
 			continue
 		}
 		if bestIdx < 0 || q[i].at.Before(bestAt) {
@@ -293,7 +280,6 @@ const pendingTimeout = 10 * time.Second
 // once a.mu is released. Under a.mu.
 func (a *admission) sweep(now time.Time) []net.Conn {
 	var expired []net.Conn
-	a.sweepAwaitedLocked(now)
 	limit := a.pendingLimit()
 	for key, q := range a.pending {
 		n := 0
@@ -304,8 +290,6 @@ func (a *admission) sweep(now time.Time) []net.Conn {
 		if n == 0 {
 			continue
 		}
-		// Their clients, if they reconnect, do so at once.
-		a.awaitLocked(key, n, now)
 		a.npending -= n
 		a.rec.Connections(stateWaiting, -n)
 		if n == len(q) {
@@ -370,34 +354,17 @@ func (a *admission) nextExpiry(wake time.Time) time.Time {
 }
 
 // timeout is the timeout of stage s at the current fill: its relaxed value
-// while at most half as many connections wait to be admitted as may
-// (maxPending), then shrinking linearly to its tight value when as many
-// wait as may (the next ones wait in the kernel's queue), but never below
-// the stage's grace (so that on a slow network or a loaded machine, where
-// connections that get through need longer, they are given it). Under
-// a.mu.
-//
-// The fill is that of the waiting connections, not of the admitted ones
-// (before issue #32's second stop it was the admitted, from half the
-// budget to all of it): a full budget with room for more to wait costs a
-// file and a little memory a connection, which the budget counts, while
-// a connection closed early is one its client reopens at once, a TLS
-// handshake the server computes for nothing, and one more arrival a
-// newcomer is admitted among. Measured with hack/flood, 2,313 attackers
-// from the client's address at a budget of 1,322 (AMD EPYC, 2 cores;
-// idle TLS, TLS without preface and a preface without streams against
-// rbacproxy and the snapshot-metadata sidecar, two runs each): the
-// attackers made 24,000-26,000 connections in 16 s and the servers took
-// 76-95% of a core with the admitted fill; 5,500-7,600 and 15-24% with
-// the waiting fill, with the rest of issue #32's second stop
-// (docs/benchmarks.md).
+// up to half the budget, then shrinking linearly to its tight value at a
+// full budget, but never below the stage's grace (so that on a slow
+// network or a loaded machine, where connections that get through need
+// longer, they are given it). Under a.mu.
 func (a *admission) timeout(s stage) time.Duration {
 	relaxed, tight := a.relaxed[s], a.tight[s]
-	if relaxed <= 0 || tight <= 0 || tight >= relaxed || 2*a.npending <= a.maxPending {
+	if relaxed <= 0 || tight <= 0 || tight >= relaxed || 2*a.open <= a.max {
 		return relaxed
 	}
-	over := min(2*a.npending-a.maxPending, a.maxPending)
-	t := relaxed - (relaxed-tight)*time.Duration(over)/time.Duration(a.maxPending)
+	over := min(2*a.open-a.max, a.max)
+	t := relaxed - (relaxed-tight)*time.Duration(over)/time.Duration(a.max)
 	return min(max(t, a.graceOf(int(s))), relaxed)
 }
 
