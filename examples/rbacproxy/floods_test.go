@@ -44,6 +44,8 @@ const (
 // and SIGTERM in the middle of an attack ends the process within its
 // shutdown grace.
 func TestFloods(t *testing.T) {
+	// Timings on a 2-core machine: never beside another flood test.
+	reliability.Exclusive(t)
 	e := newEnv(t)
 	proc := clitest.Start(t, e.args(fmt.Sprintf("--max-connections=%d", reliability.Budget))...)
 	url := proc.Addr + "/metrics"

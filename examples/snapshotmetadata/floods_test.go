@@ -80,6 +80,8 @@ const (
 // none; and SIGTERM in the middle of rapid reset ends the process within
 // its shutdown grace.
 func TestFloods(t *testing.T) {
+	// Timings on a 2-core machine: never beside another flood test.
+	reliability.Exclusive(t)
 	s := authtest.Start(t)
 	s.SetPolicy(authtest.Rules(authtest.Rule{
 		Users: []string{backupUser.Name}, Verbs: []string{"get"}, APIGroups: []string{snapshotGroup},
