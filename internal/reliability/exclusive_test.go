@@ -1,53 +1,36 @@
 package reliability_test
 
 import (
+	"errors"
 	"os"
-	"os/exec"
+	"path/filepath"
 	"testing"
-	"time"
+
+	"golang.org/x/sys/unix"
 
 	"github.com/reviewauth/reviewauth/internal/reliability"
 )
 
-// TestExclusive: a second process that asks for the machine waits until
-// the first test's end releases it, and gets it then.
+// TestExclusive: while a test holds the machine, another holder (any open
+// of the lock file, as another process's) cannot take it; once the test
+// ends it can, and a later Exclusive gets it without waiting.
 func TestExclusive(t *testing.T) {
-	if os.Getenv("RELIABILITY_EXCLUSIVE_CHILD") != "" {
-		reliability.Exclusive(t)
-		return
-	}
-	held := make(chan struct{})
-	release := make(chan struct{})
-	done := make(chan struct{})
-	go func() {
-		defer close(done)
-		t.Run("holder", func(t *testing.T) {
-			reliability.Exclusive(t)
-			close(held)
-			<-release
-		})
-	}()
-	<-held
-	cmd := exec.Command(os.Args[0], "-test.run=^TestExclusive$")
-	cmd.Env = append(os.Environ(), "RELIABILITY_EXCLUSIVE_CHILD=1")
-	if err := cmd.Start(); err != nil {
-		t.Fatal(err)
-	}
-	exited := make(chan error, 1)
-	go func() { exited <- cmd.Wait() }()
-	select {
-	case err := <-exited:
-		t.Fatalf("the second process got the machine while the first test held it (exit %v)", err)
-	case <-time.After(500 * time.Millisecond):
-	}
-	close(release)
-	<-done
-	select {
-	case err := <-exited:
+	probe := func() error {
+		f, err := os.OpenFile(filepath.Join(os.TempDir(), reliability.ExclusiveFile), os.O_CREATE|os.O_RDWR, 0o600)
 		if err != nil {
-			t.Fatalf("the second process, once the machine was released: %v", err)
+			t.Fatal(err)
 		}
-	case <-time.After(30 * time.Second):
-		t.Fatal("the second process did not get the machine after it was released")
+		defer f.Close() // releases the probe's lock, if it got it
+		return unix.Flock(int(f.Fd()), unix.LOCK_EX|unix.LOCK_NB)
 	}
+	t.Run("holder", func(t *testing.T) {
+		reliability.Exclusive(t)
+		if err := probe(); !errors.Is(err, unix.EWOULDBLOCK) {
+			t.Fatalf("taking the lock while a test holds it = %v; want EWOULDBLOCK", err)
+		}
+	})
+	if err := probe(); err != nil {
+		t.Fatalf("taking the lock once the holder ended = %v; want it free", err)
+	}
+	t.Run("next", func(t *testing.T) { reliability.Exclusive(t) }) // would hang if still held
 }
