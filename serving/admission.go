@@ -91,6 +91,10 @@ type admission struct {
 	// lastPassedOver is when one was last closed for a presumed
 	// reconnection (see demandLocked).
 	lastPassedOver time.Time
+	// rescues are the closes for presumed reconnections allowed at once,
+	// one earned by each connection's first request served (see
+	// maxRescues).
+	rescues int
 	// admissions counts the connections admitted; awaited, by source,
 	// the closes not yet followed by an arrival from the same source
 	// (see awaitLocked), swept of stale sources at awaitedSwept.

@@ -416,7 +416,7 @@ func (a *admission) next() (net.Conn, error) {
 		if a.npending > 0 && !admit && !a.handshakesBacklogged() {
 			if d := a.demandLocked(now); d != demandNone {
 				next := a.lastEvict.Add(max(a.evictEvery, 0))
-				if d == demandPassedOver {
+				if d == demandPassedOver && a.rescues == 0 {
 					next = later(next, a.lastPassedOver.Add(passedOverInterval))
 				}
 				if next.After(now) {
@@ -427,7 +427,11 @@ func (a *admission) next() (net.Conn, error) {
 						a.unlink(victim, closeEvicted)
 						a.lastEvict = now
 						if d == demandPassedOver {
-							a.lastPassedOver = now
+							if a.rescues > 0 {
+								a.rescues--
+							} else {
+								a.lastPassedOver = now
+							}
 						}
 						demand, admit = d, true
 					}

@@ -603,6 +603,96 @@ func TestLimitListenerDemand(t *testing.T) {
 	}
 }
 
+// TestLimitListenerRescues: a connection is closed for a presumed
+// reconnection that has waited two eviction intervals (perhaps a newcomer
+// taken for one) once per PassedOverInterval, and sooner only for as
+// many as connections served have earned: a flood's reconnections, never
+// served, cannot keep the churn going.
+func TestLimitListenerRescues(t *testing.T) {
+	t.Parallel()
+	for _, tt := range []struct {
+		name string
+		// served: the first rescued connection is served a request.
+		served bool
+	}{{"rescued one served", true}, {"rescued one not served", false}} {
+		t.Run(tt.name, func(t *testing.T) {
+			t.Parallel()
+			const grace = 10 * time.Millisecond
+			interval := serving.DefaultEvictionInterval
+			clk := clocktesting.NewFakeClock(time.Unix(1000, 0))
+			inner := newChanListener()
+			ln := serving.LimitListener(inner, 3, serving.LimitOptions{Clock: clk,
+				AdmissionOptions: serving.AdmissionOptions{EvictionGrace: grace}})
+			defer ln.Close()
+			x := accept(t, inner, ln, "10.0.0.2")
+			a1 := accept(t, inner, ln, "10.0.0.1")
+			a2 := accept(t, inner, ln, "10.0.0.1")
+			// Two closes of connections that served nothing: the next two
+			// arrivals from 10.0.0.1 are presumed reconnections.
+			a1.c.Close()
+			a2.c.Close()
+			f1 := accept(t, inner, ln, "10.0.0.3")
+			f2 := accept(t, inner, ln, "10.0.0.4")
+			defer func() {
+				for _, c := range []admitted{x, f1, f2} {
+					c.c.Close()
+				}
+			}()
+			accepted := acceptAll(ln)
+			inner.pushFrom("10.0.0.1")
+			r1 := int(inner.port.Load())
+			inner.pushFrom("10.0.0.1")
+			r2 := int(inner.port.Load())
+			waitFor(t, 10*time.Second, "both to wait", func() bool { return serving.Pending(ln) == 2 })
+			if got := serving.Demand(ln); got != "none" {
+				t.Fatalf("demand on arrival = %q; want none", got)
+			}
+			// Two intervals on, both ask; the first rescue is free.
+			waitFor(t, 10*time.Second, "Accept to wait", clk.HasWaiters)
+			clk.Step(2 * interval)
+			first := <-accepted
+			if got := first.RemoteAddr().(*net.TCPAddr).Port; got != r1 {
+				t.Fatalf("first rescue admitted port %d; want %d, the longest waiting", got, r1)
+			}
+			if !isClosed(t, x.peer) {
+				t.Fatal("no connection was closed for the first rescue")
+			}
+			if tt.served {
+				serving.WorkStart(first)
+				serving.WorkEnd(first, true)
+			}
+			// An interval on: the second only if the first was served.
+			waitFor(t, 10*time.Second, "Accept to wait", clk.HasWaiters)
+			clk.Step(interval)
+			if tt.served {
+				// The serve woke the admission loop, which closes one for
+				// r2 now or when its timer, at most an interval on, fires.
+				select {
+				case c := <-accepted:
+					if got := c.RemoteAddr().(*net.TCPAddr).Port; got != r2 {
+						t.Fatalf("second rescue admitted port %d; want %d", got, r2)
+					}
+				case <-time.After(10 * time.Second):
+					t.Fatalf("no second rescue an interval after the first was served (demand %q, waiting %d)", serving.Demand(ln), serving.Pending(ln))
+				}
+				return
+			}
+			// Not served: the loop sleeps until PassedOverInterval after
+			// the first rescue. Had it woken at the interval, it would have
+			// admitted r2 before waiting again.
+			waitFor(t, 10*time.Second, "Accept to wait again", clk.HasWaiters)
+			select {
+			case c := <-accepted:
+				t.Fatalf("admitted port %d an interval after an unserved rescue; want none before %v", c.RemoteAddr().(*net.TCPAddr).Port, serving.PassedOverInterval)
+			default:
+			}
+			if got := serving.Pending(ln); got != 1 {
+				t.Fatalf("waiting = %d; want 1", got)
+			}
+		})
+	}
+}
+
 // TestLimitListenerWaitedTurn: every other admission takes the connection
 // that has waited longest among those that waited more than two eviction
 // intervals and less than a second: one overtaken by newer arrivals gets

@@ -166,19 +166,28 @@ const (
 )
 
 // passedOverInterval paces the connections closed for presumed
-// reconnections (demandPassedOver). Each one closed reconnects, and its
-// reconnection, once it has waited, asks for the next: closing one per
-// EvictionInterval churned the flood at that rate for good (measured at
-// 2,313 attackers from one address, AMD EPYC, 2 cores: 20 closes a
-// second, and idle TLS newcomers' p50 from 3 ms to 58 ms); four a second
-// cost four handshakes a second, and admit a newcomer taken for a
-// reconnection within about 350 ms. Slowloris clients notice a close only
-// at their next write (0.5-1 s later): their late reconnections spend the
-// marks of later closes, and newcomers arriving meanwhile are taken for
-// reconnections; with one a second, rbacproxy answered 92-94% of new
-// connections within 1 s under 2,313 of them (2 runs), with four, 100%
-// (1 run; idle TLS 100% both ways).
-const passedOverInterval = 250 * time.Millisecond
+// reconnections (demandPassedOver) beyond the rescues earned (see
+// maxRescues). Each one closed reconnects, and its reconnection, once it
+// has waited, asks for the next: closing one per EvictionInterval churned
+// a flood at that rate for good (measured at 2,313 attackers from one
+// address, AMD EPYC, 2 cores: idle TLS newcomers' p50 from 3 ms to 26 ms,
+// junk tokens 78% of new connections within 1 s). But slowloris clients
+// notice a close only at their next write (0.5-1 s later): their late
+// reconnections spend the marks of later closes, and a newcomer arriving
+// meanwhile is taken for a reconnection; at CI scale (budget 64, a new
+// connection every 100 ms) most are, and with one close for them a
+// second, or four, 60-93% were answered within 1 s. Rescues earned by
+// the connections served let a client's newcomers through at the rate it
+// is served, and a flood's at one a second.
+const passedOverInterval = time.Second
+
+// maxRescues bounds the rescues earned: a connection may be closed for a
+// presumed reconnection at once (EvictionInterval apart) for each of the
+// last maxRescues connections served, then once per passedOverInterval.
+// Rescues that admit attackers earn nothing, so that a flood's late
+// reconnections cannot keep the churn going; rescues that admit a
+// client's connections, which it then uses, pay for the next.
+const maxRescues = 8
 
 // demandLocked says whether a connection waits that an admitted one should
 // be closed for: one that arrived within the last waitedMax, whose client
@@ -463,6 +472,12 @@ func (c *admConn) workEnd(o outcome) {
 	over := false
 	c.a.set(c, false, func(c *admConn) {
 		c.working--
+		if o == outcomeServed && !c.served {
+			// A connection served: perhaps a newcomer that was taken for
+			// a reconnection and rescued. Each one earns a rescue.
+			c.a.rescues = min(c.a.rescues+1, maxRescues)
+			c.a.signal(c.a.wake)
+		}
 		c.served = c.served || o == outcomeServed
 		c.refused = c.refused || o == outcomeRefused
 		if o == outcomeRefused && !c.served {
