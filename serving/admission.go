@@ -88,13 +88,21 @@ type admission struct {
 	maxPending int
 	acceptErr  error     // the listener's, once it failed
 	lastEvict  time.Time // when a connection was last closed to make room
+	// lastPassedOver is when one was last closed for a presumed
+	// reconnection (see demandLocked).
+	lastPassedOver time.Time
+	// rescues are the closes for presumed reconnections allowed at once,
+	// one earned by each connection's first request served (see
+	// maxRescues).
+	rescues int
 	// admissions counts the connections admitted; awaited, by source,
-	// the closes of admitted connections not yet followed by an arrival
-	// from the same source (at most maxAwaited each).
-	admissions uint64
-	awaited    map[string]int
-	wake       chan struct{} // for next: a connection closed, arrived or a slot freed
-	space      chan struct{} // for acceptLoop: a pending connection left
+	// the closes not yet followed by an arrival from the same source
+	// (see awaitLocked), swept of stale sources at awaitedSwept.
+	admissions   uint64
+	awaited      map[string]*awaitedCloses
+	awaitedSwept time.Time
+	wake         chan struct{} // for next: a connection closed, arrived or a slot freed
+	space        chan struct{} // for acceptLoop: a pending connection left
 }
 
 // sourceState is what admission keeps per source, while it has
@@ -121,10 +129,10 @@ func newAdmission(max int, c admissionConfig) *admission {
 		o.EvictionInterval = DefaultEvictionInterval
 	}
 	if o.PressureTimeout == 0 {
-		o.PressureTimeout = DefaultPressureTimeout
+		o.PressureTimeout = -1
 	}
 	if o.PressureIdleTimeout == 0 {
-		o.PressureIdleTimeout = DefaultPressureIdleTimeout
+		o.PressureIdleTimeout = -1
 	}
 	if o.HandshakeBurst <= 0 {
 		o.HandshakeBurst = DefaultHandshakeBurst
@@ -137,7 +145,7 @@ func newAdmission(max int, c admissionConfig) *admission {
 		grace: o.EvictionGrace, progressWindow: o.ProgressWindow, evictEvery: o.EvictionInterval, source: o.Source, tls: c.tls, join: c.join,
 		resetBurst: c.resetBurst, resetInterval: c.resetInterval, rec: observe.Of(c.Metrics),
 		sources: map[string]*sourceState{}, done: make(chan struct{}),
-		pending: map[string][]*pendingConn{}, maxPending: max, awaited: map[string]int{},
+		pending: map[string][]*pendingConn{}, maxPending: max, awaited: map[string]*awaitedCloses{},
 		wake: make(chan struct{}, 1), space: make(chan struct{}, 1),
 	}
 	// Both states are exported from the start, at 0, so that a scrape
@@ -230,14 +238,76 @@ func (a *admission) unlink(c *admConn, reason int) {
 		a.closed[reason][c.stage]++
 		a.rec.ConnectionClosed(closeReasonNames[reason], stageNames[c.stage])
 	}
-	if n := a.awaited[c.src.key]; n < maxAwaited {
-		a.awaited[c.src.key] = n + 1
+	if reason >= 0 || !c.served {
+		a.awaitLocked(c.src.key, a.clock.Now(), 1)
 	}
 	a.signal(a.wake)
 }
 
-// maxAwaited bounds the reconnections awaited of one source.
-const maxAwaited = 8
+// reconnectWindow is how soon after a close an arrival from the same
+// source is presumed to be its reconnection: a client that reconnects as
+// soon as it is closed does so within a round trip or two.
+const reconnectWindow = time.Second
+
+// awaitedCloses are a source's closes not yet followed by an arrival from
+// it, within reconnectWindow of the last.
+type awaitedCloses struct {
+	n    int
+	last time.Time // the last close
+}
+
+// awaitLocked records n closes of source key's connections that its
+// client may answer by reconnecting at once: by the server (a timeout, an
+// eviction, a refusal), or of a connection that served nothing. A client
+// closing a connection it was served on (a scraper that opens one per
+// scrape) is not one. A source awaits at most as many reconnections as
+// connections may be admitted and wait. Under a.mu.
+func (a *admission) awaitLocked(key string, now time.Time, n int) {
+	a.forgetAwaitedLocked(now)
+	w := a.awaited[key]
+	if w == nil {
+		w = &awaitedCloses{}
+		a.awaited[key] = w
+	}
+	if now.Sub(w.last) > reconnectWindow {
+		w.n = 0
+	}
+	w.n = min(w.n+n, a.max+a.maxPending)
+	w.last = now
+}
+
+// forgetAwaitedLocked drops, at most once per reconnectWindow, the
+// sources whose last close is older than that: sources that never came
+// back cost nothing. Under a.mu.
+func (a *admission) forgetAwaitedLocked(now time.Time) {
+	if now.Sub(a.awaitedSwept) <= reconnectWindow {
+		return
+	}
+	a.awaitedSwept = now
+	for key, w := range a.awaited {
+		if now.Sub(w.last) > reconnectWindow {
+			delete(a.awaited, key)
+		}
+	}
+}
+
+// reconnectionLocked reports whether a connection arriving now from
+// source key is presumed to be the reconnection of one of its closed
+// ones (see awaitLocked), and counts it as that close's. Under a.mu.
+func (a *admission) reconnectionLocked(key string, now time.Time) bool {
+	w := a.awaited[key]
+	if w == nil {
+		return false
+	}
+	if now.Sub(w.last) > reconnectWindow {
+		delete(a.awaited, key)
+		return false
+	}
+	if w.n--; w.n == 0 {
+		delete(a.awaited, key)
+	}
+	return true
+}
 
 // signal wakes the goroutine waiting on ch, if any.
 func (a *admission) signal(ch chan struct{}) {

@@ -72,9 +72,13 @@
 // that completed a request and have one in progress. Within a stage the
 // source (client address) holding the most connections loses one first,
 // then the youngest (under a flood, the attackers' reconnections). The
-// policy is in policy.go, its bookkeeping in admission.go. Connections waiting
-// for room are admitted newest first, a source at a time. Timeouts of the
-// first stages shrink as the budget fills; TLS handshakes are computed at
+// policy is in policy.go, its bookkeeping in admission.go. A connection is
+// closed to make room only for a newcomer (not for a presumed reconnection
+// of one closed in the last second, nor for one that has waited a second):
+// a flood's connections stay parked, at the cost of their files, rather
+// than closed and reconnected. Connections waiting for room are admitted
+// newest first, a source at a time. Timeouts do not shrink as the budget
+// fills unless PressureTimeout is set; TLS handshakes are computed at
 // most GOMAXPROCS at once, shared fairly between sources (no per-source
 // rate by default: where callers share an address, a flood would spend it
 // for them); the review path shares its in-flight reviews fairly between

@@ -60,3 +60,18 @@ func Pending(ln net.Listener) int {
 
 // FileMemoryLimit is the memory limit read from root, GOMEMLIMIT aside.
 func FileMemoryLimit(root fs.FS) uint64 { return fileMemoryLimit(root) }
+
+// Demand is what the connections waiting ask of a full budget now: "none",
+// "passed-over" (a presumed reconnection that has waited) or "newcomer".
+func Demand(ln net.Listener) string {
+	a := ln.(*admListener).a
+	a.mu.Lock()
+	defer a.mu.Unlock()
+	return [...]string{demandNone: "none", demandPassedOver: "passed-over", demandNewcomer: "newcomer"}[a.demandLocked(a.clock.Now())]
+}
+
+// ReconnectWindow and PassedOverInterval are the bounds of the same names.
+const (
+	ReconnectWindow    = reconnectWindow
+	PassedOverInterval = passedOverInterval
+)

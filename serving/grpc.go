@@ -45,7 +45,8 @@ const (
 	// not completed a call may keep streams open without sending a
 	// message (grpc itself sets no bound: a client may hold
 	// MaxConcurrentStreams empty streams per connection until keepalive
-	// fails). It shrinks to [DefaultPressureTimeout] as the budget fills.
+	// fails). With [AdmissionOptions].PressureTimeout set, it shrinks to
+	// that as the budget fills.
 	DefaultGRPCFirstMessageTimeout = 10 * time.Second
 	// DefaultGRPCMaxUnservedCalls bounds the calls in progress on a
 	// connection that has not completed one (see

@@ -32,14 +32,24 @@ const (
 	// next, within 50ms, unless a closed client reconnected after it.
 	DefaultEvictionInterval = 50 * time.Millisecond
 
-	// DefaultPressureTimeout is what the handshake, header, HTTP/2 preface
-	// and first-message timeouts shrink to when the connection budget is
-	// full: a legitimate client sends its request within a round trip or
-	// two of connecting, and one second leaves room for a slow network.
-	DefaultPressureTimeout = time.Second
-
-	// DefaultPressureIdleTimeout is what the idle timeout of connections
-	// that completed a request shrinks to when the budget is full.
+	// DefaultPressureTimeout and DefaultPressureIdleTimeout were what the
+	// handshake, header, HTTP/2 preface and first-message timeouts, and
+	// the idle timeout, shrank to when the budget was full.
+	//
+	// Deprecated: the timeouts no longer shrink unless
+	// [AdmissionOptions].PressureTimeout or PressureIdleTimeout is set
+	// (issue #32). Shrunk, they close a flood's connections together, a
+	// budget's worth a second, and every one reconnects at once: the
+	// server pays a handshake for each, and its newcomers wait among the
+	// reconnections. Measured at the defaults with 2,313 attackers from
+	// the client's address (1.75 times the budget of a 4,096-file limit,
+	// AMD EPYC, 2 cores, docs/benchmarks.md): with them, rbacproxy saw
+	// about 25,000 attacker connections in 16 s and spent 20-86% of a
+	// core; without them, and closing a connection only for a newcomer
+	// (see [LimitListener]), about 4,500 and 5-12%, and it answered 100%
+	// of new connections within 1 s in every row but the CPU-bound ones.
+	// Set the options to these values for the old behaviour.
+	DefaultPressureTimeout     = time.Second
 	DefaultPressureIdleTimeout = 5 * time.Second
 
 	// DefaultHandshakeRate and DefaultHandshakeBurst are a per-source
@@ -105,14 +115,15 @@ type AdmissionOptions struct {
 	// EvictionInterval: zero means [DefaultEvictionInterval]; negative
 	// means no pacing.
 	EvictionInterval time.Duration
-	// PressureTimeout bounds the handshake, the request header, the
-	// HTTP/2 preface and a gRPC connection's first message when the
-	// budget is full (see [LimitListener]). Zero means
-	// [DefaultPressureTimeout]; negative means the timeouts do not shrink.
+	// PressureTimeout, if positive, bounds the handshake, the request
+	// header, the HTTP/2 preface and a gRPC connection's first message
+	// when the budget is full (see [LimitListener]). Zero or negative,
+	// the default, means the timeouts do not shrink (see
+	// [DefaultPressureTimeout] for why).
 	PressureTimeout time.Duration
-	// PressureIdleTimeout bounds an idle connection that completed a
-	// request when the budget is full. Zero means
-	// [DefaultPressureIdleTimeout]; negative means it does not shrink.
+	// PressureIdleTimeout, if positive, bounds an idle connection that
+	// completed a request when the budget is full. Zero or negative, the
+	// default, means it does not shrink.
 	PressureIdleTimeout time.Duration
 	// HandshakeRate and HandshakeBurst bound the TLS handshakes each source
 	// starts: HandshakeRate a second after a burst of HandshakeBurst (zero:
@@ -179,8 +190,8 @@ type LimitOptions struct {
 const limitLogInterval = 10 * time.Second
 
 // LimitListener returns a listener that keeps at most max connections from
-// ln open at once, and makes room for a new connection by closing the one
-// that has done the least for the longest, rather than making the new one
+// ln open at once, and makes room for a newcomer by closing the one that
+// has done the least for the longest, rather than making the newcomer
 // wait.
 //
 // Connections are taken from ln as they come (by a goroutine the listener
@@ -190,22 +201,40 @@ const limitLogInterval = 10 * time.Second
 // first served. Parking a flood of up to twice the budget here rather
 // than in the kernel's queue is what lets a newcomer overtake it: in the
 // kernel's queue it would wait behind every attacker that arrived before
-// it, for as many admissions. When there is room, the newest waiting connection
-// of the source with the fewest connections admitted is admitted: under a
-// flood the oldest waiting connections are those whose clients are
-// likeliest to have given up, and a client that reconnects as soon as it
-// is closed does not push a newcomer back behind its retries (adaptive
-// LIFO); a connection arriving from a source one of whose connections
-// just closed (presumably its reconnection) is passed over in the turn it
-// arrived in, so that a newcomer that arrived just before it is not
-// overtaken by reconnection after reconnection; and every other turn goes
-// instead to the connection that has waited longest among those that
-// waited at least two EvictionIntervals and less than a second, so that
-// one overtaken by newer arrivals is not starved. A connection waiting longer than the handshake timeout (10s
-// without one) is closed.
+// it, for as many admissions. When there is room, the newest waiting
+// connection of the source with the fewest connections admitted is
+// admitted: under a flood the oldest waiting connections are those whose
+// clients are likeliest to have given up, and a client that reconnects as
+// soon as it is closed does not push a newcomer back behind its retries
+// (adaptive LIFO); a presumed reconnection (see below) is passed over in
+// the turn it arrived in, so that a newcomer that arrived just before it
+// is not overtaken by reconnection after reconnection; and every other
+// turn goes instead to the connection that has waited longest among those
+// that waited at least two EvictionIntervals and less than a second, so
+// that one overtaken by newer arrivals is not starved. A connection
+// waiting longer than the handshake timeout (10s without one) is closed.
 //
-// Each admitted connection is in one stage, and when max are admitted the
-// next is admitted after closing one, chosen in this order:
+// A connection arriving from a source within a second of a close of one
+// of its connections, by the server (a timeout, an eviction, a refusal)
+// or of one that served nothing, is presumed to be that connection's
+// reconnection, one arrival per close: a client closing a connection it
+// was served on (a scraper that opens one per scrape) awaits none.
+//
+// A connection is closed to make room only for a newcomer: a waiting
+// connection that arrived within the last second and is not a presumed
+// reconnection (and that newcomer is admitted). Closing one for anything
+// else only makes its client reconnect, and newest first that
+// reconnection would overtake the next newcomer; a flood parked at a full
+// budget, with its reconnections, stays parked, at no cost but its files,
+// until a newcomer comes or one of its connections leaves. A presumed
+// reconnection that has waited two EvictionIntervals (perhaps a newcomer
+// taken for one: a client that notices a close late reconnects after
+// it) has one closed for it, the longest waiting first, at once for each
+// connection served since the last such close (up to 8), else at most
+// once a second: closes that admit a flood's connections earn nothing.
+//
+// Each admitted connection is in one stage, and when max are admitted a
+// newcomer is admitted after closing one, chosen in this order:
 //
 //  1. silent: accepted, nothing received;
 //  2. refused: every request it completed was refused (401, 403,
@@ -226,28 +255,29 @@ const limitLogInterval = 10 * time.Second
 // holding the most connections goes first, then the youngest (admitted
 // last): under a flood the youngest are the attackers' reconnections. Of
 // silent connections the oldest goes first: the youngest may be a
-// newcomer whose first bytes the server has not read yet.
-// The policy is in policy.go, its bookkeeping in admission.go. A connection is not closed before it has spent its grace
-// in its stage: EvictionGrace, or, when connections that moved on from
-// that stage recently needed longer (a slow network, a loaded machine),
-// four times their average, up to ten times EvictionGrace. When every
-// connection is that young, the new one waits until one is old enough or
-// closes; connections are closed to make room at most once per
-// EvictionInterval; and it also waits while as many TLS handshakes
-// wait for their turn as can be computed at once (HandshakeConcurrency),
-// so that clients reconnecting at once never make the server start more
-// handshakes than it finishes. A connection waiting for its handshake's
-// turn is not closed to make room. With HTTP and gRPC servers of this package the
-// stages follow the protocol (http.Server.ConnState and the handler;
-// grpc's stats handler and tap); a plain listener knows only silent and
-// waiting (a byte received).
+// newcomer whose first bytes the server has not read yet. The policy is
+// in policy.go, its bookkeeping in admission.go. A connection is not
+// closed before it has spent its grace in its stage: EvictionGrace, or,
+// when connections that moved on from that stage recently needed longer
+// (a slow network, a loaded machine), four times their average, up to ten
+// times EvictionGrace. When every connection is that young, the new one
+// waits until one is old enough or closes; connections are closed to make
+// room at most once per EvictionInterval; and it also waits while as many
+// TLS handshakes wait for their turn as can be computed at once
+// (HandshakeConcurrency), so that clients reconnecting at once never make
+// the server start more handshakes than it finishes. A connection waiting
+// for its handshake's turn is not closed to make room. With HTTP and gRPC
+// servers of this package the stages follow the protocol
+// (http.Server.ConnState and the handler; grpc's stats handler and tap); a
+// plain listener knows only silent and waiting (a byte received).
 //
-// The timeouts of the first stages shrink as the budget fills: from half
-// full they go linearly from their configured value to PressureTimeout
-// (handshake, header, preface, first message) and PressureIdleTimeout
-// (idle) when full, but never below the stage's grace, and relax again as
-// it empties. They are checked when
-// a connection is accepted, so they cost nothing while the server is not
+// The timeouts of the first stages keep their configured values however
+// full the budget. With PressureTimeout or PressureIdleTimeout set, they
+// shrink as the budget fills: from half full they go linearly from their
+// configured value to PressureTimeout (handshake, header, preface, first
+// message) and PressureIdleTimeout (idle) when full, but never below the
+// stage's grace, and relax again as it empties. They are checked when a
+// connection is accepted, so they cost nothing while the server is not
 // under pressure. A plain listener has no timeouts of its own.
 //
 // TLS servers of this package also bound the handshakes computed at once
@@ -357,13 +387,8 @@ func (a *admission) acceptLoop(ln net.Listener) {
 		pc.at = a.clock.Now()
 		closed := a.acceptErr != nil || isDone(a.done)
 		if !closed {
-			if n := a.awaited[pc.key]; n > 0 {
+			if a.reconnectionLocked(pc.key, pc.at) {
 				pc.reconnect = a.admissions + 1
-				if n == 1 {
-					delete(a.awaited, pc.key)
-				} else {
-					a.awaited[pc.key] = n - 1
-				}
 			}
 			a.pending[pc.key] = append(a.pending[pc.key], pc)
 			a.npending++
@@ -404,23 +429,49 @@ func (a *admission) next() (net.Conn, error) {
 		wake := now.Add(graceMaxFactor * a.grace)
 		var victim *admConn
 		admit := a.npending > 0 && a.open < a.max
+		demand := demandNone // what a connection was closed for
 		if a.npending > 0 && !admit && !a.handshakesBacklogged() {
-			if next := a.lastEvict.Add(a.evictEvery); a.evictEvery > 0 && next.After(now) {
-				wake = next
-			} else {
-				victim, wake = a.victim(now)
-				if victim != nil {
-					a.unlink(victim, closeEvicted)
-					a.lastEvict = now
-					admit = true
+			if d := a.demandLocked(now); d != demandNone {
+				next := a.lastEvict.Add(max(a.evictEvery, 0))
+				if d == demandPassedOver && a.rescues == 0 {
+					next = later(next, a.lastPassedOver.Add(passedOverInterval))
+				}
+				if next.After(now) {
+					wake = next
+				} else {
+					victim, wake = a.victim(now)
+					if victim != nil {
+						a.unlink(victim, closeEvicted)
+						a.lastEvict = now
+						if d == demandPassedOver {
+							if a.rescues > 0 {
+								a.rescues--
+							} else {
+								a.lastPassedOver = now
+							}
+						}
+						demand, admit = d, true
+					}
 				}
 			}
 		}
 		var ac *admConn
 		if admit {
-			// Pass over the presumed reconnections that arrived since
-			// the previous admission.
-			ac = a.admitLocked(a.popLocked(a.admissions+1, now), now)
+			// The newcomer, or the presumed reconnection that waited,
+			// that a connection was closed for; else the newest waiting.
+			var pc *pendingConn
+			switch demand {
+			case demandNewcomer:
+				pc = a.popNewcomerLocked(now)
+			case demandPassedOver:
+				pc = a.popWaitedLocked(now)
+			}
+			if pc == nil {
+				// Pass over the presumed reconnections that arrived
+				// since the previous admission.
+				pc = a.popLocked(a.admissions+1, now)
+			}
+			ac = a.admitLocked(pc, now)
 			a.admissions++
 		} else {
 			wake = a.nextExpiry(wake)

@@ -146,7 +146,10 @@ func TestLimitListenerEvictionOrder(t *testing.T) {
 		if i > 0 {
 			clk.Step(serving.DefaultEvictionInterval) // one closed to make room per interval
 		}
-		n := accept(t, inner, ln, "127.0.0.1")
+		// From an address of its own: one from the address whose
+		// connection was just closed would be taken for its
+		// reconnection, which no connection is closed for.
+		n := accept(t, inner, ln, fmt.Sprintf("127.0.1.%d", i+1))
 		// Busy, and newer than the busy one: the last to go.
 		serving.WorkStart(n.c)
 		serving.WorkEnd(n.c, true)
@@ -478,11 +481,11 @@ func TestLimitListenerEvictionInterval(t *testing.T) {
 
 // TestLimitListenerReconnectPassedOver: newest first, but a connection
 // arriving from a source one of whose connections just closed (presumably
-// its reconnection) is passed over in the admission turn it arrived in: a
-// newcomer that arrived just before a reconnection is admitted at the
-// second turn after it, not overtaken by reconnection after reconnection.
-// (Its wait stays under two eviction intervals, so that the turns of the
-// longest waiting, TestLimitListenerWaitedTurn, do not decide.)
+// its reconnection) is passed over in the admission turn it arrived in,
+// and no connection is closed for it until it has waited two eviction
+// intervals: a newcomer that arrived just before a reconnection, and was
+// taken for it, is admitted then, not overtaken by reconnection after
+// reconnection.
 func TestLimitListenerReconnectPassedOver(t *testing.T) {
 	t.Parallel()
 	const grace, interval = 10 * time.Millisecond, 200 * time.Millisecond
@@ -524,9 +527,169 @@ func TestLimitListenerReconnectPassedOver(t *testing.T) {
 	_ = n1
 	inner.pushFrom("10.0.0.1") // n1's reconnection: newest, passed over
 	waitFor(t, 10*time.Second, "n1's reconnection to wait", func() bool { return serving.Pending(ln) == 2 })
-	third := admitOne("the third admission", interval)
+	// The newcomer has now waited two intervals: it is perhaps a newcomer
+	// taken for a reconnection, and a connection is closed for it (but
+	// for no presumed reconnection that has waited less).
+	third := admitOne("the third admission", interval+time.Millisecond)
 	if got := third.RemoteAddr().(*net.TCPAddr).Port; got != newcomer {
 		t.Fatalf("third admitted port %d; want the newcomer (%d), not the newest reconnection", got, newcomer)
+	}
+}
+
+// TestLimitListenerDemand: a connection is closed to make room only for a
+// newcomer (an arrival of the last second that is not a presumed
+// reconnection), or for a presumed reconnection that has waited two
+// eviction intervals; an arrival within a second of a close of a
+// connection that served nothing, from the same source, is presumed to be
+// its reconnection, one per close; a client's close of a connection it
+// was served on awaits none. Each edge is exact.
+func TestLimitListenerDemand(t *testing.T) {
+	t.Parallel()
+	const src = "10.0.0.1"
+	twoIntervals := 2 * serving.DefaultEvictionInterval
+	for _, tt := range []struct {
+		name string
+		// served: the admitted connection served a request; closed: it
+		// closes, after before; then arrivals come from these sources,
+		// after after.
+		served, closed bool
+		before, after  time.Duration
+		arrivals       []string
+		want           string
+	}{
+		{name: "none waiting", want: "none"},
+		{name: "newcomer", arrivals: []string{src}, want: "newcomer"},
+		{name: "newcomer, waited a second less 1ns", arrivals: []string{src}, after: time.Second - 1, want: "newcomer"},
+		{name: "newcomer, waited a second", arrivals: []string{src}, after: time.Second, want: "none"},
+		{name: "after a close of one that served nothing", closed: true, arrivals: []string{src}, want: "none"},
+		{name: "its reconnection, waited two intervals less 1ns", closed: true, arrivals: []string{src}, after: twoIntervals - 1, want: "none"},
+		{name: "its reconnection, waited two intervals", closed: true, arrivals: []string{src}, after: twoIntervals, want: "passed-over"},
+		{name: "its reconnection, waited a second", closed: true, arrivals: []string{src}, after: time.Second, want: "none"},
+		{name: "one reconnection per close", closed: true, arrivals: []string{src, src}, want: "newcomer"},
+		{name: "from another source", closed: true, arrivals: []string{"10.0.0.2"}, want: "newcomer"},
+		{name: "a second after the close", closed: true, before: serving.ReconnectWindow, arrivals: []string{src}, want: "none"},
+		{name: "a second and 1ns after the close", closed: true, before: serving.ReconnectWindow + 1, arrivals: []string{src}, want: "newcomer"},
+		{name: "after the client's close of one it was served on", served: true, closed: true, arrivals: []string{src}, want: "newcomer"},
+	} {
+		t.Run(tt.name, func(t *testing.T) {
+			t.Parallel()
+			clk := clocktesting.NewFakeClock(time.Unix(1000, 0))
+			inner := newChanListener()
+			// A budget of two, so that two may wait.
+			ln := serving.LimitListener(inner, 2, serving.LimitOptions{Clock: clk})
+			defer ln.Close()
+			// Accept is not called again: whatever arrives waits, and
+			// Demand says what it would ask of a full budget.
+			held := accept(t, inner, ln, src)
+			defer held.c.Close()
+			if tt.served {
+				serving.WorkStart(held.c)
+				serving.WorkEnd(held.c, true)
+			}
+			if tt.closed {
+				held.c.Close()
+			}
+			clk.Step(tt.before)
+			for i, ip := range tt.arrivals {
+				peer := inner.pushFrom(ip)
+				defer peer.Close()
+				waitFor(t, 10*time.Second, "the arrival to wait", func() bool { return serving.Pending(ln) == i+1 })
+			}
+			clk.Step(tt.after)
+			if got := serving.Demand(ln); got != tt.want {
+				t.Errorf("demand = %q; want %q", got, tt.want)
+			}
+		})
+	}
+}
+
+// TestLimitListenerRescues: a connection is closed for a presumed
+// reconnection that has waited two eviction intervals (perhaps a newcomer
+// taken for one) once per PassedOverInterval, and sooner only for as
+// many as connections served have earned: a flood's reconnections, never
+// served, cannot keep the churn going.
+func TestLimitListenerRescues(t *testing.T) {
+	t.Parallel()
+	for _, tt := range []struct {
+		name string
+		// served: the first rescued connection is served a request.
+		served bool
+	}{{"rescued one served", true}, {"rescued one not served", false}} {
+		t.Run(tt.name, func(t *testing.T) {
+			t.Parallel()
+			const grace = 10 * time.Millisecond
+			interval := serving.DefaultEvictionInterval
+			clk := clocktesting.NewFakeClock(time.Unix(1000, 0))
+			inner := newChanListener()
+			ln := serving.LimitListener(inner, 3, serving.LimitOptions{Clock: clk,
+				AdmissionOptions: serving.AdmissionOptions{EvictionGrace: grace}})
+			defer ln.Close()
+			x := accept(t, inner, ln, "10.0.0.2")
+			a1 := accept(t, inner, ln, "10.0.0.1")
+			a2 := accept(t, inner, ln, "10.0.0.1")
+			// Two closes of connections that served nothing: the next two
+			// arrivals from 10.0.0.1 are presumed reconnections.
+			a1.c.Close()
+			a2.c.Close()
+			f1 := accept(t, inner, ln, "10.0.0.3")
+			f2 := accept(t, inner, ln, "10.0.0.4")
+			defer func() {
+				for _, c := range []admitted{x, f1, f2} {
+					c.c.Close()
+				}
+			}()
+			accepted := acceptAll(ln)
+			inner.pushFrom("10.0.0.1")
+			r1 := int(inner.port.Load())
+			inner.pushFrom("10.0.0.1")
+			r2 := int(inner.port.Load())
+			waitFor(t, 10*time.Second, "both to wait", func() bool { return serving.Pending(ln) == 2 })
+			if got := serving.Demand(ln); got != "none" {
+				t.Fatalf("demand on arrival = %q; want none", got)
+			}
+			// Two intervals on, both ask; the first rescue is free.
+			waitFor(t, 10*time.Second, "Accept to wait", clk.HasWaiters)
+			clk.Step(2 * interval)
+			first := <-accepted
+			if got := first.RemoteAddr().(*net.TCPAddr).Port; got != r1 {
+				t.Fatalf("first rescue admitted port %d; want %d, the longest waiting", got, r1)
+			}
+			if !isClosed(t, x.peer) {
+				t.Fatal("no connection was closed for the first rescue")
+			}
+			if tt.served {
+				serving.WorkStart(first)
+				serving.WorkEnd(first, true)
+			}
+			// An interval on: the second only if the first was served.
+			waitFor(t, 10*time.Second, "Accept to wait", clk.HasWaiters)
+			clk.Step(interval)
+			if tt.served {
+				// The serve woke the admission loop, which closes one for
+				// r2 now or when its timer, at most an interval on, fires.
+				select {
+				case c := <-accepted:
+					if got := c.RemoteAddr().(*net.TCPAddr).Port; got != r2 {
+						t.Fatalf("second rescue admitted port %d; want %d", got, r2)
+					}
+				case <-time.After(10 * time.Second):
+					t.Fatalf("no second rescue an interval after the first was served (demand %q, waiting %d)", serving.Demand(ln), serving.Pending(ln))
+				}
+				return
+			}
+			// Not served: the loop sleeps until PassedOverInterval after
+			// the first rescue. Had it woken at the interval, it would have
+			// admitted r2 before waiting again.
+			waitFor(t, 10*time.Second, "Accept to wait again", clk.HasWaiters)
+			select {
+			case c := <-accepted:
+				t.Fatalf("admitted port %d an interval after an unserved rescue; want none before %v", c.RemoteAddr().(*net.TCPAddr).Port, serving.PassedOverInterval)
+			default:
+			}
+			if got := serving.Pending(ln); got != 1 {
+				t.Fatalf("waiting = %d; want 1", got)
+			}
+		})
 	}
 }
 
@@ -672,10 +835,12 @@ func TestLimitListenerPendingBudget(t *testing.T) {
 			if len(inner.conns) != 1 || serving.Pending(ln) != budget {
 				t.Fatalf("connections left in the kernel's queue past the bound = %d, waiting %d; want 1, %d", len(inner.conns), serving.Pending(ln), budget)
 			}
-			// A second on, the admitted ones may be closed for room, and
-			// every waiting one has waited too long for the turns that
-			// go to the longest waiting (see LimitListener).
+			// A second on, every waiting one has waited too long for the
+			// turns that go to the longest waiting (see LimitListener),
+			// and too long for an admitted one to be closed for it: one
+			// leaves.
 			clk.Step(time.Second)
+			held[0].c.Close()
 			c, err := ln.Accept()
 			if err != nil {
 				t.Fatal(err)
@@ -692,7 +857,7 @@ func TestLimitListenerPendingBudget(t *testing.T) {
 			waitFor(t, 10*time.Second, "the kernel's connection to wait", func() bool { return len(inner.conns) == 0 && serving.Pending(ln) == budget })
 			c.Close()
 			kernel.Close()
-			for _, h := range held {
+			for _, h := range held[1:] {
 				h.c.Close()
 			}
 		})

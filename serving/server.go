@@ -141,9 +141,9 @@ type ServerOptions struct {
 //   - at most MaxConnections connections are open ([LimitListener]); when
 //     they are, a new connection makes room by closing the one that has
 //     done the least for the longest (a silent one first, a connection
-//     that completed a request and is in use last), logged; the
-//     handshake, header and idle timeouts shrink as the budget fills; and
-//     TLS handshakes are computed at most GOMAXPROCS at once (a
+//     that completed a request and is in use last), logged, and only for
+//     a newcomer (not for a presumed reconnection); and TLS handshakes
+//     are computed at most GOMAXPROCS at once (a
 //     per-address rate, HandshakeRate, only if set);
 //   - headers must arrive within ReadHeaderTimeout, each read of a body
 //     must complete within ReadTimeout (a per-read deadline, so that
