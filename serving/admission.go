@@ -81,6 +81,13 @@ type admission struct {
 	closed   [closeReasons][numStages]int // since the last log line
 	done     chan struct{}                // the listener closed
 	doneOnce sync.Once
+	// newcomers and reconnects are the waiting connections that are not,
+	// and that are, presumed reconnections, in the order they arrived,
+	// for demandLocked; those that no longer wait or arrived waitedMax
+	// ago or more leave from the front as they reach it (see
+	// arrivalQueue), so that asking whether one waits costs the same
+	// however many wait, from however many sources.
+	newcomers, reconnects arrivalQueue
 	// pending are the connections accepted and not admitted yet, by
 	// source, oldest first; at most maxPending (the budget).
 	pending    map[string][]*pendingConn
@@ -180,6 +187,7 @@ func newAdmission(max int, c admissionConfig) *admission {
 func (a *admission) removePendingLocked(key string, idx int) *pendingConn {
 	q := a.pending[key]
 	pc := q[idx]
+	pc.gone = true
 	q = append(q[:idx], q[idx+1:]...)
 	if len(q) == 0 {
 		delete(a.pending, key)
@@ -189,6 +197,31 @@ func (a *admission) removePendingLocked(key string, idx int) *pendingConn {
 	a.npending--
 	a.rec.Connections(stateWaiting, -1)
 	return pc
+}
+
+// arrivalQueue holds waiting connections in the order they arrived. Each
+// is pushed once, and dropped once it is at the front and no longer waits
+// or is too old: a connection costs O(1) over its life, however often the
+// front is asked for. Once the front has arrived within the last second
+// (see front), every connection behind it has too: a queue holds at most
+// a second's arrivals.
+type arrivalQueue struct{ q []*pendingConn }
+
+func (aq *arrivalQueue) push(pc *pendingConn) { aq.q = append(aq.q, pc) }
+
+// front returns the connection that arrived first among those still
+// waiting that arrived after from, or nil, dropping the ones before it.
+// Under a.mu.
+func (aq *arrivalQueue) front(from time.Time) *pendingConn {
+	for len(aq.q) > 0 {
+		if pc := aq.q[0]; !pc.gone && pc.at.After(from) {
+			return pc
+		}
+		aq.q[0] = nil
+		aq.q = aq.q[1:]
+	}
+	aq.q = nil
+	return nil
 }
 
 // admitLocked registers pc as admitted. Under a.mu, with room.

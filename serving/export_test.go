@@ -70,6 +70,14 @@ func Demand(ln net.Listener) string {
 	return [...]string{demandNone: "none", demandPassedOver: "passed-over", demandNewcomer: "newcomer"}[a.demandLocked(a.clock.Now())]
 }
 
+// ArrivalsQueued is the number of arrivals kept for demandLocked.
+func ArrivalsQueued(ln net.Listener) int {
+	a := ln.(*admListener).a
+	a.mu.Lock()
+	defer a.mu.Unlock()
+	return len(a.newcomers.q) + len(a.reconnects.q)
+}
+
 // ReconnectWindow and PassedOverInterval are the bounds of the same names.
 const (
 	ReconnectWindow    = reconnectWindow

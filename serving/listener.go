@@ -321,8 +321,12 @@ func (l *admListener) Close() error {
 	l.a.mu.Lock()
 	var pending []*pendingConn
 	for _, q := range l.a.pending {
+		for _, pc := range q {
+			pc.gone = true
+		}
 		pending = append(pending, q...)
 	}
+	l.a.newcomers, l.a.reconnects = arrivalQueue{}, arrivalQueue{}
 	l.a.rec.Connections(stateWaiting, -l.a.npending)
 	l.a.pending, l.a.npending = map[string][]*pendingConn{}, 0
 	l.a.mu.Unlock()
@@ -344,6 +348,8 @@ type pendingConn struct {
 	// not yet followed by an arrival): the number of the admission
 	// interval it arrived in, plus one; 0 for none.
 	reconnect uint64
+	// gone: no longer waiting (admitted, expired or closed). Under a.mu.
+	gone bool
 }
 
 // acceptLoop takes connections from ln as they come, as long as fewer
@@ -387,8 +393,14 @@ func (a *admission) acceptLoop(ln net.Listener) {
 		pc.at = a.clock.Now()
 		closed := a.acceptErr != nil || isDone(a.done)
 		if !closed {
+			from := pc.at.Add(-waitedMax)
+			a.newcomers.front(from)
+			a.reconnects.front(from)
 			if a.reconnectionLocked(pc.key, pc.at) {
 				pc.reconnect = a.admissions + 1
+				a.reconnects.push(pc)
+			} else {
+				a.newcomers.push(pc)
 			}
 			a.pending[pc.key] = append(a.pending[pc.key], pc)
 			a.npending++

@@ -555,7 +555,10 @@ func TestLimitListenerDemand(t *testing.T) {
 		served, closed bool
 		before, after  time.Duration
 		arrivals       []string
-		want           string
+		// admit: connections then admitted (the budget has room for one
+		// more than the held one).
+		admit int
+		want  string
 	}{
 		{name: "none waiting", want: "none"},
 		{name: "newcomer", arrivals: []string{src}, want: "newcomer"},
@@ -570,6 +573,9 @@ func TestLimitListenerDemand(t *testing.T) {
 		{name: "a second after the close", closed: true, before: serving.ReconnectWindow, arrivals: []string{src}, want: "none"},
 		{name: "a second and 1ns after the close", closed: true, before: serving.ReconnectWindow + 1, arrivals: []string{src}, want: "newcomer"},
 		{name: "after the client's close of one it was served on", served: true, closed: true, arrivals: []string{src}, want: "newcomer"},
+		{name: "a newcomer admitted", arrivals: []string{src}, admit: 1, want: "none"},
+		{name: "the newer of two newcomers admitted", arrivals: []string{src, src}, admit: 1, want: "newcomer"},
+		{name: "a reconnection that waited, admitted", closed: true, arrivals: []string{src}, after: twoIntervals, admit: 1, want: "none"},
 	} {
 		t.Run(tt.name, func(t *testing.T) {
 			t.Parallel()
@@ -596,10 +602,74 @@ func TestLimitListenerDemand(t *testing.T) {
 				waitFor(t, 10*time.Second, "the arrival to wait", func() bool { return serving.Pending(ln) == i+1 })
 			}
 			clk.Step(tt.after)
+			for range tt.admit {
+				c, err := ln.Accept()
+				if err != nil {
+					t.Fatal(err)
+				}
+				defer c.Close()
+			}
 			if got := serving.Demand(ln); got != tt.want {
 				t.Errorf("demand = %q; want %q", got, tt.want)
 			}
 		})
+	}
+}
+
+// TestLimitListenerArrivalsQueued: what demand is asked of keeps a second
+// of arrivals at most, however many wait: the older ones leave it as the
+// next one arrives, and the ones admitted as they reach its front.
+func TestLimitListenerArrivalsQueued(t *testing.T) {
+	t.Parallel()
+	clk := clocktesting.NewFakeClock(time.Unix(1000, 0))
+	inner := newChanListener()
+	// A budget of 300, full; then 150 close (their sources' next arrivals
+	// are presumed reconnections) and 200 arrive from 200 sources.
+	const budget, arrivals = 300, 200
+	ln := serving.LimitListener(inner, budget, serving.LimitOptions{Clock: clk})
+	defer ln.Close()
+	source := func(i int) string { return fmt.Sprintf("10.0.%d.%d", i/200, i%200) }
+	var held []admitted
+	for i := range budget {
+		held = append(held, accept(t, inner, ln, source(i)))
+	}
+	defer func() {
+		for _, h := range held {
+			h.c.Close()
+		}
+	}()
+	for _, h := range held[:budget/2] {
+		h.c.Close()
+	}
+	push := func(n int) {
+		for i := range n {
+			peer := inner.pushFrom(source(i))
+			t.Cleanup(func() { peer.Close() })
+		}
+	}
+	wantPending := func(n int) {
+		t.Helper()
+		waitFor(t, 10*time.Second, "the arrivals to wait", func() bool { return serving.Pending(ln) == n })
+	}
+	push(arrivals)
+	wantPending(arrivals)
+	if got := serving.ArrivalsQueued(ln); got != arrivals {
+		t.Fatalf("queued %d arrivals; want %d", got, arrivals)
+	}
+	clk.Step(time.Second - 1)
+	push(1)
+	wantPending(arrivals + 1)
+	if got := serving.ArrivalsQueued(ln); got != arrivals+1 {
+		t.Errorf("a second less 1ns later: queued %d arrivals; want %d", got, arrivals+1)
+	}
+	clk.Step(1)
+	push(1)
+	wantPending(arrivals + 2)
+	if got := serving.ArrivalsQueued(ln); got != 2 {
+		t.Errorf("a second later: queued %d arrivals; want 2 (those of the last second)", got)
+	}
+	if got := serving.Demand(ln); got != "newcomer" {
+		t.Errorf("demand = %q; want newcomer", got)
 	}
 }
 
@@ -1187,5 +1257,43 @@ func TestMaxConnectionsFor(t *testing.T) {
 	}
 	if got := serving.MaxConnectionsFor(5); got != 5 {
 		t.Errorf("MaxConnectionsFor(5) = %d; want 5", got)
+	}
+}
+
+// BenchmarkLimitListenerDemand: what asking whether a full budget should
+// close a connection costs, with as many connections waiting as the
+// budget (its most), all presumed reconnections that have not waited long
+// (the answer is no: every one must be ruled out), from one source and
+// from 250.
+func BenchmarkLimitListenerDemand(b *testing.B) {
+	const budget = 1322 // DefaultBudget with 4,096 files
+	for _, sources := range []int{1, 250} {
+		b.Run(fmt.Sprintf("waiting=%d/sources=%d", budget, sources), func(b *testing.B) {
+			clk := clocktesting.NewFakeClock(time.Unix(1000, 0))
+			inner := newChanListener()
+			ln := serving.LimitListener(inner, budget, serving.LimitOptions{Clock: clk})
+			defer ln.Close()
+			source := func(i int) string { return fmt.Sprintf("10.1.%d.%d", i%sources/200, i%sources%200) }
+			var held []admitted
+			for i := range budget {
+				held = append(held, accept(b, inner, ln, source(i)))
+			}
+			for _, h := range held {
+				h.c.Close()
+				defer h.peer.Close()
+			}
+			for i := range budget {
+				peer := inner.pushFrom(source(i))
+				defer peer.Close()
+			}
+			waitFor(b, 10*time.Second, "the arrivals to wait", func() bool { return serving.Pending(ln) == budget })
+			if got := serving.Demand(ln); got != "none" {
+				b.Fatalf("demand = %q; want none", got)
+			}
+			b.ResetTimer()
+			for b.Loop() {
+				serving.Demand(ln)
+			}
+		})
 	}
 }

@@ -197,19 +197,16 @@ const maxRescues = 8
 // connection for anything else only makes its client reconnect, and that
 // reconnection overtakes, newest first, the next newcomer. Under a.mu.
 func (a *admission) demandLocked(now time.Time) int {
-	from, to := now.Add(-waitedMax), now.Add(-waitedMinIntervals*max(a.evictEvery, 0))
-	d := demandNone
-	for _, q := range a.pending {
-		for i, stop := len(q)-1, max(len(q)-popScan, 0); i >= stop && q[i].at.After(from); i-- {
-			if q[i].reconnect == 0 {
-				return demandNewcomer
-			}
-			if !q[i].at.After(to) {
-				d = demandPassedOver
-			}
-		}
+	from := now.Add(-waitedMax)
+	if a.newcomers.front(from) != nil {
+		return demandNewcomer
 	}
-	return d
+	// The presumed reconnection that has waited longest in the last
+	// second: one waited long enough if it did.
+	if pc := a.reconnects.front(from); pc != nil && !pc.at.After(now.Add(-waitedMinIntervals*max(a.evictEvery, 0))) {
+		return demandPassedOver
+	}
+	return demandNone
 }
 
 // later returns the later of t and u.
@@ -233,27 +230,29 @@ const (
 
 // popWaitedLocked takes the connection that has waited longest among
 // those that waited at least waitedMinIntervals eviction intervals and
-// less than waitedMax, or returns nil. Under a.mu.
+// less than waitedMax, or returns nil: the older of the two arrival
+// queues' fronts (see arrivalQueue). Under a.mu.
 func (a *admission) popWaitedLocked(now time.Time) *pendingConn {
 	from, to := now.Add(-waitedMax), now.Add(-waitedMinIntervals*max(a.evictEvery, 0))
-	var best string
-	bestIdx := -1
-	var bestAt time.Time
-	for key, q := range a.pending {
-		// q is oldest first: skip, by bisection, those that waited a
-		// second or more.
-		i := sort.Search(len(q), func(i int) bool { return q[i].at.After(from) })
-		if i == len(q) || q[i].at.After(to) {
-			continue
-		}
-		if bestIdx < 0 || q[i].at.Before(bestAt) {
-			best, bestIdx, bestAt = key, i, q[i].at
-		}
+	pc := a.newcomers.front(from)
+	if r := a.reconnects.front(from); pc == nil || (r != nil && r.at.Before(pc.at)) {
+		pc = r
 	}
-	if bestIdx < 0 {
+	if pc == nil || pc.at.After(to) {
 		return nil
 	}
-	return a.removePendingLocked(best, bestIdx)
+	// A source's waiting connections are oldest first: find pc by
+	// bisection, then among those that arrived at the same time.
+	q := a.pending[pc.key]
+	for i := sort.Search(len(q), func(i int) bool { return !q[i].at.Before(pc.at) }); i < len(q); i++ {
+		if q[i] == pc {
+			return a.removePendingLocked(pc.key, i)
+		}
+	}
+	// Not waiting after all (cannot happen: whatever takes a connection
+	// from the waiting ones marks it gone): forget it.
+	pc.gone = true
+	return nil
 }
 
 // handshakesBacklogged reports whether as many handshakes wait for a slot
@@ -366,6 +365,7 @@ func (a *admission) sweep(now time.Time) []net.Conn {
 	for key, q := range a.pending {
 		n := 0
 		for n < len(q) && now.Sub(q[n].at) >= limit {
+			q[n].gone = true
 			expired = append(expired, q[n])
 			n++
 		}
