@@ -88,6 +88,10 @@ type admission struct {
 	// arrivalQueue), so that asking whether one waits costs the same
 	// however many wait, from however many sources.
 	newcomers, reconnects arrivalQueue
+	// recent are the waiting connections of the last turnWaitedMax, in
+	// the order they arrived, for popLocked's turns that take the one
+	// that waited longest.
+	recent arrivalQueue
 	// pending are the connections accepted and not admitted yet, by
 	// source, oldest first; at most maxPending (the budget).
 	pending    map[string][]*pendingConn
@@ -202,9 +206,9 @@ func (a *admission) removePendingLocked(key string, idx int) *pendingConn {
 // arrivalQueue holds waiting connections in the order they arrived. Each
 // is pushed once, and dropped once it is at the front and no longer waits
 // or is too old: a connection costs O(1) over its life, however often the
-// front is asked for. Once the front has arrived within the last second
-// (see front), every connection behind it has too: a queue holds at most
-// a second's arrivals.
+// front is asked for. Once the front has arrived within the bound asked
+// for (see front), every connection behind it has too: a queue pruned at
+// waitedMax holds at most a second's arrivals.
 type arrivalQueue struct{ q []*pendingConn }
 
 func (aq *arrivalQueue) push(pc *pendingConn) { aq.q = append(aq.q, pc) }

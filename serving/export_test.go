@@ -70,16 +70,20 @@ func Demand(ln net.Listener) string {
 	return [...]string{demandNone: "none", demandPassedOver: "passed-over", demandNewcomer: "newcomer"}[a.demandLocked(a.clock.Now())]
 }
 
-// ArrivalsQueued is the number of arrivals kept for demandLocked.
-func ArrivalsQueued(ln net.Listener) int {
+// ArrivalsQueued is the number of arrivals kept for demandLocked, and for
+// popLocked's turns that take the one that waited longest.
+func ArrivalsQueued(ln net.Listener) (demand, turns int) {
 	a := ln.(*admListener).a
 	a.mu.Lock()
 	defer a.mu.Unlock()
-	return len(a.newcomers.q) + len(a.reconnects.q)
+	return len(a.newcomers.q) + len(a.reconnects.q), len(a.recent.q)
 }
 
-// ReconnectWindow and PassedOverInterval are the bounds of the same names.
+// ReconnectWindow, PassedOverInterval and WaitedMax are the bounds of the
+// same names.
 const (
 	ReconnectWindow    = reconnectWindow
 	PassedOverInterval = passedOverInterval
+	WaitedMax          = waitedMax
+	TurnWaitedMax      = turnWaitedMax
 )

@@ -210,8 +210,10 @@ const limitLogInterval = 10 * time.Second
 // the turn it arrived in, so that a newcomer that arrived just before it
 // is not overtaken by reconnection after reconnection; and every other
 // turn goes instead to the connection that has waited longest among those
-// that waited at least two EvictionIntervals and less than a second, so
-// that one overtaken by newer arrivals is not starved. A connection
+// that waited at least two EvictionIntervals and less than 400 ms, so
+// that one overtaken by newer arrivals is not starved (and, admitted, is
+// answered within a second, which one that had waited a second would not
+// be). A connection
 // waiting longer than the handshake timeout (10s without one) is closed.
 //
 // A connection arriving from a source within a second of a close of one
@@ -326,7 +328,7 @@ func (l *admListener) Close() error {
 		}
 		pending = append(pending, q...)
 	}
-	l.a.newcomers, l.a.reconnects = arrivalQueue{}, arrivalQueue{}
+	l.a.newcomers, l.a.reconnects, l.a.recent = arrivalQueue{}, arrivalQueue{}, arrivalQueue{}
 	l.a.rec.Connections(stateWaiting, -l.a.npending)
 	l.a.pending, l.a.npending = map[string][]*pendingConn{}, 0
 	l.a.mu.Unlock()
@@ -396,6 +398,8 @@ func (a *admission) acceptLoop(ln net.Listener) {
 			from := pc.at.Add(-waitedMax)
 			a.newcomers.front(from)
 			a.reconnects.front(from)
+			a.recent.front(pc.at.Add(-turnWaitedMax))
+			a.recent.push(pc)
 			if a.reconnectionLocked(pc.key, pc.at) {
 				pc.reconnect = a.admissions + 1
 				a.reconnects.push(pc)
@@ -476,7 +480,7 @@ func (a *admission) next() (net.Conn, error) {
 			case demandNewcomer:
 				pc = a.popNewcomerLocked(now)
 			case demandPassedOver:
-				pc = a.popWaitedLocked(now)
+				pc = a.popWaitedLocked(now, false)
 			}
 			if pc == nil {
 				// Pass over the presumed reconnections that arrived

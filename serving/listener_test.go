@@ -562,12 +562,12 @@ func TestLimitListenerDemand(t *testing.T) {
 	}{
 		{name: "none waiting", want: "none"},
 		{name: "newcomer", arrivals: []string{src}, want: "newcomer"},
-		{name: "newcomer, waited a second less 1ns", arrivals: []string{src}, after: time.Second - 1, want: "newcomer"},
-		{name: "newcomer, waited a second", arrivals: []string{src}, after: time.Second, want: "none"},
+		{name: "newcomer, waited WaitedMax less 1ns", arrivals: []string{src}, after: serving.WaitedMax - 1, want: "newcomer"},
+		{name: "newcomer, waited WaitedMax", arrivals: []string{src}, after: serving.WaitedMax, want: "none"},
 		{name: "after a close of one that served nothing", closed: true, arrivals: []string{src}, want: "none"},
 		{name: "its reconnection, waited two intervals less 1ns", closed: true, arrivals: []string{src}, after: twoIntervals - 1, want: "none"},
 		{name: "its reconnection, waited two intervals", closed: true, arrivals: []string{src}, after: twoIntervals, want: "passed-over"},
-		{name: "its reconnection, waited a second", closed: true, arrivals: []string{src}, after: time.Second, want: "none"},
+		{name: "its reconnection, waited WaitedMax", closed: true, arrivals: []string{src}, after: serving.WaitedMax, want: "none"},
 		{name: "one reconnection per close", closed: true, arrivals: []string{src, src}, want: "newcomer"},
 		{name: "from another source", closed: true, arrivals: []string{"10.0.0.2"}, want: "newcomer"},
 		{name: "a second after the close", closed: true, before: serving.ReconnectWindow, arrivals: []string{src}, want: "none"},
@@ -616,9 +616,11 @@ func TestLimitListenerDemand(t *testing.T) {
 	}
 }
 
-// TestLimitListenerArrivalsQueued: what demand is asked of keeps a second
-// of arrivals at most, however many wait: the older ones leave it as the
-// next one arrives, and the ones admitted as they reach its front.
+// TestLimitListenerArrivalsQueued: what demand is asked of keeps WaitedMax
+// of arrivals at most, and what the turns that take the one that waited
+// longest are asked of TurnWaitedMax, however many wait: the older ones
+// leave as the next one arrives, and the ones admitted as they reach the
+// front.
 func TestLimitListenerArrivalsQueued(t *testing.T) {
 	t.Parallel()
 	clk := clocktesting.NewFakeClock(time.Unix(1000, 0))
@@ -653,20 +655,45 @@ func TestLimitListenerArrivalsQueued(t *testing.T) {
 	}
 	push(arrivals)
 	wantPending(arrivals)
-	if got := serving.ArrivalsQueued(ln); got != arrivals {
-		t.Fatalf("queued %d arrivals; want %d", got, arrivals)
+	if serving.TurnWaitedMax >= serving.WaitedMax {
+		t.Fatalf("TurnWaitedMax %v is not shorter than WaitedMax %v", serving.TurnWaitedMax, serving.WaitedMax)
 	}
-	clk.Step(time.Second - 1)
-	push(1)
-	wantPending(arrivals + 1)
-	if got := serving.ArrivalsQueued(ln); got != arrivals+1 {
-		t.Errorf("a second less 1ns later: queued %d arrivals; want %d", got, arrivals+1)
+	// At each step (the time since the first arrivals), one more
+	// arrives; the arrivals kept for demand are those of the last
+	// WaitedMax, and for the turns those of the last TurnWaitedMax (the
+	// bounds excluded).
+	at := make([]time.Duration, arrivals)
+	kept := func(now, bound time.Duration) int {
+		n := 0
+		for _, a := range at {
+			if a > now-bound {
+				n++
+			}
+		}
+		return n
 	}
-	clk.Step(1)
-	push(1)
-	wantPending(arrivals + 2)
-	if got := serving.ArrivalsQueued(ln); got != 2 {
-		t.Errorf("a second later: queued %d arrivals; want 2 (those of the last second)", got)
+	var now time.Duration
+	for i, step := range []struct {
+		name string
+		at   time.Duration
+	}{
+		{"at once", 0},
+		{"TurnWaitedMax less 1ns later", serving.TurnWaitedMax - 1},
+		{"TurnWaitedMax later", serving.TurnWaitedMax},
+		{"WaitedMax less 1ns later", serving.WaitedMax - 1},
+		{"WaitedMax later", serving.WaitedMax},
+	} {
+		if i > 0 {
+			clk.Step(step.at - now)
+			now = step.at
+			push(1)
+			at = append(at, now)
+			wantPending(arrivals + i)
+		}
+		wantDemand, wantTurns := kept(now, serving.WaitedMax), kept(now, serving.TurnWaitedMax)
+		if d, tu := serving.ArrivalsQueued(ln); d != wantDemand || tu != wantTurns {
+			t.Errorf("%s: queued %d arrivals for demand, %d for the turns; want %d and %d", step.name, d, tu, wantDemand, wantTurns)
+		}
 	}
 	if got := serving.Demand(ln); got != "newcomer" {
 		t.Errorf("demand = %q; want newcomer", got)
@@ -765,7 +792,7 @@ func TestLimitListenerRescues(t *testing.T) {
 
 // TestLimitListenerWaitedTurn: every other admission takes the connection
 // that has waited longest among those that waited more than two eviction
-// intervals and less than a second: one overtaken by newer arrivals gets
+// intervals and less than TurnWaitedMax: one overtaken by newer arrivals gets
 // its turn; one waiting longer than that does not.
 func TestLimitListenerWaitedTurn(t *testing.T) {
 	t.Parallel()
@@ -787,7 +814,7 @@ func TestLimitListenerWaitedTurn(t *testing.T) {
 		return int(inner.port.Load())
 	}
 	stale := arrive(0)
-	overtaken := arrive(time.Second - 2*serving.DefaultEvictionInterval) // will have waited 2 intervals
+	overtaken := arrive(serving.TurnWaitedMax - 2*serving.DefaultEvictionInterval) // will have waited 2 intervals
 	newest := arrive(2 * serving.DefaultEvictionInterval)
 	if clk.Since(time.Unix(1000, 0)) < testGrace {
 		clk.Step(testGrace)
@@ -800,7 +827,7 @@ func TestLimitListenerWaitedTurn(t *testing.T) {
 	}
 	slices.Sort(order)
 	if want := []int{overtaken, newest}; !slices.Equal(order, want) {
-		t.Errorf("the first two admitted are ports %v; want %v (the newest, and the one overtaken; not the one waiting over a second, %d)", order, want, stale)
+		t.Errorf("the first two admitted are ports %v; want %v (the newest, and the one overtaken; not the one waiting over TurnWaitedMax, %d)", order, want, stale)
 	}
 }
 
