@@ -41,7 +41,10 @@
 //	error
 //
 // Status messages never contain the token, and an Unavailable status
-// carries a generic message (its cause is logged).
+// carries a generic message. Its cause is logged as an error, as httpauth
+// logs its 503s: at the default verbosity at most [UnavailableLogBurst]
+// lines at once and one per [UnavailableLogInterval] after that, each
+// counting the ones left out; from -v=2 every one.
 //
 // The interceptors need the request message only for rules that read it
 // (a [TokenExtractor] whose FromMessage is true, or Attributes without

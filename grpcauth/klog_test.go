@@ -62,6 +62,7 @@ func globalKlog(t *testing.T, flags map[string]string) *syncBuffer {
 		klog.Flush()
 		set("v", "0")
 		set("vmodule", "")
+		set("one_output", "false")
 		set("stderrthreshold", "ERROR")
 		set("logtostderr", "true")
 		klog.SetOutput(os.Stderr)

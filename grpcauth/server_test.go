@@ -11,6 +11,7 @@ import (
 	"strings"
 	"sync/atomic"
 	"testing"
+	"time"
 
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/codes"
@@ -26,6 +27,7 @@ import (
 	"k8s.io/apiserver/pkg/authentication/user"
 	"k8s.io/apiserver/pkg/authorization/authorizer"
 	"k8s.io/apiserver/pkg/endpoints/request"
+	"k8s.io/klog/v2"
 
 	"github.com/reviewauth/reviewauth/grpcauth"
 )
@@ -722,4 +724,57 @@ func toDefaultInfo(u user.Info) *user.DefaultInfo {
 		return &user.DefaultInfo{}
 	}
 	return &user.DefaultInfo{Name: u.GetName(), UID: u.GetUID(), Groups: u.GetGroups(), Extra: u.GetExtra()}
+}
+
+// TestUnavailableLogPaced: calls answered Unavailable (an outage, or calls
+// that time out waiting for a review under a flood) are logged at most
+// UnavailableLogBurst at once and one per UnavailableLogInterval after
+// that at the default verbosity, and every one from -v=2, as httpauth logs
+// its 503s. Not parallel: it captures the global klog.
+func TestUnavailableLogPaced(t *testing.T) {
+	const calls = 100
+	outage := callCase{name: "outage", token: outageToken, namespace: "ns", object: "a", want: codes.Unavailable}
+	for _, tt := range []struct {
+		name  string
+		flags map[string]string
+		// paced: at most the burst plus one a second; else every call.
+		paced bool
+	}{
+		{name: "default verbosity", flags: map[string]string{}, paced: true},
+		{name: "-v=1", flags: map[string]string{"v": "1"}, paced: true},
+		{name: "-v=2", flags: map[string]string{"v": "2"}, paced: false},
+	} {
+		t.Run(tt.name, func(t *testing.T) {
+			// Each line once, not once per severity file (all of them
+			// the captured output).
+			tt.flags["one_output"] = "true"
+			out := globalKlog(t, tt.flags)
+			place := tokenPlaces[0]
+			conn := serve(t, testOptions(place.extract))
+			start := time.Now()
+			for range calls {
+				ctx, req := place.call(t.Context(), outage)
+				err := conn.Invoke(ctx, methodGet, req, new(wrapperspb.StringValue))
+				checkStatus(t, "Get()", err, outage)
+			}
+			elapsed := time.Since(start)
+			klog.Flush()
+			got := strings.Count(out.String(), "could not authenticate or authorize the call")
+			if strings.Contains(out.String(), outageToken) {
+				t.Error("the log holds the token")
+			}
+			if !tt.paced {
+				if got != calls {
+					t.Errorf("logged %d of %d calls answered Unavailable; want every one", got, calls)
+				}
+				return
+			}
+			// One more line for each interval the calls took, and one for
+			// the interval they started in.
+			most := grpcauth.UnavailableLogBurst + int(elapsed/grpcauth.UnavailableLogInterval) + 1
+			if got < grpcauth.UnavailableLogBurst || got > most {
+				t.Errorf("logged %d of %d calls answered Unavailable in %v; want %d to %d", got, calls, elapsed, grpcauth.UnavailableLogBurst, most)
+			}
+		})
+	}
 }
