@@ -674,12 +674,9 @@ func (c *checker) toStatus(ctx context.Context, err error, token string) error {
 func (c *checker) logUnavailable(logger klog.Logger, err error) {
 	var kv []any
 	if !logger.V(2).Enabled() {
-		ok, suppressed := c.unavailable.Allow()
-		if !ok {
+		var ok bool
+		if kv, ok = c.unavailable.AllowKV(nil); !ok {
 			return
-		}
-		if suppressed > 0 {
-			kv = append(kv, "suppressed", suppressed)
 		}
 	}
 	logger.Error(err, "grpcauth: could not authenticate or authorize the call", kv...)

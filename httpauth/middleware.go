@@ -712,13 +712,9 @@ func (m *middleware) logRefusal(logger klog.Logger, r *http.Request, username, d
 		logDecision(logger, 2, r, username, decision, err)
 		return
 	}
-	ok, suppressed := m.refusals.Allow()
+	kv, ok := m.refusals.AllowKV([]any{"user", username, "method", r.Method, "path", r.URL.Path, "reason", err.Error()})
 	if !ok {
 		return
-	}
-	kv := []any{"user", username, "method", r.Method, "path", r.URL.Path, "reason", err.Error()}
-	if suppressed > 0 {
-		kv = append(kv, "suppressed", suppressed)
 	}
 	logger.Info("httpauth: request "+decision, kv...)
 }
@@ -728,12 +724,9 @@ func (m *middleware) logRefusal(logger klog.Logger, r *http.Request, username, d
 func (m *middleware) logUnavailable(logger klog.Logger, r *http.Request, username, what string, err error) {
 	kv := []any{"user", username, "method", r.Method, "path", r.URL.Path}
 	if !logger.V(2).Enabled() {
-		ok, suppressed := m.unavailable.Allow()
-		if !ok {
+		var ok bool
+		if kv, ok = m.unavailable.AllowKV(kv); !ok {
 			return
-		}
-		if suppressed > 0 {
-			kv = append(kv, "suppressed", suppressed)
 		}
 	}
 	logger.Error(err, "httpauth: "+what+" unavailable", kv...)

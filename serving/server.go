@@ -494,15 +494,11 @@ type pacedWriter struct {
 }
 
 func (p *pacedWriter) Write(b []byte) (int, error) {
-	ok, suppressed := p.limit.Allow()
+	kv, ok := p.limit.AllowKV(nil)
 	if !ok {
 		return len(b), nil
 	}
-	kv := []any{"message", strings.TrimSpace(string(b))}
-	if suppressed > 0 {
-		kv = append(kv, "suppressed", suppressed)
-	}
-	p.logger.Info("serving: net/http", kv...)
+	p.logger.Info("serving: net/http", append([]any{"message", strings.TrimSpace(string(b))}, kv...)...)
 	return len(b), nil
 }
 

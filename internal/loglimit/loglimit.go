@@ -68,6 +68,17 @@ func (l *Limiter) Allow() (ok bool, suppressed int) {
 	return true, n
 }
 
+// AllowKV is [Limiter.Allow] for a structured log line: it reports whether
+// the line may be written now and returns kv, with "suppressed" and the
+// number of lines left out before it appended when there were any.
+func (l *Limiter) AllowKV(kv []any) ([]any, bool) {
+	ok, suppressed := l.Allow()
+	if ok && suppressed > 0 {
+		kv = append(kv, "suppressed", suppressed)
+	}
+	return kv, ok
+}
+
 // Reserve admits one event at the time it conforms to the bucket, and
 // returns how long from now that is: zero within the burst, then one
 // interval after the previous reservation, so that events that reserve in

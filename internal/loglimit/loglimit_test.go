@@ -1,6 +1,8 @@
 package loglimit_test
 
 import (
+	"reflect"
+	"slices"
 	"sync"
 	"testing"
 	"time"
@@ -130,5 +132,35 @@ func TestLimiterReserve(t *testing.T) {
 	}
 	if got := loglimit.New(1, 0, nil).Reserve(); got != 0 {
 		t.Fatalf("Reserve() with no interval = %v; want 0", got)
+	}
+}
+
+// TestLimiterAllowKV: a line allowed after some were left out says how
+// many; one allowed after none adds nothing; one refused is refused.
+func TestLimiterAllowKV(t *testing.T) {
+	t.Parallel()
+	clk := clocktesting.NewFakePassiveClock(time.Unix(1000, 0))
+	l := loglimit.New(1, time.Second, clk)
+	base := []any{"user", "alice"}
+	for _, step := range []struct {
+		name   string
+		after  time.Duration
+		wantOK bool
+		want   []any
+	}{
+		{"first", 0, true, []any{"user", "alice"}},
+		{"refused", 0, false, nil},
+		{"refused again", time.Second - 1, false, nil},
+		{"an interval after the first", 1, true, []any{"user", "alice", "suppressed", 2}},
+		{"an interval later, none left out", time.Second, true, []any{"user", "alice"}},
+	} {
+		clk.SetTime(clk.Now().Add(step.after))
+		kv, ok := l.AllowKV(slices.Clone(base))
+		if ok != step.wantOK {
+			t.Fatalf("%s: ok = %v; want %v", step.name, ok, step.wantOK)
+		}
+		if ok && !reflect.DeepEqual(kv, step.want) {
+			t.Errorf("%s: kv = %v; want %v", step.name, kv, step.want)
+		}
 	}
 }
