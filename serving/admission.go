@@ -7,6 +7,7 @@ package serving
 import (
 	"context"
 	"crypto/tls"
+	"math"
 	"net"
 	"os"
 	"runtime"
@@ -45,6 +46,10 @@ type admissionConfig struct {
 	// rapidReset bounds the streams a client cancels, per connection.
 	resetBurst    int
 	resetInterval time.Duration
+	// files and memory, if files is set, replace the process's open
+	// files and memory limit (see roomToWaitLocked).
+	files  *fileGauge
+	memory uint64
 }
 
 // admission is the state behind LimitListener, HTTPServer and ServeGRPC.
@@ -93,10 +98,20 @@ type admission struct {
 	// that waited longest.
 	recent arrivalQueue
 	// pending are the connections accepted and not admitted yet, by
-	// source, oldest first; at most maxPending (the budget).
+	// source, oldest first: at most maxPending (the budget, or
+	// MaxWaiting), and past that, while files measures files to spare
+	// (see roomToWaitLocked), at most maxWaiting.
 	pending    map[string][]*pendingConn
 	npending   int
 	maxPending int
+	maxWaiting int
+	// files counts the process's open files; nil: not counted, and no
+	// more than maxPending wait. filesFree is the files free when last
+	// counted, at filesAt, and filesSince the connections accepted since.
+	files      *fileGauge
+	filesFree  int
+	filesAt    time.Time
+	filesSince int
 	acceptErr  error     // the listener's, once it failed
 	lastEvict  time.Time // when a connection was last closed to make room
 	// lastPassedOver is when one was last closed for a presumed
@@ -156,8 +171,26 @@ func newAdmission(max int, c admissionConfig) *admission {
 		grace: o.EvictionGrace, progressWindow: o.ProgressWindow, evictEvery: o.EvictionInterval, source: o.Source, tls: c.tls, join: c.join,
 		resetBurst: c.resetBurst, resetInterval: c.resetInterval, rec: observe.Of(c.Metrics),
 		sources: map[string]*sourceState{}, done: make(chan struct{}),
-		pending: map[string][]*pendingConn{}, maxPending: max, awaited: map[string]*awaitedCloses{},
+		pending: map[string][]*pendingConn{}, maxPending: max, maxWaiting: max, awaited: map[string]*awaitedCloses{},
 		wake: make(chan struct{}, 1), space: make(chan struct{}, 1),
+	}
+	switch {
+	case o.MaxWaiting > 0:
+		a.maxPending, a.maxWaiting = o.MaxWaiting, o.MaxWaiting
+	case o.MaxWaiting == 0:
+		files, memory := c.files, c.memory
+		if files == nil {
+			files, memory = processFiles(), memoryLimit(os.DirFS("/"))
+		}
+		if files != nil {
+			a.files, a.maxWaiting = files, math.MaxInt32
+			if memory > 0 {
+				a.maxWaiting = int(min(memory/memoryShare/WaitingMemory, math.MaxInt32))
+			}
+			if a.maxWaiting < a.max {
+				a.maxWaiting = a.max
+			}
+		}
 	}
 	// Both states are exported from the start, at 0, so that a scrape
 	// before the first connection shows the server's admission too.
@@ -309,7 +342,7 @@ func (a *admission) awaitLocked(key string, now time.Time, n int) {
 	if now.Sub(w.last) > reconnectWindow {
 		w.n = 0
 	}
-	w.n = min(w.n+n, a.max+a.maxPending)
+	w.n = min(w.n+n, a.max+max(a.maxPending, a.maxWaiting))
 	w.last = now
 }
 

@@ -63,9 +63,10 @@ const memoryShare = 4
 // and at least 1. Neither known: [DefaultMaxConnections]. For example, a
 // container with 128 MiB and the container runtime's 1,048,576 files gets
 // 256; with no memory limit on a machine of 8 GiB and a limit of 65,536
-// files, 16,384 (files: 21,802). Up to as many connections again wait to
-// be admitted (see LimitListener): they hold a file and a kernel socket
-// each, and no memory of the process's.
+// files, 16,384 (files: 21,802). As many connections again may wait to
+// be admitted, and more while files and memory are to spare (see
+// LimitListener and [AdmissionOptions].MaxWaiting): they hold a file and
+// a kernel socket each, and no memory of the process's.
 func DefaultBudget() int {
 	return BudgetFor(openFileLimit(), memoryLimit(os.DirFS("/")))
 }

@@ -101,12 +101,21 @@
 //
 // As many connections may wait to be admitted as are admitted: accepted,
 // nothing read from them, each holding a file and a kernel socket and no
-// memory of the process's. A flood of up to twice the budget therefore
-// waits where admission chooses among it (newest first, sources in turn),
-// and a newcomer is admitted at the next turn; in the kernel's queue, first
-// come first served, it would wait for an admission per attacker ahead of
-// it (with 64 waiting, rbacproxy under junk tokens at 1.75 times its
-// budget got 0% of new connections through within 1 s).
+// memory of the process's; and more while the process has files to spare
+// (more than 128 free under its open-file limit, counted from
+// /proc/self/fd at most every 50 ms as they are accepted) and memory (a
+// quarter of the memory limit at [WaitingMemory], 128 KiB, each): the
+// files the budget keeps for a proxy's upstream connections are the
+// flood's while the upstream does not use them, and given back, the
+// longest waiting closed first, when it does. A flood therefore waits
+// where admission chooses among it (newest first, sources in turn) until
+// the process is out of files, and a newcomer is admitted at the next
+// turn; in the kernel's queue, first come first served, it would wait for
+// an admission per attacker ahead of it (with 64 waiting, rbacproxy under
+// junk tokens at 1.75 times its budget got 0% of new connections through
+// within 1 s; with the budget's worth waiting, idle TLS connections from
+// one address at 2.25 times it, 0%, where kube-rbac-proxy, which holds
+// every connection it accepts until it is out of files, answered 100%).
 //
 // The open-file limit is RLIMIT_NOFILE as Go leaves it (Go raises the
 // soft limit to the hard one at start; serving changes nothing): the

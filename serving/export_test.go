@@ -15,12 +15,21 @@ type AdmissionTestConfig struct {
 	TLS                      bool
 	ResetBurst               int
 	ResetInterval            time.Duration
+	// OpenFiles, if set, counts the process's open files against
+	// FileLimit, and Memory is its memory limit (see MaxWaiting).
+	OpenFiles func() (int, error)
+	FileLimit int
+	Memory    uint64
 }
 
 // AdmissionListener is LimitListener with what a server adds.
 func AdmissionListener(ln net.Listener, max int, opts LimitOptions, c AdmissionTestConfig) net.Listener {
-	return newAdmission(max, admissionConfig{LimitOptions: opts, handshake: c.Handshake, waiting: c.Waiting, idle: c.Idle,
-		tls: c.TLS, resetBurst: c.ResetBurst, resetInterval: c.ResetInterval}).listener(ln)
+	ac := admissionConfig{LimitOptions: opts, handshake: c.Handshake, waiting: c.Waiting, idle: c.Idle,
+		tls: c.TLS, resetBurst: c.ResetBurst, resetInterval: c.ResetInterval, memory: c.Memory}
+	if c.OpenFiles != nil {
+		ac.files = &fileGauge{limit: c.FileLimit, open: c.OpenFiles}
+	}
+	return newAdmission(max, ac).listener(ln)
 }
 
 // The events servers report on their connections.
@@ -49,6 +58,9 @@ func WorkEnd(c net.Conn, served bool) {
 	}
 	admConnOf(c).workEnd(o)
 }
+
+// FilesEvery is how long a count of the open files is used.
+const FilesEvery = filesEvery
 
 // Pending is the number of connections waiting to be admitted.
 func Pending(ln net.Listener) int {

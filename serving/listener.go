@@ -140,6 +140,15 @@ type AdmissionOptions struct {
 	// them, are served without waiting behind hundreds of computations.
 	// Negative means no bound.
 	HandshakeConcurrency int
+	// MaxWaiting bounds the connections accepted from the kernel's queue
+	// and waiting to be admitted (see [LimitListener]). Zero, the
+	// default, means the budget's worth, and past it as many more as the
+	// process has files and memory to spare: while more than 128 files
+	// are free under its open-file limit (counted from /proc/self/fd) and
+	// fewer wait than a quarter of its memory limit at [WaitingMemory]
+	// each; where the open files cannot be counted, the budget's worth.
+	// Positive means at most that many; negative, the budget's worth.
+	MaxWaiting int
 	// Source maps a client's address to the source that fairness is kept
 	// between: the handshake rate, the choice of which connection makes
 	// room, and the review queue's turns. Nil means [SourceAddress]: the
@@ -195,13 +204,16 @@ const limitLogInterval = 10 * time.Second
 // wait.
 //
 // Connections are taken from ln as they come (by a goroutine the listener
-// runs until it is closed), up to max waiting to be admitted, from which
-// nothing is read (each holds a file and its kernel socket, no goroutine,
-// no buffer); past that, they wait in the kernel's queue, first come
-// first served. Parking a flood of up to twice the budget here rather
-// than in the kernel's queue is what lets a newcomer overtake it: in the
-// kernel's queue it would wait behind every attacker that arrived before
-// it, for as many admissions. When there is room, the newest waiting
+// runs until it is closed) to wait to be admitted, from which nothing is
+// read (each holds a file and its kernel socket, no goroutine, no
+// buffer): max of them, and past that as many more as the process has
+// files and memory to spare (see [AdmissionOptions].MaxWaiting), those
+// past max closed, longest waiting first, when the process's other
+// connections need the files back (fewer than 64 free); past that, they
+// wait in the kernel's queue, first come first served. Parking a flood
+// here rather than in the kernel's queue is what lets a newcomer overtake
+// it: in the kernel's queue it would wait behind every attacker that
+// arrived before it, for as many admissions. When there is room, the newest waiting
 // connection of the source with the fewest connections admitted is
 // admitted: under a flood the oldest waiting connections are those whose
 // clients are likeliest to have given up, and a client that reconnects as
@@ -288,9 +300,9 @@ const limitLogInterval = 10 * time.Second
 //
 // A max of zero or less means no limit, and ln is returned as is. The
 // budget should stay below a third of the process's open-file limit
-// ([MaxConnectionsFor]): the process holds at most max admitted
-// connections, max waiting ones, and one being swapped in for another,
-// and a proxy as many connections to its upstream.
+// ([MaxConnectionsFor]): the process holds max admitted connections, max
+// waiting ones (more only while files are to spare), and one being
+// swapped in for another, and a proxy as many connections to its upstream.
 func LimitListener(ln net.Listener, max int, opts LimitOptions) net.Listener {
 	if max <= 0 {
 		return ln
@@ -362,22 +374,35 @@ func (a *admission) acceptLoop(ln net.Listener) {
 	var delay time.Duration
 	for {
 		a.mu.Lock()
-		full := a.npending >= a.maxPending
+		now := a.clock.Now()
+		shed := a.shedLocked(now)
+		full := !a.roomToWaitLocked(now)
+		// Past the budget's worth, the files are counted again while
+		// waiting: the process's other connections may need them back.
+		recount := full && a.files != nil && a.npending > a.maxPending
 		a.mu.Unlock()
+		for _, pc := range shed {
+			pc.Close()
+		}
+		if len(shed) > 0 {
+			a.signal(a.wake)
+		}
 		if full {
-			select {
-			case <-a.space:
-				continue
-			case <-a.done:
+			wait := time.Duration(-1)
+			if recount {
+				wait = filesEvery
+			}
+			if a.waitForSpace(wait) != nil {
 				return
 			}
+			continue
 		}
 		c, err := ln.Accept()
 		if err != nil {
 			if ne, ok := err.(interface{ Temporary() bool }); ok && ne.Temporary() {
 				// Out of files, say: back off as net/http does.
 				delay = min(max(2*delay, 5*time.Millisecond), time.Second)
-				if a.sleep(delay) != nil {
+				if a.waitForSpace(delay) != nil {
 					return
 				}
 				continue
@@ -408,6 +433,7 @@ func (a *admission) acceptLoop(ln net.Listener) {
 			}
 			a.pending[pc.key] = append(a.pending[pc.key], pc)
 			a.npending++
+			a.filesSince++
 			a.rec.Connections(stateWaiting, 1)
 		}
 		a.mu.Unlock()
@@ -508,6 +534,25 @@ func (a *admission) next() (net.Conn, error) {
 			return nil, err
 		}
 	}
+}
+
+// waitForSpace waits d (forever if negative), or until a waiting
+// connection leaves, for acceptLoop; net.ErrClosed once the listener is
+// closed.
+func (a *admission) waitForSpace(d time.Duration) error {
+	var timeout <-chan time.Time
+	if d >= 0 {
+		t := a.clock.NewTimer(d)
+		defer t.Stop()
+		timeout = t.C()
+	}
+	select {
+	case <-timeout:
+	case <-a.space:
+	case <-a.done:
+		return net.ErrClosed
+	}
+	return nil
 }
 
 // sleep waits d, or until a connection closes, arrives or leaves the

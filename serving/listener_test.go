@@ -858,8 +858,8 @@ func TestLimitListenerRefusals(t *testing.T) {
 	}
 }
 
-// TestLimitListenerPending: at most DefaultMaxPending connections (or the
-// budget, if smaller) wait to be admitted, the next in the kernel's queue;
+// TestLimitListenerPending: with MaxWaiting negative, at most the budget's
+// worth wait to be admitted, the next in the kernel's queue;
 // one waiting longer than the handshake timeout is closed.
 func TestLimitListenerPending(t *testing.T) {
 	t.Parallel()
@@ -868,7 +868,7 @@ func TestLimitListenerPending(t *testing.T) {
 	// One handshake at a time: x computes one, a waits for its turn; with
 	// the handshakes backlogged, no one is admitted.
 	ln := serving.AdmissionListener(inner, 2, serving.LimitOptions{Clock: clk,
-		AdmissionOptions: serving.AdmissionOptions{HandshakeConcurrency: 1, HandshakeRate: -1, PressureTimeout: -1}}, serving.AdmissionTestConfig{TLS: true, Handshake: 10 * time.Second})
+		AdmissionOptions: serving.AdmissionOptions{HandshakeConcurrency: 1, HandshakeRate: -1, PressureTimeout: -1, MaxWaiting: -1}}, serving.AdmissionTestConfig{TLS: true, Handshake: 10 * time.Second})
 	defer ln.Close()
 	x := accept(t, inner, ln, "10.0.0.1")
 	a := accept(t, inner, ln, "10.0.0.1")
@@ -912,7 +912,9 @@ func TestLimitListenerPendingBudget(t *testing.T) {
 			t.Parallel()
 			clk := clocktesting.NewFakeClock(time.Unix(1000, 0))
 			inner := newChanListener()
-			ln := serving.LimitListener(inner, budget, serving.LimitOptions{Clock: clk})
+			// The budget's worth, whatever the process's files (see
+			// TestLimitListenerWaiting for more).
+			ln := serving.LimitListener(inner, budget, serving.LimitOptions{Clock: clk, AdmissionOptions: serving.AdmissionOptions{MaxWaiting: -1}})
 			defer ln.Close()
 			var held []admitted
 			for range budget {
@@ -1320,6 +1322,83 @@ func BenchmarkLimitListenerDemand(b *testing.B) {
 			b.ResetTimer()
 			for b.Loop() {
 				serving.Demand(ln)
+			}
+		})
+	}
+}
+
+// TestLimitListenerWaiting: past the budget's worth, connections are taken
+// from the kernel's queue while the process has files to spare (more
+// than 128 free) and memory (a quarter of the limit at WaitingMemory
+// each), or up to MaxWaiting if set; when the files run short, those
+// waiting past the budget's worth are closed, longest waiting first.
+func TestLimitListenerWaiting(t *testing.T) {
+	t.Parallel()
+	const limit = 10000
+	errCount := errors.New("no /proc")
+	for _, tc := range []struct {
+		name       string
+		maxWaiting int
+		open       int // files open; -1: cannot be counted
+		memory     uint64
+		want       int // waiting once 5 arrived, the rest in the kernel's queue
+	}{
+		{name: "files to spare for one more", open: limit - 129, want: 3},
+		{name: "files to spare for three more", open: limit - 131, want: 5},
+		{name: "128 files free", open: limit - 128, want: 2},
+		{name: "files not counted", open: -1, want: 2},
+		{name: "memory for three", open: 0, memory: 4 * serving.WaitingMemory * 3, want: 3},
+		{name: "memory for less than the budget", open: 0, memory: 4 * serving.WaitingMemory, want: 2},
+		{name: "MaxWaiting", maxWaiting: 4, open: 0, want: 4},
+		{name: "MaxWaiting below the budget", maxWaiting: 1, open: 0, want: 1},
+		{name: "MaxWaiting negative", maxWaiting: -1, open: 0, want: 2},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			t.Parallel()
+			clk := clocktesting.NewFakeClock(time.Unix(1000, 0))
+			var open atomic.Int64
+			open.Store(int64(tc.open))
+			inner := newChanListener()
+			ln := serving.AdmissionListener(inner, 2, serving.LimitOptions{Clock: clk, AdmissionOptions: serving.AdmissionOptions{MaxWaiting: tc.maxWaiting}},
+				serving.AdmissionTestConfig{FileLimit: limit, Memory: tc.memory, OpenFiles: func() (int, error) {
+					if n := open.Load(); n >= 0 {
+						return int(n), nil
+					}
+					return 0, errCount
+				}})
+			defer ln.Close()
+			accept(t, inner, ln, "10.0.0.1")
+			accept(t, inner, ln, "10.0.0.1")
+			acceptAll(ln)
+			var peers []net.Conn
+			for range tc.want {
+				peers = append(peers, inner.push())
+			}
+			waitFor(t, 10*time.Second, "the arrivals to wait", func() bool { return serving.Pending(ln) == tc.want })
+			inner.push()
+			if len(inner.conns) != 1 || serving.Pending(ln) != tc.want {
+				t.Fatalf("left in the kernel's queue = %d, waiting %d; want 1, %d", len(inner.conns), serving.Pending(ln), tc.want)
+			}
+			if tc.want <= 2 || tc.maxWaiting != 0 {
+				return
+			}
+			// The upstream's connections take files: 63 free, one short
+			// of half the reserve. A count later, the longest waiting
+			// past the budget's worth is closed, and no more.
+			open.Store(limit - 63)
+			clk.Step(serving.FilesEvery - time.Nanosecond)
+			if isClosed(t, peers[0]) {
+				t.Fatal("a waiting connection closed before the files were counted again")
+			}
+			clk.Step(time.Nanosecond)
+			waitFor(t, 10*time.Second, "the longest waiting to be closed", func() bool { return isClosed(t, peers[0]) })
+			if got := serving.Pending(ln); got != tc.want-1 {
+				t.Errorf("waiting after the files ran short = %d, want %d", got, tc.want-1)
+			}
+			for _, p := range peers[1:] {
+				if isClosed(t, p) {
+					t.Error("closed a connection that had waited less")
+				}
 			}
 		})
 	}
