@@ -99,3 +99,6 @@ const (
 	WaitedMax          = waitedMax
 	TurnWaitedMax      = turnWaitedMax
 )
+
+// PeerClosed reports whether c's client has closed its end.
+func PeerClosed(c net.Conn) bool { return peerClosed(c) }

@@ -65,31 +65,50 @@ func (a *admission) roomToWaitLocked(now time.Time) bool {
 	return a.npending < a.maxWaiting && a.spareFilesLocked(now) > 0
 }
 
-// shedLocked closes, longest waiting first, the connections waiting past
-// the budget's worth while the process has fewer than half reservedFiles
-// spare, up to as many as it lacks: files its other connections (a proxy's
-// upstream, the API server) need more than a flood does. It returns them
-// to be closed once a.mu is released. Under a.mu.
+// shedLocked closes, longest waiting first, connections waiting past the
+// budget's worth, and returns them to be closed once a.mu is released:
+//
+//   - while fewer than half reservedFiles are free, as many as that lacks:
+//     the process's other connections (a proxy's upstream, the API
+//     server) need files more than a flood does;
+//   - while no more may wait (reservedFiles or fewer free, or maxWaiting
+//     wait), those that have waited longer than a connection may wait
+//     where files are not counted (the handshake timeout, 10 s without
+//     one; their clients have likely given up), as many as make room for
+//     one arrival.
+//
+// Under a.mu.
 func (a *admission) shedLocked(now time.Time) []*pendingConn {
 	if a.files == nil || a.npending <= a.maxPending {
 		return nil
 	}
 	a.spareFilesLocked(now)
 	free := a.filesFree - a.filesSince
-	short := reservedFiles/2 - free
-	if short <= 0 {
-		return nil
+	n, aged := 0, false
+	switch {
+	case free < reservedFiles/2:
+		n = reservedFiles/2 - free
+	case free <= reservedFiles:
+		n, aged = reservedFiles+1-free, true
+	case a.npending >= a.maxWaiting:
+		n, aged = a.npending-a.maxWaiting+1, true
 	}
 	var shed []*pendingConn
-	for n := min(short, a.npending-a.maxPending); n > 0; n-- {
+	for n = min(n, a.npending-a.maxPending); n > 0; n-- {
 		var oldest *pendingConn
 		for _, q := range a.pending {
 			if oldest == nil || q[0].at.Before(oldest.at) {
 				oldest = q[0]
 			}
 		}
+		if aged && now.Sub(oldest.at) < a.waitLimit() {
+			break
+		}
 		shed = append(shed, a.removePendingLocked(oldest.key, 0))
-		a.awaitLocked(oldest.key, now, 1)
+		if !peerClosed(oldest.Conn) {
+			// Its client, still there, will reconnect.
+			a.awaitLocked(oldest.key, now, 1)
+		}
 		a.filesSince--
 	}
 	return shed

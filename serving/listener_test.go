@@ -1403,3 +1403,95 @@ func TestLimitListenerWaiting(t *testing.T) {
 		})
 	}
 }
+
+// TestLimitListenerWaitingAged: where the files are counted, a waiting
+// connection is not closed for its age while more may wait; once no more
+// may (128 files free), the one that waited longest is closed for an
+// arrival when it has waited the handshake timeout (10 s without one),
+// and the next arrival from its address is presumed its reconnection
+// unless its client had closed it already.
+func TestLimitListenerWaitingAged(t *testing.T) {
+	t.Parallel()
+	const limit = 10000
+	for _, tc := range []struct {
+		name        string
+		clientClose bool // the longest waiting's client closed it
+		wantDemand  string
+	}{
+		{name: "client there", wantDemand: "none"},
+		{name: "client gone", clientClose: true, wantDemand: "newcomer"},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			t.Parallel()
+			clk := clocktesting.NewFakeClock(time.Unix(1000, 0))
+			inner, err := net.Listen("tcp", "127.0.0.1:0")
+			if err != nil {
+				t.Fatal(err)
+			}
+			var open atomic.Int64 // the server's files: its connections and 131 others
+			ln := serving.AdmissionListener(inner, 1,
+				serving.LimitOptions{Clock: clk, AdmissionOptions: serving.AdmissionOptions{EvictionGrace: time.Hour}},
+				serving.AdmissionTestConfig{FileLimit: limit, OpenFiles: func() (int, error) { return int(open.Load()), nil }})
+			defer ln.Close()
+			open.Store(limit - 131)
+			dial := func() net.Conn {
+				t.Helper()
+				c, err := net.Dial("tcp", inner.Addr().String())
+				if err != nil {
+					t.Fatal(err)
+				}
+				t.Cleanup(func() { c.Close() })
+				return c
+			}
+			dial()
+			if _, err := ln.Accept(); err != nil {
+				t.Fatal(err)
+			}
+			accepted := acceptAll(ln)
+			// a waits within the budget's worth; b, a second later, past
+			// it, with 129 files free; then 128 are: c stays in the
+			// kernel's queue.
+			// (Each connection's file is counted before it is dialed:
+			// the files are counted when the next one is decided on, and
+			// at most every FilesEvery.)
+			open.Add(2)
+			clk.Step(serving.FilesEvery)
+			a := dial()
+			waitFor(t, 10*time.Second, "a to wait", func() bool { return serving.Pending(ln) == 1 })
+			open.Add(1)
+			clk.Step(time.Second)
+			dial() // b
+			waitFor(t, 10*time.Second, "b to wait", func() bool { return serving.Pending(ln) == 2 })
+			dial() // c
+			if tc.clientClose {
+				a.Close()
+			}
+			// Two timers: the admission loop's, and the accept loop's,
+			// which counts the files every FilesEvery while none are to
+			// spare.
+			armed := func() bool { return clk.Waiters() >= 2 }
+			waitFor(t, 10*time.Second, "the files to be counted again", armed)
+			clk.Step(9*time.Second - time.Nanosecond)
+			waitFor(t, 10*time.Second, "the files to be counted again", armed)
+			if got := serving.Pending(ln); got != 2 {
+				t.Fatalf("waiting = %d before 10 s, want 2", got)
+			}
+			clk.Step(serving.FilesEvery)
+			// c waits in a's place, b still waits: a alone was closed.
+			waitFor(t, 10*time.Second, "c to take a's place", func() bool {
+				return serving.Pending(ln) == 2 && serving.Demand(ln) == tc.wantDemand
+			})
+			if !tc.clientClose {
+				_ = a.SetReadDeadline(time.Now().Add(10 * time.Second))
+				if _, err := a.Read(make([]byte, 1)); !errors.Is(err, io.EOF) {
+					t.Errorf("the longest waiting's client read %v, want EOF", err)
+				}
+			}
+			select {
+			case x := <-accepted:
+				t.Errorf("admitted %v with the budget full and its connection in its grace", x.RemoteAddr())
+			default:
+			}
+		})
+	}
+}

@@ -388,12 +388,15 @@ const pendingTimeout = 10 * time.Second
 
 // sweep unlinks the connections that have spent longer in their stage
 // than its timeout allows at the current fill, and the pending ones that
-// waited longer than the handshake timeout, and returns them to be closed
+// waited longer than pendingLimit, and returns them to be closed
 // once a.mu is released. Under a.mu.
 func (a *admission) sweep(now time.Time) []net.Conn {
 	var expired []net.Conn
 	limit := a.pendingLimit()
 	for key, q := range a.pending {
+		if limit <= 0 {
+			break
+		}
 		n := 0
 		for n < len(q) && now.Sub(q[n].at) >= limit {
 			q[n].gone = true
@@ -430,8 +433,27 @@ func (a *admission) sweep(now time.Time) []net.Conn {
 	return expired
 }
 
-// pendingLimit is how long a connection may wait to be admitted.
+// pendingLimit is how long a connection may wait to be admitted; 0 for
+// as long as the files last, where they are counted: closing one for its
+// age only makes its client, if still there, reconnect (and, taken for a
+// reconnection, wait again), while parked it costs a file that is to
+// spare; it is closed when files run short, or for an arrival once no
+// more may wait (see shedLocked). With
+// 2,974 junk-token clients from one address, rbacproxy answered 90-92%
+// of new connections within 1 s closing those that waited 10 s, 100%
+// keeping them (AMD EPYC, 2 cores, 4,096 files).
 func (a *admission) pendingLimit() time.Duration {
+	if a.files != nil {
+		return 0
+	}
+	return a.waitLimit()
+}
+
+// waitLimit is how long a connection may wait to be admitted where files
+// are not counted, and where they are, how long one must have waited to
+// be closed for an arrival once no more may wait: the handshake timeout,
+// else pendingTimeout.
+func (a *admission) waitLimit() time.Duration {
 	if limit := a.relaxed[stageSilent]; limit > 0 {
 		return limit
 	}
@@ -443,6 +465,9 @@ func (a *admission) pendingLimit() time.Duration {
 func (a *admission) nextExpiry(wake time.Time) time.Time {
 	limit := a.pendingLimit()
 	for _, q := range a.pending {
+		if limit <= 0 {
+			break
+		}
 		if at := q[0].at.Add(limit); at.Before(wake) {
 			wake = at
 		}
