@@ -225,8 +225,14 @@ const limitLogInterval = 10 * time.Second
 // that waited at least two EvictionIntervals and less than 400 ms, so
 // that one overtaken by newer arrivals is not starved (and, admitted, is
 // answered within a second, which one that had waited a second would not
-// be). A connection
-// waiting longer than the handshake timeout (10s without one) is closed.
+// be). Where the open files cannot be counted (not Linux) or MaxWaiting
+// is set, a connection waiting longer than the handshake timeout (10s
+// without one) is closed; where they are, a waiting connection is not
+// closed for its age while more may wait (closing it only makes its
+// client reconnect, and be taken for a reconnection), and once no more
+// may, the longest waiting is closed for an arrival once it has waited
+// that long, its client's next arrival presumed its reconnection unless
+// the client had closed it.
 //
 // A connection arriving from a source within a second of a close of one
 // of its connections, by the server (a timeout, an eviction, a refusal)
