@@ -54,9 +54,12 @@ var ErrAnswerTooLarge = errors.New("the answer is larger than the limit")
 // be through client-go, so their codes and reasons are the same. A Client
 // is safe for concurrent use.
 type Client struct {
-	http      *http.Client
-	base      *url.URL
-	limiter   flowcontrol.RateLimiter
+	http    *http.Client
+	base    *url.URL
+	limiter flowcontrol.RateLimiter
+	// turn orders the waits on limiter as the review queue orders reviews
+	// (see Client.do).
+	turn      *Queue
 	userAgent string
 }
 
@@ -94,7 +97,7 @@ func NewClient(cfg *rest.Config) (*Client, error) {
 	if ua == "" {
 		ua = rest.DefaultKubernetesUserAgent()
 	}
-	return &Client{http: httpClient, base: base, limiter: limiter, userAgent: ua}, nil
+	return &Client{http: httpClient, base: base, limiter: limiter, turn: NewQueue(1), userAgent: ua}, nil
 }
 
 // Create posts in, a review of kind gvk, to path (such as
@@ -152,7 +155,21 @@ const (
 // do sends one request and returns the body of a 2xx answer.
 func (c *Client) do(ctx context.Context, method, path string, body []byte, limit int64) ([]byte, error) {
 	if c.limiter != nil {
-		if err := c.limiter.Wait(ctx); err != nil {
+		// One request at a time waits for the limiter's next token, the
+		// one the fair queue picks (verified tokens first, sources in
+		// turn: see Queue), not the first to ask. The token bucket
+		// alone serves its waiters first come, first served: under a
+		// flood of junk tokens at the limit (200 a second), a verified
+		// token's review, first in the in-flight queue, then waited
+		// behind the 15 others in flight for their tokens, about 80 ms
+		// (the snapshot-metadata sidecar under 600 junk-token clients:
+		// p50 87 ms, against 36 ms with no limit; AMD EPYC, 2 cores).
+		if err := c.turn.Acquire(ctx); err != nil {
+			return nil, err
+		}
+		err := c.limiter.Wait(ctx)
+		c.turn.Release()
+		if err != nil {
 			if ctx.Err() != nil {
 				return nil, ctx.Err()
 			}

@@ -442,3 +442,95 @@ func TestRefusalsLoggedOncePerInterval(t *testing.T) {
 		t.Errorf("refusals counted = %d; want 5", n)
 	}
 }
+
+// gateLimiter is a rate limiter whose every Wait blocks until the test
+// lets it through, recording who waited, in order.
+type gateLimiter struct {
+	waited chan string
+	pass   chan struct{}
+}
+
+type labelKey struct{}
+
+func (l *gateLimiter) Wait(ctx context.Context) error {
+	l.waited <- ctx.Value(labelKey{}).(string)
+	select {
+	case <-l.pass:
+		return nil
+	case <-ctx.Done():
+		return ctx.Err()
+	}
+}
+func (*gateLimiter) TryAccept() bool { return true }
+func (*gateLimiter) Accept()         {}
+func (*gateLimiter) Stop()           {}
+func (*gateLimiter) QPS() float32    { return 1 }
+
+// TestRateLimiterTurns: requests wait for the rate limiter's tokens one at
+// a time, in the review queue's order (verified first, sources in turn),
+// not first come, first served: a verified token's review that arrives
+// behind a flood's waits for one token, not for the flood's.
+func TestRateLimiterTurns(t *testing.T) {
+	t.Parallel()
+	ts := httptest.NewTLSServer(http.HandlerFunc(func(w http.ResponseWriter, _ *http.Request) {
+		w.Header().Set("Content-Type", "application/json")
+		_, _ = w.Write([]byte("{}"))
+	}))
+	defer ts.Close()
+	lim := &gateLimiter{waited: make(chan string, 16), pass: make(chan struct{})}
+	cfg := tlsConfig(ts)
+	cfg.RateLimiter = lim
+	c := newClient(t, cfg)
+	ctx := context.Background()
+	get := func(label string, verified bool, addr string) chan error {
+		rctx := review.WithSource(context.WithValue(ctx, labelKey{}, label), review.Source{Address: addr, Conn: label})
+		if verified {
+			rctx = review.WithVerified(rctx)
+		}
+		done := make(chan error, 1)
+		go func() { _, err := c.Get(rctx, "/", 1<<10); done <- err }()
+		return done
+	}
+	var dones []chan error
+	// junk0 takes the turn and waits for a token; junk1..3 (one address)
+	// and then the verified token (another) wait for the turn.
+	dones = append(dones, get("junk0", false, "10.0.0.1"))
+	if got := <-lim.waited; got != "junk0" {
+		t.Fatalf("first to wait for a token: %s", got)
+	}
+	waitQueued := func(n int) {
+		deadline := time.Now().Add(10 * time.Second)
+		for review.TurnsWaiting(c) != n {
+			if time.Now().After(deadline) {
+				t.Fatalf("%d waiting for the turn, want %d", review.TurnsWaiting(c), n)
+			}
+			runtime.Gosched()
+		}
+	}
+	for i := 1; i <= 3; i++ {
+		dones = append(dones, get(fmt.Sprint("junk", i), false, "10.0.0.1"))
+		waitQueued(i)
+	}
+	dones = append(dones, get("verified", true, "10.0.0.2"))
+	waitQueued(4)
+	var order []string
+	for range 4 {
+		lim.pass <- struct{}{}
+		order = append(order, <-lim.waited)
+	}
+	lim.pass <- struct{}{}
+	want := []string{"verified", "junk1", "junk2", "junk3"}
+	if fmt.Sprint(order) != fmt.Sprint(want) {
+		t.Errorf("waited for tokens in the order %v, want %v", order, want)
+	}
+	for _, d := range dones {
+		if err := <-d; err != nil {
+			t.Error(err)
+		}
+	}
+	select {
+	case l := <-lim.waited:
+		t.Errorf("%s waited for a token twice", l)
+	default:
+	}
+}

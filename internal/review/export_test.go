@@ -26,3 +26,7 @@ func (q *Queue) Enqueue(ctx context.Context) (granted func() bool, leave func())
 	}
 	return granted, leave
 }
+
+// TurnsWaiting is the number of requests waiting for their turn at c's
+// rate limiter.
+func TurnsWaiting(c *Client) int { return c.turn.Waiting() }
