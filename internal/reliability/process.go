@@ -81,9 +81,15 @@ func MaybeAttack() {
 		fmt.Fprintln(os.Stderr, "attack:", err)
 		os.Exit(2)
 	}
-	ctx, stop := signal.NotifyContext(context.Background(), syscall.SIGTERM, os.Interrupt)
+	// The signals stay registered until the process exits: Finish sends
+	// SIGTERM and then closes stdin, and had the stdin reader's stop
+	// unregistered them before the (asynchronous) signal arrived, the
+	// runtime would have ended the process by SIGTERM with no result
+	// ("attack process: signal: terminated", seen on a loaded machine).
+	sigCtx, _ := signal.NotifyContext(context.Background(), syscall.SIGTERM, os.Interrupt)
+	ctx, cancel := context.WithCancel(sigCtx)
 	// The test closes stdin when it goes away: stop then too.
-	go func() { _, _ = io.Copy(io.Discard, os.Stdin); stop() }()
+	go func() { _, _ = io.Copy(io.Discard, os.Stdin); cancel() }()
 	var out sync.Mutex
 	res := runAttack(ctx, spec, func() {
 		out.Lock()
