@@ -46,6 +46,9 @@ type admissionConfig struct {
 	// rapidReset bounds the streams a client cancels, per connection.
 	resetBurst    int
 	resetInterval time.Duration
+	// parkResets parks a connection past the rapid-reset bound instead
+	// of closing it (see admConn.park).
+	parkResets bool
 	// files and memory, if files is set, replace the process's open
 	// files and memory limit (see roomToWaitLocked).
 	files  *fileGauge
@@ -72,6 +75,7 @@ type admission struct {
 	join           bool
 	resetBurst     int
 	resetInterval  time.Duration
+	parkResets     bool
 	rec            *observe.Recorder
 
 	mu    sync.Mutex
@@ -169,7 +173,7 @@ func newAdmission(max int, c admissionConfig) *admission {
 	a := &admission{
 		max: max, clock: clk, logger: c.Logger, log: loglimit.New(1, limitLogInterval, clk),
 		grace: o.EvictionGrace, progressWindow: o.ProgressWindow, evictEvery: o.EvictionInterval, source: o.Source, tls: c.tls, join: c.join,
-		resetBurst: c.resetBurst, resetInterval: c.resetInterval, rec: observe.Of(c.Metrics),
+		resetBurst: c.resetBurst, resetInterval: c.resetInterval, parkResets: c.parkResets, rec: observe.Of(c.Metrics),
 		sources: map[string]*sourceState{}, done: make(chan struct{}),
 		pending: map[string][]*pendingConn{}, maxPending: max, maxWaiting: max, awaited: map[string]*awaitedCloses{},
 		wake: make(chan struct{}, 1), space: make(chan struct{}, 1),
@@ -484,7 +488,8 @@ type admConn struct {
 	refusals   int  // requests refused before one was served
 	working    int
 	queued     bool              // waiting for its handshake's turn
-	resets     *loglimit.Limiter // streams the client cancelled (gRPC)
+	resets     *loglimit.Limiter // streams the client cancelled
+	parked     atomic.Bool       // past the rapid-reset bound: no more reads (see park)
 }
 
 // RemoteAddr returns a copy of the connection's remote address made at
@@ -492,6 +497,10 @@ type admConn struct {
 func (c *admConn) RemoteAddr() net.Addr { return c.raddr }
 
 func (c *admConn) Read(p []byte) (int, error) {
+	if c.parked.Load() {
+		<-c.ctx.Done()
+		return 0, net.ErrClosed
+	}
 	n, err := c.Conn.Read(p)
 	if n > 0 {
 		if !c.readOnce.Load() && c.readOnce.CompareAndSwap(false, true) {

@@ -113,8 +113,30 @@ func (c *admConn) reset() {
 	l := c.resets
 	a.mu.Unlock()
 	if ok, _ := l.Allow(); !ok {
+		if a.parkResets && !c.servedOnce.Load() {
+			c.park()
+			return
+		}
 		a.evict(c, closeRapidReset)
 	}
+}
+
+// park stops reading c, a connection past the rapid-reset bound that has
+// never been served: what its client sends next waits in the kernel's
+// buffers, then in the client's, unread, and c is closed when admission
+// makes room (it counts as refused: among the first to go), when files
+// run short, or when the server shuts down. Closed at once, an attacker's
+// connection is back within a round trip and costs a TLS handshake and
+// the hundreds of streams net/http reads before Go's own bound closes it
+// (four times MaxConcurrentStreams queued): parked, it costs a file. A
+// connection that was served (a client cancelling its watches at once,
+// say) is closed instead, so that its client reconnects rather than
+// waits. Its blocked read returns once c is closed.
+func (c *admConn) park() {
+	if c.parked.Swap(true) {
+		return
+	}
+	c.a.set(c, false, func(c *admConn) { c.refused = true })
 }
 
 // errConnClosed refuses streams on a connection admission closed.

@@ -112,6 +112,16 @@ type ServerOptions struct {
 	// a stream (kube-rbac-proxy's --http2-max-size). Zero means Go's
 	// defaults.
 	MaxReadFrameSize int
+	// RapidResetLimit and RapidResetRate bound the HTTP/2 requests a
+	// client cancels (RST_STREAM while its handler runs) on one
+	// connection, as [GRPCOptions] does for calls: RapidResetLimit at
+	// once, then RapidResetRate a second; past them admission closes the
+	// connection. Zero means [DefaultRapidResetLimit] and
+	// [DefaultRapidResetRate]; a negative RapidResetLimit means no bound
+	// beyond Go's own (see [DefaultMaxConcurrentStreams]). Only with a
+	// connection budget (MaxConnections not negative).
+	RapidResetLimit int
+	RapidResetRate  float64
 	// DisableHTTP2 serves HTTP/1.1 only.
 	DisableHTTP2 bool
 	// UnencryptedHTTP2 serves HTTP/2 with prior knowledge (h2c) besides
@@ -202,6 +212,12 @@ func NewHTTPServer(handler http.Handler, opts ServerOptions) (*HTTPServer, error
 	if opts.MaxConcurrentStreams <= 0 {
 		opts.MaxConcurrentStreams = DefaultMaxConcurrentStreams
 	}
+	if opts.RapidResetLimit == 0 {
+		opts.RapidResetLimit = DefaultRapidResetLimit
+	}
+	if opts.RapidResetRate <= 0 {
+		opts.RapidResetRate = DefaultRapidResetRate
+	}
 	maxConn := opts.MaxConnections
 	if maxConn == 0 {
 		maxConn = DefaultBudget()
@@ -223,7 +239,7 @@ func (s *HTTPServer) Serve(ctx context.Context, ln net.Listener) error {
 	baseCtx, cancelRequests := context.WithCancel(context.WithoutCancel(ctx))
 	defer cancelRequests()
 	srv := &http.Server{
-		Handler:           &guard{next: s.handler, writeTimeout: s.opts.WriteTimeout, readTimeout: s.opts.ReadTimeout},
+		Handler:           &guard{next: s.handler, writeTimeout: s.opts.WriteTimeout, readTimeout: s.opts.ReadTimeout, base: baseCtx},
 		ReadHeaderTimeout: s.opts.ReadHeaderTimeout,
 		IdleTimeout:       s.opts.IdleTimeout,
 		MaxHeaderBytes:    s.opts.MaxHeaderBytes,
@@ -255,11 +271,16 @@ func (s *HTTPServer) Serve(ctx context.Context, ln net.Listener) error {
 		srv.TLSConfig = c.ServerConfig(protos...)
 	}
 	if s.maxConn > 0 {
-		adm := newAdmission(s.maxConn, admissionConfig{
+		ac := admissionConfig{
 			LimitOptions: LimitOptions{AdmissionOptions: s.opts.Admission, Logger: logger, Clock: s.opts.Clock, Metrics: s.opts.Metrics},
 			handshake:    s.opts.ReadHeaderTimeout, waiting: s.opts.ReadHeaderTimeout, idle: s.opts.IdleTimeout,
 			tls: s.opts.Certificates != nil,
-		})
+		}
+		if s.opts.RapidResetLimit > 0 {
+			ac.resetBurst, ac.resetInterval = s.opts.RapidResetLimit, time.Duration(float64(time.Second)/s.opts.RapidResetRate)
+			ac.parkResets = true
+		}
+		adm := newAdmission(s.maxConn, ac)
 		ln = adm.listener(ln)
 		if srv.TLSConfig != nil {
 			srv.TLSConfig = admissionTLS(srv.TLSConfig)
@@ -332,6 +353,9 @@ func (s *HTTPServer) Serve(ctx context.Context, ln net.Listener) error {
 type guard struct {
 	next                      http.Handler
 	writeTimeout, readTimeout time.Duration
+	// base is the server's base context: cancelled at shutdown, when the
+	// requests it cancels are not the client's resets.
+	base context.Context
 }
 
 // deadliner is what net/http's HTTP/1 and HTTP/2 response writers
@@ -344,10 +368,47 @@ type deadliner interface {
 func (g *guard) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	gw := guardedWriter{ResponseWriter: w, timeout: g.writeTimeout, http1: r.ProtoMajor == 1}
 	if ac := connFrom(r.Context()); ac != nil {
+		if !gw.http1 {
+			// net/http cancels an HTTP/2 request's context when its
+			// client resets the stream (also when the connection ends,
+			// and at shutdown with CancelOnShutdown): a reset counts
+			// against the rapid-reset bound, as the gRPC server counts
+			// calls reset, whether it came before the handler started
+			// or while it runs. A stream reset before its handler
+			// started, or opened on a connection admission closed, gets
+			// no handler: the abort ends it, nothing is written.
+			if ac.closing() || ac.parked.Load() {
+				panic(http.ErrAbortHandler)
+			}
+			if r.Context().Err() != nil {
+				g.reset(ac)
+				panic(http.ErrAbortHandler)
+			}
+			// The handler sees its request cancelled once the reset is
+			// counted (and, past the bound, the connection closed or
+			// parked), so that nothing it does after can outrun that.
+			ctx, cancel := context.WithCancel(context.WithoutCancel(r.Context()))
+			stop := context.AfterFunc(r.Context(), func() { g.reset(ac); cancel() })
+			defer func() {
+				if !stop() {
+					<-ctx.Done() // counting
+				}
+				cancel()
+			}()
+			r = r.WithContext(ctx)
+		}
 		// The connection's admission stage: a request in progress, then
 		// one completed unless refused.
 		ac.workStart()
-		defer func() { ac.workEnd(httpOutcome(gw.code)) }()
+		defer func() {
+			o := httpOutcome(gw.code)
+			if r.Context().Err() != nil && g.base.Err() == nil {
+				// The client reset the stream or went away: whatever the
+				// handler answered did not reach it.
+				o = outcomeOther
+			}
+			ac.workEnd(o)
+		}()
 	}
 	gw.d, _ = w.(deadliner)
 	if gw.http1 {
@@ -363,6 +424,14 @@ func (g *guard) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 		// returns) fail at once instead of waiting for a body that may
 		// never come.
 		_ = gw.d.SetReadDeadline(time.Now())
+	}
+}
+
+// reset counts a stream of ac its client reset, unless the server is
+// shutting down or the connection is already closing.
+func (g *guard) reset(ac *admConn) {
+	if g.base.Err() == nil && !ac.closing() {
+		ac.reset()
 	}
 }
 

@@ -16,9 +16,11 @@ import (
 	"testing"
 	"time"
 
+	"github.com/prometheus/client_golang/prometheus"
 	"golang.org/x/net/http2"
 	"golang.org/x/net/http2/hpack"
 	"k8s.io/klog/v2"
+	clocktesting "k8s.io/utils/clock/testing"
 
 	"github.com/reviewauth/reviewauth/metrics"
 	"github.com/reviewauth/reviewauth/serving"
@@ -611,6 +613,203 @@ func TestHTTP2RapidReset(t *testing.T) {
 	}
 	h.c.Close()
 	<-attack
+}
+
+// TestHTTP2RapidResetBound: an HTTP/2 client that resets the requests it
+// opens passes RapidResetLimit resets (the clock stands still, so
+// RapidResetRate adds none) even though every handler ends at its reset,
+// so that Go's own bound (a queue of four times MaxConcurrentStreams)
+// never trips. A connection never served is then parked: nothing more is
+// read from it (the request it sends next is not answered), and it is
+// closed, as an eviction, when a newcomer needs its room. One that was
+// served is closed at once, so that its client reconnects. A client
+// within the bound keeps its connection and is served on it, and with
+// the bound off so is a flood.
+func TestHTTP2RapidResetBound(t *testing.T) {
+	t.Parallel()
+	const (
+		served = "served on the same connection"
+		parked = "parked until a newcomer needs its room"
+		closed = "closed"
+	)
+	for _, tc := range []struct {
+		name        string
+		limit       int
+		servedFirst bool
+		resets      int
+		// oneByOne resets each stream once its handler runs, and waits
+		// for the handler to end before the next: every reset is counted.
+		oneByOne bool
+		want     string
+	}{
+		{name: "at the bound", resets: serving.DefaultRapidResetLimit, oneByOne: true, want: served},
+		{name: "one past the bound", resets: serving.DefaultRapidResetLimit + 1, oneByOne: true, want: parked},
+		{name: "a flood", resets: 300, want: parked},
+		{name: "one past the bound, served before", servedFirst: true, resets: serving.DefaultRapidResetLimit + 1, oneByOne: true, want: closed},
+		{name: "a flood, no bound", limit: -1, resets: 300, want: served},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			t.Parallel()
+			var started, ended atomic.Int64
+			handler := http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+				if r.URL.Path == "/ok" {
+					_, _ = io.WriteString(w, "ok")
+					return
+				}
+				started.Add(1)
+				defer ended.Add(1)
+				<-r.Context().Done()
+			})
+			clk := clocktesting.NewFakeClock(time.Now())
+			m := metrics.New()
+			srv, err := serving.NewHTTPServer(handler, serving.ServerOptions{
+				Certificates: selfSigned(t), RapidResetLimit: tc.limit, ShutdownTimeout: time.Millisecond,
+				MaxConnections: 1, Clock: clk, Metrics: m,
+			})
+			if err != nil {
+				t.Fatal(err)
+			}
+			closes := closedCounter(t, m)
+			addr := serve(t, t.Context(), srv)
+			h := dialH2(t, addr)
+			defer h.c.Close()
+			frames := make(chan http2.Frame, 1024)
+			go func() {
+				defer close(frames)
+				for {
+					f, err := h.fr.ReadFrame()
+					if err != nil {
+						return
+					}
+					if hf, ok := f.(*http2.HeadersFrame); ok {
+						// The framer reuses its frames: keep what is read.
+						frames <- &http2.HeadersFrame{FrameHeader: hf.FrameHeader}
+					} else if f.Header().Type == http2.FrameGoAway {
+						frames <- f
+					}
+				}
+			}()
+			// answered waits for the answer to stream id: true if it came,
+			// false if the connection ended first.
+			answered := func(id uint32) bool {
+				t.Helper()
+				deadline := time.After(10 * time.Second)
+				for {
+					select {
+					case f, ok := <-frames:
+						if !ok || f.Header().Type == http2.FrameGoAway {
+							return false
+						}
+						if f.Header().StreamID == id {
+							return true
+						}
+					case <-deadline:
+						t.Fatalf("stream %d was neither answered nor its connection closed within 10s", id)
+					}
+				}
+			}
+			id := uint32(1)
+			if tc.servedFirst {
+				if h.headers(id, "/ok") != nil || !answered(id) {
+					t.Fatal("the first request was not answered")
+				}
+				id += 2
+			}
+			for i := range tc.resets {
+				if err := h.headers(id, "/wait"); err != nil {
+					break // closed
+				}
+				if tc.oneByOne {
+					waitFor(t, 10*time.Second, "the handler to start", func() bool { return started.Load() == int64(i+1) })
+				}
+				if err := h.fr.WriteRSTStream(id, http2.ErrCodeCancel); err != nil {
+					break
+				}
+				if tc.oneByOne {
+					waitFor(t, 10*time.Second, "the handler to end", func() bool { return ended.Load() == int64(i+1) })
+				}
+				id += 2
+			}
+			if h.headers(id, "/ok") != nil {
+				t.Fatalf("after %d resets, writing a request failed; want it %s", tc.resets, tc.want)
+			}
+			switch tc.want {
+			case served:
+				if !answered(id) {
+					t.Fatalf("after %d resets (limit %d), the connection was closed; want the request %s", tc.resets, tc.limit, tc.want)
+				}
+			case closed:
+				if answered(id) {
+					t.Fatalf("after %d resets, a request on the same connection was answered; want the connection %s", tc.resets, tc.want)
+				}
+				waitFor(t, 10*time.Second, "the close to be counted", func() bool { return closes("rapid_reset") == 1 })
+			case parked:
+				// The budget (1) is the parked connection's: a newcomer is
+				// served once its grace has passed, and the parked one is
+				// closed for it, its request unanswered.
+				client := &http.Client{Transport: &http.Transport{TLSClientConfig: &tls.Config{InsecureSkipVerify: true}, ForceAttemptHTTP2: true}}
+				defer client.CloseIdleConnections()
+				got := make(chan error, 1)
+				go func() {
+					resp, err := client.Get("https://" + addr + "/ok")
+					if err == nil {
+						resp.Body.Close()
+						if resp.StatusCode != 200 {
+							err = fmt.Errorf("status %d", resp.StatusCode)
+						}
+					}
+					got <- err
+				}()
+				var err error
+				waitFor(t, 10*time.Second, "the newcomer to be served", func() bool {
+					clk.Step(100 * time.Millisecond)
+					select {
+					case err = <-got:
+						return true
+					default:
+						return false
+					}
+				})
+				if err != nil {
+					t.Fatalf("newcomer: %v", err)
+				}
+				if answered(id) {
+					t.Fatalf("after %d resets, a request on the same connection was answered; want the connection %s", tc.resets, tc.want)
+				}
+				if got := closes("evicted"); got != 1 || closes("rapid_reset") != 0 {
+					t.Errorf("closes: %d evicted, %d for rapid reset; want 1 evicted (the parked connection)", got, closes("rapid_reset"))
+				}
+			}
+		})
+	}
+}
+
+// closedCounter returns a function that reads m's count of connections
+// closed for reason, all stages.
+func closedCounter(t *testing.T, m *metrics.Metrics) func(reason string) int {
+	reg := prometheus.NewRegistry()
+	reg.MustRegister(m)
+	return func(reason string) int {
+		mfs, err := reg.Gather()
+		if err != nil {
+			t.Error(err)
+			return 0
+		}
+		n := 0
+		for _, mf := range mfs {
+			if mf.GetName() != "reviewauth_connections_closed_total" {
+				continue
+			}
+			for _, x := range mf.GetMetric() {
+				for _, l := range x.GetLabel() {
+					if l.GetName() == "reason" && l.GetValue() == reason {
+						n += int(x.GetCounter().GetValue())
+					}
+				}
+			}
+		}
+		return n
+	}
 }
 
 // TestHealth: /healthz and /livez are always ok; /readyz follows the
