@@ -624,7 +624,8 @@ func TestHTTP2RapidReset(t *testing.T) {
 // closed, as an eviction, when a newcomer needs its room. One that was
 // served is closed at once, so that its client reconnects. A client
 // within the bound keeps its connection and is served on it, and with
-// the bound off so is a flood.
+// the bound off so is a flood. A connection refused eight times and
+// never served is closed, whether or not it reset a request.
 func TestHTTP2RapidResetBound(t *testing.T) {
 	t.Parallel()
 	const (
@@ -637,6 +638,7 @@ func TestHTTP2RapidResetBound(t *testing.T) {
 		limit       int
 		servedFirst bool
 		resets      int
+		refusals    int // requests refused (401) after the resets
 		// oneByOne resets each stream once its handler runs, and waits
 		// for the handler to end before the next: every reset is counted.
 		oneByOne bool
@@ -647,13 +649,23 @@ func TestHTTP2RapidResetBound(t *testing.T) {
 		{name: "a flood", resets: 300, want: parked},
 		{name: "one past the bound, served before", servedFirst: true, resets: serving.DefaultRapidResetLimit + 1, oneByOne: true, want: closed},
 		{name: "a flood, no bound", limit: -1, resets: 300, want: served},
+		// Refused (401) eight times without being served: closed, so that
+		// its client reconnects and sees the refusals, whether or not it
+		// reset a request too.
+		{name: "refusals", refusals: 8, want: closed},
+		{name: "refusals after a reset", resets: 1, oneByOne: true, refusals: 8, want: closed},
+		{name: "one refusal short, after a reset", resets: 1, oneByOne: true, refusals: 7, want: served},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			t.Parallel()
 			var started, ended atomic.Int64
 			handler := http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
-				if r.URL.Path == "/ok" {
+				switch r.URL.Path {
+				case "/ok":
 					_, _ = io.WriteString(w, "ok")
+					return
+				case "/refuse":
+					http.Error(w, "Unauthorized", http.StatusUnauthorized)
 					return
 				}
 				started.Add(1)
@@ -730,7 +742,18 @@ func TestHTTP2RapidResetBound(t *testing.T) {
 				}
 				id += 2
 			}
-			if h.headers(id, "/ok") != nil {
+			for i := range tc.refusals {
+				if h.headers(id, "/refuse") != nil {
+					break
+				}
+				// The last refusal may close the connection before its
+				// answer is written.
+				if !answered(id) && i < tc.refusals-1 {
+					t.Fatalf("refusal %d: the connection was closed", i+1)
+				}
+				id += 2
+			}
+			if h.headers(id, "/ok") != nil && tc.want != closed {
 				t.Fatalf("after %d resets, writing a request failed; want it %s", tc.resets, tc.want)
 			}
 			switch tc.want {
@@ -742,7 +765,11 @@ func TestHTTP2RapidResetBound(t *testing.T) {
 				if answered(id) {
 					t.Fatalf("after %d resets, a request on the same connection was answered; want the connection %s", tc.resets, tc.want)
 				}
-				waitFor(t, 10*time.Second, "the close to be counted", func() bool { return closes("rapid_reset") == 1 })
+				reason := "rapid_reset"
+				if tc.refusals > 0 {
+					reason = "refused"
+				}
+				waitFor(t, 10*time.Second, "the close to be counted", func() bool { return closes(reason) == 1 })
 			case parked:
 				// The budget (1) is the parked connection's: a newcomer is
 				// served once its grace has passed, and the parked one is
