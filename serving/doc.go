@@ -45,9 +45,12 @@
 //
 // [HTTPServer] bounds what one client can hold: connections
 // ([LimitListener]), header, body, per-write and idle times, header size,
-// HTTP/2 streams; it closes the connection after a refusal without reading
-// the request body, so that an unauthenticated client can neither keep
-// connections alive nor make the server wait for a body it never sends.
+// HTTP/2 streams and the requests a client resets (HTTP/2 rapid reset: a
+// connection past the bound that was never served is parked, read no
+// more, rather than closed to reconnect); it closes the connection after
+// a refusal without reading the request body, so that an unauthenticated
+// client can neither keep connections alive nor make the server wait for
+// a body it never sends.
 // [GRPCServerOptions] and [ServeGRPC] do the same for gRPC: handshake
 // timeout, keepalive enforcement, idle connections, streams, metadata size,
 // the connection budget, and a bound on streams a client resets (HTTP/2

@@ -113,13 +113,15 @@ type ServerOptions struct {
 	// defaults.
 	MaxReadFrameSize int
 	// RapidResetLimit and RapidResetRate bound the HTTP/2 requests a
-	// client cancels (RST_STREAM while its handler runs) on one
-	// connection, as [GRPCOptions] does for calls: RapidResetLimit at
-	// once, then RapidResetRate a second; past them admission closes the
-	// connection. Zero means [DefaultRapidResetLimit] and
-	// [DefaultRapidResetRate]; a negative RapidResetLimit means no bound
-	// beyond Go's own (see [DefaultMaxConcurrentStreams]). Only with a
-	// connection budget (MaxConnections not negative).
+	// client cancels (RST_STREAM) before they are answered, on a
+	// connection that has not been served, as [GRPCOptions] does for
+	// calls: RapidResetLimit at once, then RapidResetRate a second; past
+	// them admission parks the connection (reads no more from it) until
+	// it needs its room. A connection that was served is left to Go's own
+	// bound (see [DefaultMaxConcurrentStreams]). Zero means
+	// [DefaultRapidResetLimit] and [DefaultRapidResetRate]; a negative
+	// RapidResetLimit means no bound beyond Go's. Only with a connection
+	// budget (MaxConnections not negative).
 	RapidResetLimit int
 	RapidResetRate  float64
 	// DisableHTTP2 serves HTTP/1.1 only.
@@ -172,11 +174,11 @@ type ServerOptions struct {
 //     refusal nor make the server read what it sends;
 //   - HTTP/2 connections have at most MaxConcurrentStreams streams, and
 //     Go's rapid-reset mitigation (see [DefaultMaxConcurrentStreams]);
-//     requests whose client resets them count against RapidResetLimit
-//     and RapidResetRate, past which a connection never served is parked
-//     (no more reads: it costs a file, no CPU, and no reconnection's
-//     handshake) until admission needs its room, and one that was served
-//     is closed. Under 2,313 rapid-reset clients from one address
+//     on a connection never served, requests whose client resets them
+//     before they are answered count against RapidResetLimit and
+//     RapidResetRate, past which the connection is parked (no more
+//     reads: it costs a file, no CPU, and no reconnection's handshake)
+//     until admission needs its room. Under 2,313 rapid-reset clients from one address
 //     (budget 1,322, 2 cores), closing at the bound left rbacproxy's CPU
 //     at 140% and kept-alive scrapes at 60-100% within 1 s; parked, 42%
 //     and 100%;
@@ -379,12 +381,20 @@ func (g *guard) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 		if !gw.http1 {
 			// net/http cancels an HTTP/2 request's context when its
 			// client resets the stream (also when the connection ends,
-			// and at shutdown with CancelOnShutdown): a reset counts
-			// against the rapid-reset bound, as the gRPC server counts
-			// calls reset, whether it came before the handler started
-			// or while it runs. A stream reset before its handler
-			// started, or opened on a connection admission closed, gets
-			// no handler: the abort ends it, nothing is written.
+			// and at shutdown with CancelOnShutdown). On a connection
+			// never served, a stream reset before it was answered
+			// counts against the rapid-reset bound (CVE-2023-44487: the
+			// work a client makes and cancels before any answer),
+			// whether the reset came before the handler started or
+			// while it runs. A watch or a download its client stops
+			// once answered is no such reset, and a client that was
+			// served is left to Go's own bound: clients cancel
+			// requests as a matter of course (informers' watches,
+			// timeouts), and closing their connection for it failed
+			// draproxy's clients. A stream reset before its handler
+			// started, or opened on a connection admission closed or
+			// parked, gets no handler: the abort ends it, nothing is
+			// written.
 			if ac.closing() || ac.parked.Load() {
 				panic(http.ErrAbortHandler)
 			}
@@ -396,7 +406,12 @@ func (g *guard) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 			// counted (and, past the bound, the connection closed or
 			// parked), so that nothing it does after can outrun that.
 			ctx, cancel := context.WithCancel(context.WithoutCancel(r.Context()))
-			stop := context.AfterFunc(r.Context(), func() { g.reset(ac); cancel() })
+			stop := context.AfterFunc(r.Context(), func() {
+				if !gw.answered.Load() {
+					g.reset(ac)
+				}
+				cancel()
+			})
 			defer func() {
 				if !stop() {
 					<-ctx.Done() // counting
@@ -410,9 +425,9 @@ func (g *guard) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 		ac.workStart()
 		defer func() {
 			o := httpOutcome(gw.code)
-			if r.Context().Err() != nil && g.base.Err() == nil {
-				// The client reset the stream or went away: whatever the
-				// handler answered did not reach it.
+			if !gw.wroteHeader && r.Context().Err() != nil && g.base.Err() == nil {
+				// The client reset the stream or went away before it was
+				// answered: net/http's implicit 200 did not reach it.
 				o = outcomeOther
 			}
 			ac.workEnd(o)
@@ -435,10 +450,11 @@ func (g *guard) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	}
 }
 
-// reset counts a stream of ac its client reset, unless the server is
-// shutting down or the connection is already closing.
+// reset counts a stream of ac its client reset before it was answered,
+// unless the server is shutting down, or the connection is already
+// closing or was served.
 func (g *guard) reset(ac *admConn) {
-	if g.base.Err() == nil && !ac.closing() {
+	if g.base.Err() == nil && !ac.closing() && !ac.servedOnce.Load() {
 		ac.reset()
 	}
 }
@@ -464,8 +480,11 @@ type guardedWriter struct {
 	timeout     time.Duration
 	http1       bool
 	wroteHeader bool
-	refused     bool
-	code        int // the status sent; 0 before the header
+	// answered is wroteHeader, for the reset counter (see ServeHTTP),
+	// which reads it while the handler runs.
+	answered atomic.Bool
+	refused  bool
+	code     int // the status sent; 0 before the header
 	// written and extended pace an HTTP/2 stream's deadline (see
 	// extendOnWrite).
 	written  int
@@ -509,6 +528,7 @@ func (g *guardedWriter) extendOnWrite(n int, flush bool) {
 func (g *guardedWriter) WriteHeader(code int) {
 	if !g.wroteHeader && code >= 200 {
 		g.wroteHeader = true
+		g.answered.Store(true)
 		g.code = code
 		if code >= 400 && g.http1 {
 			// Only on HTTP/1: on HTTP/2 net/http turns this header into a
@@ -524,6 +544,7 @@ func (g *guardedWriter) WriteHeader(code int) {
 func (g *guardedWriter) Write(p []byte) (int, error) {
 	if !g.wroteHeader {
 		g.wroteHeader, g.code = true, http.StatusOK
+		g.answered.Store(true)
 	}
 	g.extendOnWrite(len(p), false)
 	return g.ResponseWriter.Write(p)

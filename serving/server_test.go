@@ -621,10 +621,11 @@ func TestHTTP2RapidReset(t *testing.T) {
 // so that Go's own bound (a queue of four times MaxConcurrentStreams)
 // never trips. A connection never served is then parked: nothing more is
 // read from it (the request it sends next is not answered), and it is
-// closed, as an eviction, when a newcomer needs its room. One that was
-// served is closed at once, so that its client reconnects. A client
-// within the bound keeps its connection and is served on it, and with
-// the bound off so is a flood. A connection refused eight times and
+// closed, as an eviction, when a newcomer needs its room. A connection
+// that was served, and streams reset once answered (watches stopped),
+// are left to Go's own bound: clients cancel requests as a matter of
+// course. A client within the bound keeps its connection and is served
+// on it, and with the bound off so is a flood. A connection refused eight times and
 // never served is closed, whether or not it reset a request.
 func TestHTTP2RapidResetBound(t *testing.T) {
 	t.Parallel()
@@ -639,6 +640,9 @@ func TestHTTP2RapidResetBound(t *testing.T) {
 		servedFirst bool
 		resets      int
 		refusals    int // requests refused (401) after the resets
+		// answered resets each stream once its answer's headers arrive (a
+		// watch its client stops).
+		answered bool
 		// oneByOne resets each stream once its handler runs, and waits
 		// for the handler to end before the next: every reset is counted.
 		oneByOne bool
@@ -647,7 +651,8 @@ func TestHTTP2RapidResetBound(t *testing.T) {
 		{name: "at the bound", resets: serving.DefaultRapidResetLimit, oneByOne: true, want: served},
 		{name: "one past the bound", resets: serving.DefaultRapidResetLimit + 1, oneByOne: true, want: parked},
 		{name: "a flood", resets: 300, want: parked},
-		{name: "one past the bound, served before", servedFirst: true, resets: serving.DefaultRapidResetLimit + 1, oneByOne: true, want: closed},
+		{name: "a flood, served before", servedFirst: true, resets: 300, want: served},
+		{name: "a flood of answered requests", answered: true, resets: 300, want: served},
 		{name: "a flood, no bound", limit: -1, resets: 300, want: served},
 		// Refused (401) eight times without being served: closed, so that
 		// its client reconnects and sees the refusals, whether or not it
@@ -667,6 +672,9 @@ func TestHTTP2RapidResetBound(t *testing.T) {
 				case "/refuse":
 					http.Error(w, "Unauthorized", http.StatusUnauthorized)
 					return
+				case "/watch":
+					w.WriteHeader(http.StatusOK)
+					w.(http.Flusher).Flush()
 				}
 				started.Add(1)
 				defer ended.Add(1)
@@ -727,8 +735,15 @@ func TestHTTP2RapidResetBound(t *testing.T) {
 				}
 				id += 2
 			}
+			path := "/wait"
+			if tc.answered {
+				path = "/watch"
+			}
 			for i := range tc.resets {
-				if err := h.headers(id, "/wait"); err != nil {
+				if err := h.headers(id, path); err != nil {
+					break // closed
+				}
+				if tc.answered && !answered(id) {
 					break // closed
 				}
 				if tc.oneByOne {
