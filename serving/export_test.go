@@ -35,7 +35,7 @@ func AdmissionListener(ln net.Listener, max int, opts LimitOptions, c AdmissionT
 // The events servers report on their connections.
 func HandshakeDone(c net.Conn) { admConnOf(c).handshakeDone() }
 func WorkStart(c net.Conn)     { admConnOf(c).workStart() }
-func Reset(c net.Conn)         { admConnOf(c).reset(false) }
+func Reset(c net.Conn)         { admConnOf(c).reset() }
 func StageOf(c net.Conn) string {
 	ac := admConnOf(c)
 	ac.a.mu.Lock()

@@ -84,9 +84,7 @@ type GRPCOptions struct {
 	// MaxUnservedCalls bounds the calls in progress on a connection that
 	// has not completed one (answered, not refused): further streams are
 	// refused with ResourceExhausted before a handler starts, and count
-	// against RapidResetLimit; past it such a connection is parked (read
-	// no more) until admission needs its room, rather than closed to
-	// reconnect and hold its empty streams again. A new
+	// against RapidResetLimit. A new
 	// client's first calls are few and each sends its request at once;
 	// a client holding empty streams, or resetting streams faster than
 	// their handlers end, is held to this many handlers per connection

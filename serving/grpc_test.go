@@ -18,9 +18,7 @@ import (
 	"google.golang.org/grpc/health"
 	healthpb "google.golang.org/grpc/health/grpc_health_v1"
 	"google.golang.org/grpc/status"
-	clocktesting "k8s.io/utils/clock/testing"
 
-	"github.com/reviewauth/reviewauth/metrics"
 	"github.com/reviewauth/reviewauth/serving"
 )
 
@@ -280,74 +278,5 @@ func TestGRPCUnservedCalls(t *testing.T) {
 		if err := watch(ctx); err != nil {
 			t.Fatalf("call %d on a connection that completed one: %v", i+1, err)
 		}
-	}
-}
-
-// TestGRPCUnservedCallsParked: a connection that has completed no call
-// and keeps opening calls past MaxUnservedCalls has each refused, and
-// each counts against the rapid-reset bound; past it the connection is
-// parked, not closed (its client, holding empty streams, would reconnect
-// to hold them again), and closed as an eviction when a newcomer needs
-// its room.
-func TestGRPCUnservedCallsParked(t *testing.T) {
-	t.Parallel()
-	const resets = 2
-	clk := clocktesting.NewFakeClock(time.Now())
-	m := metrics.New()
-	closes := closedCounter(t, m)
-	addr := startGRPC(t, serving.GRPCOptions{
-		Certificates: selfSigned(t), MaxUnservedCalls: 1, RapidResetLimit: resets, MaxConnections: 1,
-		Clock: clk, Metrics: m,
-	})
-	dial := func() *grpc.ClientConn {
-		cc, err := grpc.NewClient(addr, grpc.WithTransportCredentials(credentials.NewTLS(&tls.Config{InsecureSkipVerify: true})))
-		if err != nil {
-			t.Fatal(err)
-		}
-		t.Cleanup(func() { cc.Close() })
-		return cc
-	}
-	holder := healthpb.NewHealthClient(dial())
-	ctx, cancel := context.WithCancel(t.Context())
-	defer cancel()
-	w, err := holder.Watch(ctx, &healthpb.HealthCheckRequest{})
-	if err != nil {
-		t.Fatal(err)
-	}
-	if _, err := w.Recv(); err != nil { // in progress: the one unserved call
-		t.Fatal(err)
-	}
-	for i := range resets + 1 {
-		if _, err := holder.Check(ctx, &healthpb.HealthCheckRequest{}); status.Code(err) != codes.ResourceExhausted {
-			t.Fatalf("call %d past MaxUnservedCalls = %v; want ResourceExhausted", i+1, err)
-		}
-	}
-	if n := closes("rapid_reset"); n != 0 {
-		t.Fatalf("connections closed past the rapid-reset bound = %d; want 0 (parked)", n)
-	}
-	// The budget (1) is the parked connection's: a newcomer is served
-	// once its grace has passed, and the parked one is closed for it.
-	got := make(chan error, 1)
-	go func() {
-		_, err := healthpb.NewHealthClient(dial()).Check(ctx, &healthpb.HealthCheckRequest{})
-		got <- err
-	}()
-	waitFor(t, 10*time.Second, "the newcomer to be served", func() bool {
-		clk.Step(100 * time.Millisecond)
-		select {
-		case err = <-got:
-			return true
-		default:
-			return false
-		}
-	})
-	if err != nil {
-		t.Fatalf("newcomer: %v", err)
-	}
-	if n := closes("evicted"); n != 1 {
-		t.Errorf("connections evicted = %d; want 1 (the parked one)", n)
-	}
-	if _, err := w.Recv(); err == nil {
-		t.Error("the parked connection's call still receives after its connection was closed")
 	}
 }

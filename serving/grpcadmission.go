@@ -83,11 +83,7 @@ func (grpcStats) HandleRPC(ctx context.Context, s stats.RPCStats) {
 		// grpc writes no status for a stream the client reset (nor for
 		// one whose deadline passed, which is not the client's doing).
 		if !st.trailer.Load() && !errors.Is(ctx.Err(), context.DeadlineExceeded) {
-			// Closed past the bound: parked, a gRPC rapid-reset
-			// client's connections left the sidecar's newcomers fewer
-			// turns (2,313 from the client's address: 78-90% of new
-			// connections within 1 s, 100% closed; Intel Xeon, 2 cores).
-			st.c.reset(false)
+			st.c.reset()
 		}
 	}
 }
@@ -104,9 +100,8 @@ func grpcOutcome(err error) outcome {
 }
 
 // reset counts a stream c's client cancelled, and closes c past the
-// admission's rapid-reset bound, or parks it (see park) when park is set
-// and c has never been served.
-func (c *admConn) reset(park bool) {
+// admission's rapid-reset bound.
+func (c *admConn) reset() {
 	a := c.a
 	if a.resetInterval <= 0 {
 		return
@@ -118,7 +113,7 @@ func (c *admConn) reset(park bool) {
 	l := c.resets
 	a.mu.Unlock()
 	if ok, _ := l.Allow(); !ok {
-		if park && !c.servedOnce.Load() {
+		if a.parkResets && !c.servedOnce.Load() {
 			c.park()
 			return
 		}
@@ -169,13 +164,7 @@ func grpcTap(next tap.ServerInHandle, maxUnserved int32) tap.ServerInHandle {
 					// against the rapid-reset bound here (a client
 					// opening streams past this is resetting them, or
 					// holding them empty).
-					// Parked past the bound (see park): holding empty
-					// streams, its client does not notice a park, and
-					// closed it reconnects to hold them again (2,313
-					// from the client's address: 98% of new connections
-					// within 1 s at 124% CPU closed, 100% at 7-13%
-					// parked; Intel Xeon, 2 cores).
-					c.reset(true)
+					c.reset()
 					return ctx, errUnserved
 				}
 				st.unserved = true

@@ -288,6 +288,7 @@ func (s *HTTPServer) Serve(ctx context.Context, ln net.Listener) error {
 		}
 		if s.opts.RapidResetLimit > 0 {
 			ac.resetBurst, ac.resetInterval = s.opts.RapidResetLimit, time.Duration(float64(time.Second)/s.opts.RapidResetRate)
+			ac.parkResets = true
 		}
 		adm := newAdmission(s.maxConn, ac)
 		ln = adm.listener(ln)
@@ -454,7 +455,7 @@ func (g *guard) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 // closing or was served.
 func (g *guard) reset(ac *admConn) {
 	if g.base.Err() == nil && !ac.closing() && !ac.servedOnce.Load() {
-		ac.reset(true)
+		ac.reset()
 	}
 }
 
