@@ -7,6 +7,7 @@ package serving
 import (
 	"context"
 	"crypto/tls"
+	"io"
 	"math"
 	"net"
 	"os"
@@ -498,8 +499,7 @@ func (c *admConn) RemoteAddr() net.Addr { return c.raddr }
 
 func (c *admConn) Read(p []byte) (int, error) {
 	if c.parked.Load() {
-		<-c.ctx.Done()
-		return 0, net.ErrClosed
+		return 0, c.parkedRead()
 	}
 	n, err := c.Conn.Read(p)
 	if n > 0 {
@@ -509,6 +509,29 @@ func (c *admConn) Read(p []byte) (int, error) {
 		c.moving()
 	}
 	return n, err
+}
+
+// parkedCheckEvery is how often a parked connection's socket is checked
+// for its client having closed it (see parkedRead).
+const parkedCheckEvery = time.Second
+
+// parkedRead blocks the read of a parked connection (see park) until c
+// is closed, or its client has closed its end (CLOSE_WAIT, or reset),
+// checked every parkedCheckEvery: then io.EOF, so that the server closes
+// it and its file is not held for a client that is gone.
+func (c *admConn) parkedRead() error {
+	for {
+		t := c.a.clock.NewTimer(parkedCheckEvery)
+		select {
+		case <-c.ctx.Done():
+			t.Stop()
+			return net.ErrClosed
+		case <-t.C():
+		}
+		if peerClosed(c.Conn) {
+			return io.EOF
+		}
+	}
 }
 
 // moving records bytes moved on c: progress while a request is in

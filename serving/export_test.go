@@ -102,3 +102,6 @@ const (
 
 // PeerClosed reports whether c's client has closed its end.
 func PeerClosed(c net.Conn) bool { return peerClosed(c) }
+
+// Park parks c, an admitted connection (see admConn.park).
+func Park(c net.Conn) { admConnOf(c).park() }

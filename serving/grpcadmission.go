@@ -113,7 +113,7 @@ func (c *admConn) reset() {
 	l := c.resets
 	a.mu.Unlock()
 	if ok, _ := l.Allow(); !ok {
-		if a.parkResets && !c.servedOnce.Load() {
+		if a.parkResets && peerStateKnown && !c.servedOnce.Load() {
 			c.park()
 			return
 		}
@@ -128,7 +128,9 @@ func (c *admConn) reset() {
 // run short, or when the server shuts down. Closed at once, an attacker's
 // connection is back within a round trip and costs a TLS handshake and
 // the hundreds of streams net/http reads before Go's own bound closes it
-// (four times MaxConcurrentStreams queued): parked, it costs a file. A
+// (four times MaxConcurrentStreams queued): parked, it costs a file, held
+// until its client closes its end (see parkedRead), which only Linux
+// tells (peerStateKnown): elsewhere the connection is closed. A
 // connection that was served (a client cancelling its watches at once,
 // say) is closed instead, so that its client reconnects rather than
 // waits. Its blocked read returns once c is closed.

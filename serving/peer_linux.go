@@ -7,10 +7,13 @@ import (
 	"golang.org/x/sys/unix"
 )
 
+// peerStateKnown: peerClosed tells.
+const peerStateKnown = true
+
 // peerClosed reports whether c's client has closed its end (the socket is
-// in CLOSE_WAIT): a waiting connection that will never be answered, whose
-// client is gone or has reconnected already. One getsockopt; false for a
-// connection that is not a TCP socket.
+// in CLOSE_WAIT) or reset it (CLOSE): a waiting connection that will never
+// be answered, whose client is gone or has reconnected already. One
+// getsockopt; false for a connection that is not a TCP socket.
 func peerClosed(c net.Conn) bool {
 	sc, ok := c.(syscall.Conn)
 	if !ok {
@@ -23,10 +26,13 @@ func peerClosed(c net.Conn) bool {
 	closed := false
 	_ = rc.Control(func(fd uintptr) {
 		info, err := unix.GetsockoptTCPInfo(int(fd), unix.IPPROTO_TCP, unix.TCP_INFO)
-		closed = err == nil && info.State == tcpCloseWait
+		closed = err == nil && (info.State == tcpCloseWait || info.State == tcpClose)
 	})
 	return closed
 }
 
-// tcpCloseWait is TCP_CLOSE_WAIT of include/net/tcp_states.h.
-const tcpCloseWait = 8
+// TCP_CLOSE and TCP_CLOSE_WAIT of include/net/tcp_states.h.
+const (
+	tcpClose     = 7
+	tcpCloseWait = 8
+)

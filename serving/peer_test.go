@@ -1,10 +1,13 @@
 package serving_test
 
 import (
+	"io"
 	"net"
 	"runtime"
 	"testing"
 	"time"
+
+	clocktesting "k8s.io/utils/clock/testing"
 
 	"github.com/reviewauth/reviewauth/serving"
 )
@@ -62,5 +65,70 @@ func TestPeerClosed(t *testing.T) {
 	b.Close()
 	if serving.PeerClosed(a) {
 		t.Error("a pipe, not a socket, reported closed")
+	}
+}
+
+// TestParkedRead: a parked connection reads nothing while its client is
+// there, checking every second (on the admission's clock), and ends with
+// io.EOF once its client has closed its end, so that the server closes it
+// and its file is not held for a client that is gone.
+func TestParkedRead(t *testing.T) {
+	t.Parallel()
+	if runtime.GOOS != "linux" {
+		t.Skip("TCP_INFO is read on Linux only")
+	}
+	tcp, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer tcp.Close()
+	client, err := net.Dial("tcp", tcp.Addr().String())
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer client.Close()
+	server, err := tcp.Accept()
+	if err != nil {
+		t.Fatal(err)
+	}
+	clk := clocktesting.NewFakeClock(time.Unix(1000, 0))
+	inner := newChanListener()
+	ln := serving.AdmissionListener(inner, 4, serving.LimitOptions{Clock: clk}, serving.AdmissionTestConfig{})
+	defer ln.Close()
+	inner.conns <- server
+	c, err := ln.Accept()
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer c.Close()
+	serving.Park(c)
+	if _, err := client.Write([]byte("more streams")); err != nil {
+		t.Fatal(err)
+	}
+	read := make(chan error, 1)
+	go func() {
+		_, err := c.Read(make([]byte, 64))
+		read <- err
+	}()
+	for range 3 { // the client is there: each check finds it, and waits again
+		waitFor(t, 10*time.Second, "the parked read to wait", clk.HasWaiters)
+		clk.Step(time.Second)
+	}
+	waitFor(t, 10*time.Second, "the parked read to wait", clk.HasWaiters)
+	select {
+	case err := <-read:
+		t.Fatalf("parked read returned %v while the client was there; want it blocked", err)
+	default:
+	}
+	client.Close()
+	waitFor(t, 10*time.Second, "the client's close to reach the server", func() bool { return serving.PeerClosed(server) })
+	clk.Step(time.Second)
+	select {
+	case err := <-read:
+		if err != io.EOF {
+			t.Fatalf("parked read after the client left = %v; want io.EOF", err)
+		}
+	case <-time.After(10 * time.Second):
+		t.Fatal("the parked read did not end within 10s of its client leaving")
 	}
 }

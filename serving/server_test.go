@@ -632,6 +632,7 @@ func TestHTTP2RapidResetBound(t *testing.T) {
 	const (
 		served = "served on the same connection"
 		parked = "parked until a newcomer needs its room"
+		gone   = "parked until its client closes it"
 		closed = "closed"
 	)
 	for _, tc := range []struct {
@@ -651,6 +652,7 @@ func TestHTTP2RapidResetBound(t *testing.T) {
 		{name: "at the bound", resets: serving.DefaultRapidResetLimit, oneByOne: true, want: served},
 		{name: "one past the bound", resets: serving.DefaultRapidResetLimit + 1, oneByOne: true, want: parked},
 		{name: "a flood", resets: 300, want: parked},
+		{name: "a flood, then the client leaves", resets: 300, want: gone},
 		{name: "a flood, served before", servedFirst: true, resets: 300, want: served},
 		{name: "a flood of answered requests", answered: true, resets: 300, want: served},
 		{name: "a flood, no bound", limit: -1, resets: 300, want: served},
@@ -690,6 +692,7 @@ func TestHTTP2RapidResetBound(t *testing.T) {
 				t.Fatal(err)
 			}
 			closes := closedCounter(t, m)
+			admitted := admittedGauge(t, m)
 			addr := serve(t, t.Context(), srv)
 			h := dialH2(t, addr)
 			defer h.c.Close()
@@ -785,6 +788,18 @@ func TestHTTP2RapidResetBound(t *testing.T) {
 					reason = "refused"
 				}
 				waitFor(t, 10*time.Second, "the close to be counted", func() bool { return closes(reason) == 1 })
+			case gone:
+				// Nothing is read from a parked connection: that its
+				// client closed it is seen on its socket (CLOSE_WAIT).
+				waitFor(t, 10*time.Second, "the parked connection to be admitted", func() bool { return admitted() == 1 })
+				h.c.Close()
+				waitFor(t, 10*time.Second, "the parked connection to be closed once its client left", func() bool {
+					clk.Step(time.Second)
+					return admitted() == 0
+				})
+				if n := closes("evicted") + closes("rapid_reset"); n != 0 {
+					t.Errorf("connections closed by admission = %d; want 0 (the client closed it)", n)
+				}
 			case parked:
 				// The budget (1) is the parked connection's: a newcomer is
 				// served once its grace has passed, and the parked one is
