@@ -92,27 +92,35 @@ type floodResult struct {
 // admittedGauge returns a sampler of reviewauth_connections{state="admitted"}
 // of m.
 func admittedGauge(t *testing.T, m *metrics.Metrics) func() int64 {
+	read := metricReader(t, m)
+	return func() int64 { return int64(read("reviewauth_connections", "state", "admitted")) }
+}
+
+// metricReader returns a function that sums m's samples of the gauge or
+// counter name whose label is value.
+func metricReader(t *testing.T, m *metrics.Metrics) func(name, label, value string) float64 {
 	reg := prometheus.NewRegistry()
 	reg.MustRegister(m)
-	return func() int64 {
+	return func(name, label, value string) float64 {
 		mfs, err := reg.Gather()
 		if err != nil {
 			t.Error(err)
 			return 0
 		}
+		sum := 0.0
 		for _, mf := range mfs {
-			if mf.GetName() != "reviewauth_connections" {
+			if mf.GetName() != name {
 				continue
 			}
 			for _, x := range mf.GetMetric() {
 				for _, l := range x.GetLabel() {
-					if l.GetName() == "state" && l.GetValue() == "admitted" {
-						return int64(x.GetGauge().GetValue())
+					if l.GetName() == label && l.GetValue() == value {
+						sum += x.GetGauge().GetValue() + x.GetCounter().GetValue()
 					}
 				}
 			}
 		}
-		return 0
+		return sum
 	}
 }
 

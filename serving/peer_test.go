@@ -19,11 +19,6 @@ func TestPeerClosed(t *testing.T) {
 	if runtime.GOOS != "linux" {
 		t.Skip("TCP_INFO is read on Linux only")
 	}
-	ln, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer ln.Close()
 	for _, tc := range []struct {
 		name        string
 		clientClose bool
@@ -34,16 +29,7 @@ func TestPeerClosed(t *testing.T) {
 		{name: "client closed after sending", clientClose: true, sent: []byte("\x16\x03\x01hello")},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
-			client, err := net.Dial("tcp", ln.Addr().String())
-			if err != nil {
-				t.Fatal(err)
-			}
-			defer client.Close()
-			server, err := ln.Accept()
-			if err != nil {
-				t.Fatal(err)
-			}
-			defer server.Close()
+			client, server := tcpPair(t)
 			if serving.PeerClosed(server) {
 				t.Fatal("closed before the client closed")
 			}
@@ -77,20 +63,7 @@ func TestParkedRead(t *testing.T) {
 	if runtime.GOOS != "linux" {
 		t.Skip("TCP_INFO is read on Linux only")
 	}
-	tcp, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer tcp.Close()
-	client, err := net.Dial("tcp", tcp.Addr().String())
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer client.Close()
-	server, err := tcp.Accept()
-	if err != nil {
-		t.Fatal(err)
-	}
+	client, server := tcpPair(t)
 	clk := clocktesting.NewFakeClock(time.Unix(1000, 0))
 	inner := newChanListener()
 	ln := serving.AdmissionListener(inner, 4, serving.LimitOptions{Clock: clk}, serving.AdmissionTestConfig{})
@@ -131,4 +104,26 @@ func TestParkedRead(t *testing.T) {
 	case <-time.After(10 * time.Second):
 		t.Fatal("the parked read did not end within 10s of its client leaving")
 	}
+}
+
+// tcpPair returns both ends of a loopback TCP connection, closed when the
+// test ends.
+func tcpPair(t *testing.T) (client, server net.Conn) {
+	t.Helper()
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer ln.Close()
+	client, err = net.Dial("tcp", ln.Addr().String())
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { client.Close() })
+	server, err = ln.Accept()
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { server.Close() })
+	return client, server
 }

@@ -403,22 +403,15 @@ func (g *guard) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 				panic(http.ErrAbortHandler)
 			}
 			// The handler sees its request cancelled once the reset is
-			// counted (and, past the bound, the connection closed or
-			// parked), so that nothing it does after can outrun that.
-			ctx, cancel := context.WithCancel(context.WithoutCancel(r.Context()))
-			stop := context.AfterFunc(r.Context(), func() {
-				if !gw.answered.Load() {
-					g.reset(ac)
-				}
-				cancel()
-			})
-			defer func() {
-				if !stop() {
-					<-ctx.Done() // counting
-				}
-				cancel()
-			}()
-			r = r.WithContext(ctx)
+			// counted (and, past the bound, the connection parked), so
+			// that nothing it does after can outrun that. Only until the
+			// connection is served: after, resets are not counted, and a
+			// kept-alive client's requests cost no more than net/http's.
+			if !ac.servedOnce.Load() {
+				var end func()
+				r, end = g.watchReset(ac, &gw, r)
+				defer end()
+			}
 		}
 		// The connection's admission stage: a request in progress, then
 		// one completed unless refused.
@@ -447,6 +440,25 @@ func (g *guard) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 		// returns) fail at once instead of waiting for a body that may
 		// never come.
 		_ = gw.d.SetReadDeadline(time.Now())
+	}
+}
+
+// watchReset returns r with a context cancelled once its client's reset
+// of the stream, if it comes before gw is answered, is counted; end, called
+// when the handler returns, waits for a count under way.
+func (g *guard) watchReset(ac *admConn, gw *guardedWriter, r *http.Request) (_ *http.Request, end func()) {
+	ctx, cancel := context.WithCancel(context.WithoutCancel(r.Context()))
+	stop := context.AfterFunc(r.Context(), func() {
+		if !gw.answered.Load() {
+			g.reset(ac)
+		}
+		cancel()
+	})
+	return r.WithContext(ctx), func() {
+		if !stop() {
+			<-ctx.Done() // counting
+		}
+		cancel()
 	}
 }
 

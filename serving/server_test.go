@@ -16,7 +16,6 @@ import (
 	"testing"
 	"time"
 
-	"github.com/prometheus/client_golang/prometheus"
 	"golang.org/x/net/http2"
 	"golang.org/x/net/http2/hpack"
 	"k8s.io/klog/v2"
@@ -844,29 +843,8 @@ func TestHTTP2RapidResetBound(t *testing.T) {
 // closedCounter returns a function that reads m's count of connections
 // closed for reason, all stages.
 func closedCounter(t *testing.T, m *metrics.Metrics) func(reason string) int {
-	reg := prometheus.NewRegistry()
-	reg.MustRegister(m)
-	return func(reason string) int {
-		mfs, err := reg.Gather()
-		if err != nil {
-			t.Error(err)
-			return 0
-		}
-		n := 0
-		for _, mf := range mfs {
-			if mf.GetName() != "reviewauth_connections_closed_total" {
-				continue
-			}
-			for _, x := range mf.GetMetric() {
-				for _, l := range x.GetLabel() {
-					if l.GetName() == "reason" && l.GetValue() == reason {
-						n += int(x.GetCounter().GetValue())
-					}
-				}
-			}
-		}
-		return n
-	}
+	read := metricReader(t, m)
+	return func(reason string) int { return int(read("reviewauth_connections_closed_total", "reason", reason)) }
 }
 
 // TestHealth: /healthz and /livez are always ok; /readyz follows the
