@@ -78,6 +78,9 @@ type admission struct {
 	resetInterval  time.Duration
 	parkResets     bool
 	rec            *observe.Recorder
+	// parkedRefused counts the admitted connections parked for their
+	// refusals (see parkRefused). Under mu.
+	parkedRefused int
 
 	mu    sync.Mutex
 	lists [numStages]connList
@@ -303,6 +306,9 @@ func (a *admission) unlink(c *admConn, reason int) {
 		return
 	}
 	c.gone = true
+	if c.parkedForRefusals {
+		a.parkedRefused--
+	}
 	a.lists[c.stage].remove(c)
 	a.open--
 	a.rec.Connections(stateAdmitted, -1)
@@ -491,6 +497,8 @@ type admConn struct {
 	queued     bool              // waiting for its handshake's turn
 	resets     *loglimit.Limiter // streams the client cancelled
 	parked     atomic.Bool       // past the rapid-reset bound: no more reads (see park)
+	// parkedForRefusals: parked by parkRefused. Under a.mu.
+	parkedForRefusals bool
 }
 
 // RemoteAddr returns a copy of the connection's remote address made at

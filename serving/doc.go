@@ -79,7 +79,11 @@
 // closed to make room only for a newcomer (not for a presumed reconnection
 // of one closed in the last second, nor for one that has waited a second):
 // a flood's connections stay parked, at the cost of their files, rather
-// than closed and reconnected. Connections waiting for room are admitted
+// than closed and reconnected. A connection with 8 requests refused and
+// none served is closed, or, while connections wait for room, parked
+// (read no more) until one is needed or none waits; a waiting connection
+// whose client closed its end is taken out when its address next
+// connects, and that arrival presumed its reconnection. Connections waiting for room are admitted
 // newest first, a source at a time. Timeouts do not shrink as the budget
 // fills unless PressureTimeout is set; TLS handshakes are computed at
 // most GOMAXPROCS at once, shared fairly between sources (no per-source

@@ -100,8 +100,14 @@ const (
 	TurnWaitedMax      = turnWaitedMax
 )
 
+// PeerStateKnown: PeerClosed tells.
+const PeerStateKnown = peerStateKnown
+
 // PeerClosed reports whether c's client has closed its end.
 func PeerClosed(c net.Conn) bool { return peerClosed(c) }
+
+// IsParked reports whether c, an admitted connection, is parked.
+func IsParked(c net.Conn) bool { return admConnOf(c).parked.Load() }
 
 // Park parks c, an admitted connection (see admConn.park).
 func Park(c net.Conn) { admConnOf(c).park() }

@@ -425,7 +425,9 @@ func (a *admission) acceptLoop(ln net.Listener) {
 		a.mu.Lock()
 		pc.at = a.clock.Now()
 		closed := a.acceptErr != nil || isDone(a.done)
+		var left []*pendingConn
 		if !closed {
+			left = a.reapLeftLocked(pc.key, pc.at)
 			from := pc.at.Add(-waitedMax)
 			a.newcomers.front(from)
 			a.reconnects.front(from)
@@ -443,12 +445,48 @@ func (a *admission) acceptLoop(ln net.Listener) {
 			a.rec.Connections(stateWaiting, 1)
 		}
 		a.mu.Unlock()
+		for _, l := range left {
+			l.Close()
+		}
 		if closed {
 			c.Close()
 			return
 		}
 		a.signal(a.wake)
 	}
+}
+
+// reapScan bounds the waiting connections of a source reapLeftLocked
+// checks at each of its arrivals.
+const reapScan = 4
+
+// reapLeftLocked takes out of the waiting ones, and returns to be closed,
+// those among source key's reapScan oldest whose client has closed its
+// end, and counts each as a close its client may answer by reconnecting
+// (see awaitLocked): called as a connection from key arrives, which is
+// then presumed to be that reconnection. A client that gave up waiting
+// (gRPC's 20 s connect timeout, say) and reconnects at once would
+// otherwise come back as a newcomer, and a connection would be closed to
+// make room for it: with 2,313 junk-token clients from one address at
+// the default budget, the ones left waiting past 20 s came back at tens a
+// second, each closing an admitted one. Where peerClosed cannot tell,
+// none is. Under a.mu.
+func (a *admission) reapLeftLocked(key string, now time.Time) []*pendingConn {
+	if !peerStateKnown {
+		return nil
+	}
+	var left []*pendingConn
+	for i, checked := 0, 0; checked < reapScan && i < len(a.pending[key]); checked++ {
+		pc := a.pending[key][i]
+		if !peerClosed(pc.Conn) {
+			i++
+			continue
+		}
+		a.removePendingLocked(key, i)
+		a.awaitLocked(key, now, 1)
+		left = append(left, pc)
+	}
+	return left
 }
 
 func isDone(ch <-chan struct{}) bool {

@@ -858,6 +858,123 @@ func TestLimitListenerRefusals(t *testing.T) {
 	}
 }
 
+// TestLimitListenerRefusalsParked: a connection that completed no request
+// and had 8 requests refused is closed when nothing waits for room; while
+// a connection waits it is parked instead (kept, read no more), and
+// closed once nothing waits (see parkRefused).
+func TestLimitListenerRefusalsParked(t *testing.T) {
+	t.Parallel()
+	for _, tc := range []struct {
+		name    string
+		waiting bool
+	}{
+		{"nothing waits: closed", false},
+		{"one waits: parked, closed once it is admitted", true},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			t.Parallel()
+			clk := clocktesting.NewFakeClock(time.Unix(1000, 0))
+			inner := newChanListener()
+			ln := serving.LimitListener(inner, 2, serving.LimitOptions{Clock: clk})
+			defer ln.Close()
+			junk := accept(t, inner, ln, "10.0.0.1")
+			other := accept(t, inner, ln, "10.0.0.2")
+			if tc.waiting {
+				inner.pushFrom("10.0.0.3")
+				waitFor(t, 10*time.Second, "a connection to wait", func() bool { return serving.Pending(ln) == 1 })
+			}
+			for range 8 {
+				serving.WorkStart(junk.c)
+				serving.WorkEnd(junk.c, false)
+			}
+			if got := isClosed(t, junk.peer); got == tc.waiting {
+				t.Fatalf("after 8 refusals with a connection waiting %v: closed = %v; want %v", tc.waiting, got, !tc.waiting)
+			}
+			if !tc.waiting {
+				return
+			}
+			if !serving.IsParked(junk.c) {
+				t.Fatal("the connection kept after 8 refusals is not parked")
+			}
+			// Parked: nothing more is read from it.
+			read := make(chan error, 1)
+			go func() { _, err := junk.c.Read(make([]byte, 1)); read <- err }()
+			go func() { _, _ = junk.peer.Write([]byte{'x'}) }()
+			select {
+			case err := <-read:
+				t.Fatalf("a parked connection was read: %v", err)
+			case <-time.After(50 * time.Millisecond): // a wait for a read that must not happen
+			}
+			// Room: the waiting connection is admitted, and with nothing
+			// waiting the parked one is closed.
+			accepted := acceptAll(ln)
+			other.c.Close()
+			<-accepted
+			waitFor(t, 10*time.Second, "the parked connection to be closed once nothing waits", func() bool { return isClosed(t, junk.peer) })
+			if err := <-read; !errors.Is(err, net.ErrClosed) {
+				t.Errorf("the parked read returned %v once closed; want net.ErrClosed", err)
+			}
+		})
+	}
+}
+
+// TestLimitListenerReapLeft: a waiting connection whose client has closed
+// its end is taken out (closed) when its address next connects, and that
+// arrival is presumed its reconnection, not a newcomer a connection would
+// be closed for; one whose client is still there stays.
+func TestLimitListenerReapLeft(t *testing.T) {
+	t.Parallel()
+	if !serving.PeerStateKnown {
+		t.Skip("peerClosed cannot tell here")
+	}
+	for _, tc := range []struct {
+		name        string
+		clientLeft  bool
+		wantPending int
+		wantDemand  string
+	}{
+		{"the client left: taken out, the arrival its reconnection", true, 1, "none"},
+		{"the client is there: kept, the arrival a newcomer", false, 2, "newcomer"},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			t.Parallel()
+			clk := clocktesting.NewFakeClock(time.Unix(1000, 0))
+			inner := newChanListener()
+			ln := serving.LimitListener(inner, 1, serving.LimitOptions{Clock: clk})
+			defer ln.Close()
+			accept(t, inner, ln, "127.0.0.1") // the budget is full
+			client, server := tcpPair(t)
+			inner.conns <- server
+			waitFor(t, 10*time.Second, "the TCP connection to wait", func() bool { return serving.Pending(ln) == 1 })
+			if tc.clientLeft {
+				client.Close()
+				waitFor(t, 10*time.Second, "the socket to see its client's close", func() bool { return serving.PeerClosed(server) })
+			}
+			inner.pushFrom("127.0.0.1")
+			serverClosed := func() bool {
+				_ = server.SetReadDeadline(time.Now())
+				_, err := server.Read(make([]byte, 1))
+				return errors.Is(err, net.ErrClosed)
+			}
+			if tc.clientLeft {
+				// Closed once the arrival that found it was labelled.
+				waitFor(t, 10*time.Second, "the connection whose client left to be closed", serverClosed)
+			} else {
+				waitFor(t, 10*time.Second, "the arrival to wait", func() bool { return serving.Pending(ln) == 2 })
+				if serverClosed() {
+					t.Error("a waiting connection whose client is there was closed")
+				}
+			}
+			if got := serving.Pending(ln); got != tc.wantPending {
+				t.Errorf("waiting = %d; want %d", got, tc.wantPending)
+			}
+			if got := serving.Demand(ln); got != tc.wantDemand {
+				t.Errorf("demand = %q; want %q", got, tc.wantDemand)
+			}
+		})
+	}
+}
+
 // TestLimitListenerPending: with MaxWaiting negative, at most the budget's
 // worth wait to be admitted, the next in the kernel's queue;
 // one waiting longer than the handshake timeout is closed.

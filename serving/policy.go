@@ -61,6 +61,8 @@ var closeReasonNames = [closeReasons]string{"evicted", "timeout", "rapid_reset",
 // an HTTP/2 or gRPC client may try a few calls (a token about to be
 // rotated, several calls in flight), but a connection that only sends junk
 // tokens pays a handshake (paced) every few calls rather than none.
+// While connections wait for room, one past the bound is parked instead
+// (see parkRefused).
 const maxRefusals = 8
 
 // derive is the stage c's state says it is in. Under a.mu.
@@ -416,6 +418,19 @@ func (a *admission) sweep(now time.Time) []net.Conn {
 		}
 		a.signal(a.space)
 	}
+	if a.npending == 0 && a.parkedRefused > 0 {
+		// Nothing waits: the connections parked for their refusals are
+		// closed, so that a client whose token is refused gets its
+		// answer (see parkRefused).
+		for c := a.lists[stageRefused].oldest(); c != nil && a.parkedRefused > 0; {
+			next := a.lists[stageRefused].next(c)
+			if c.parkedForRefusals {
+				a.unlink(c, closeRefusals)
+				expired = append(expired, c)
+			}
+			c = next
+		}
+	}
 	for s := range a.lists {
 		timeout := a.timeout(stage(s))
 		if timeout <= 0 {
@@ -525,7 +540,7 @@ const (
 // progressing); a connection that has not completed a request and had
 // maxRefusals refused is closed.
 func (c *admConn) workEnd(o outcome) {
-	over := false
+	over, park := false, false
 	c.a.set(c, false, func(c *admConn) {
 		c.working--
 		if o == outcomeServed && !c.served {
@@ -539,6 +554,9 @@ func (c *admConn) workEnd(o outcome) {
 		if o == outcomeRefused && !c.served {
 			c.refusals++
 			over = c.refusals >= maxRefusals
+			// Past the bound while connections wait: parked rather
+			// than closed (see parkRefused).
+			park = over && peerStateKnown && c.a.npending > 0
 		}
 	})
 	left := c.active.Add(-1)
@@ -550,7 +568,10 @@ func (c *admConn) workEnd(o outcome) {
 		// What a request that was not served moved is no progress.
 		c.moved.Store(0)
 	}
-	if over {
+	switch {
+	case park:
+		c.parkRefused()
+	case over:
 		c.a.evict(c, closeRefusals)
 	}
 }
