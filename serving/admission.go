@@ -12,7 +12,6 @@ import (
 	"net"
 	"os"
 	"runtime"
-	"sort"
 	"strconv"
 	"sync"
 	"sync/atomic"
@@ -267,19 +266,6 @@ func (aq *arrivalQueue) front(from time.Time) *pendingConn {
 		aq.q = aq.q[1:]
 	}
 	aq.q = nil
-	return nil
-}
-
-// newest returns the connection that arrived last among those still
-// waiting that arrived after from and no later than to, or nil. Under
-// a.mu.
-func (aq *arrivalQueue) newest(from, to time.Time) *pendingConn {
-	i := sort.Search(len(aq.q), func(i int) bool { return aq.q[i].at.After(to) })
-	for i--; i >= 0 && aq.q[i].at.After(from); i-- {
-		if !aq.q[i].gone {
-			return aq.q[i]
-		}
-	}
 	return nil
 }
 

@@ -550,7 +550,7 @@ func (a *admission) next() (net.Conn, error) {
 			case demandNewcomer:
 				pc = a.popNewcomerLocked(now)
 			case demandPassedOver:
-				pc = a.popPassedOverLocked(now)
+				pc = a.popWaitedLocked(now, false)
 			}
 			if pc == nil {
 				// Pass over the presumed reconnections that arrived

@@ -748,8 +748,8 @@ func TestLimitListenerRescues(t *testing.T) {
 			waitFor(t, 10*time.Second, "Accept to wait", clk.HasWaiters)
 			clk.Step(2 * interval)
 			first := <-accepted
-			if got := first.RemoteAddr().(*net.TCPAddr).Port; got != r2 {
-				t.Fatalf("first rescue admitted port %d; want %d, the newest of those that waited two intervals", got, r2)
+			if got := first.RemoteAddr().(*net.TCPAddr).Port; got != r1 {
+				t.Fatalf("first rescue admitted port %d; want %d, the longest waiting", got, r1)
 			}
 			if !isClosed(t, x.peer) {
 				t.Fatal("no connection was closed for the first rescue")
@@ -763,11 +763,11 @@ func TestLimitListenerRescues(t *testing.T) {
 			clk.Step(interval)
 			if tt.served {
 				// The serve woke the admission loop, which closes one for
-				// r1 now or when its timer, at most an interval on, fires.
+				// r2 now or when its timer, at most an interval on, fires.
 				select {
 				case c := <-accepted:
-					if got := c.RemoteAddr().(*net.TCPAddr).Port; got != r1 {
-						t.Fatalf("second rescue admitted port %d; want %d", got, r1)
+					if got := c.RemoteAddr().(*net.TCPAddr).Port; got != r2 {
+						t.Fatalf("second rescue admitted port %d; want %d", got, r2)
 					}
 				case <-time.After(10 * time.Second):
 					t.Fatalf("no second rescue an interval after the first was served (demand %q, waiting %d)", serving.Demand(ln), serving.Pending(ln))
@@ -776,7 +776,7 @@ func TestLimitListenerRescues(t *testing.T) {
 			}
 			// Not served: the loop sleeps until PassedOverInterval after
 			// the first rescue. Had it woken at the interval, it would have
-			// admitted r1 before waiting again.
+			// admitted r2 before waiting again.
 			waitFor(t, 10*time.Second, "Accept to wait again", clk.HasWaiters)
 			select {
 			case c := <-accepted:

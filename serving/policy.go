@@ -104,7 +104,7 @@ func (a *admission) popLocked(skip uint64, now time.Time) *pendingConn {
 		// a newcomer that newer arrivals kept overtaking, not a
 		// connection left waiting long ago by a client that has likely
 		// given up or keeps reconnecting.
-		if pc := a.popWaitedLocked(now); pc != nil {
+		if pc := a.popWaitedLocked(now, true); pc != nil {
 			return pc
 		}
 	}
@@ -225,8 +225,7 @@ func later(t, u time.Time) time.Time {
 // interval, so that a turn costs the same however many wait.
 const popScan = 256
 
-// Bounds of the waiting connections popWaitedLocked and
-// popPassedOverLocked take: those that
+// Bounds of the waiting connections popWaitedLocked takes: those that
 // waited at least waitedMinIntervals eviction intervals, and less than
 // waitedMax when a connection was closed for one (demandPassedOver: the
 // newcomers' and reconnections' queues also keep a second's arrivals for
@@ -257,42 +256,24 @@ const (
 
 // popWaitedLocked takes the connection that has waited longest among
 // those that waited at least waitedMinIntervals eviction intervals and
-// less than turnWaitedMax, or returns nil: the front of the recent
-// arrivals (see arrivalQueue). Under a.mu.
-func (a *admission) popWaitedLocked(now time.Time) *pendingConn {
-	pc := a.recent.front(now.Add(-turnWaitedMax))
-	if pc == nil || pc.at.After(now.Add(-waitedMinIntervals*max(a.evictEvery, 0))) {
+// less than turnWaitedMax (turn) or waitedMax, or returns nil: the front of
+// the recent arrivals (turn) or the older of the newcomers' and
+// reconnections' fronts (see arrivalQueue). Under a.mu.
+func (a *admission) popWaitedLocked(now time.Time, turn bool) *pendingConn {
+	to := now.Add(-waitedMinIntervals * max(a.evictEvery, 0))
+	var pc *pendingConn
+	if turn {
+		pc = a.recent.front(now.Add(-turnWaitedMax))
+	} else {
+		from := now.Add(-waitedMax)
+		pc = a.newcomers.front(from)
+		if r := a.reconnects.front(from); pc == nil || (r != nil && r.at.Before(pc.at)) {
+			pc = r
+		}
+	}
+	if pc == nil || pc.at.After(to) {
 		return nil
 	}
-	return a.takeLocked(pc)
-}
-
-// popPassedOverLocked takes, for a connection closed for a presumed
-// reconnection that waited (demandPassedOver), the newest of those that
-// waited at least waitedMinIntervals eviction intervals and less than
-// waitedMax, or returns nil. A newcomer is taken for a reconnection when
-// it arrives between a close and the closed client's reconnection (which
-// is then taken for the newcomer): oldest first, it was reached at about
-// a second's age, if at all (the sidecar's CI-scale TCP-without-TLS
-// flood: the client's connection that arrived 1 ms after such a close
-// waited 2 s, behind the reconnections of the closes before it, and was
-// admitted only when the flood ended); newest first, it is reached once
-// it has waited the two intervals. Under a.mu.
-func (a *admission) popPassedOverLocked(now time.Time) *pendingConn {
-	from, to := now.Add(-waitedMax), now.Add(-waitedMinIntervals*max(a.evictEvery, 0))
-	pc := a.newcomers.newest(from, to)
-	if r := a.reconnects.newest(from, to); pc == nil || (r != nil && r.at.After(pc.at)) {
-		pc = r
-	}
-	if pc == nil {
-		return nil
-	}
-	return a.takeLocked(pc)
-}
-
-// takeLocked takes pc, a waiting connection, out of the waiting ones and
-// returns it, or nil if it is not waiting. Under a.mu.
-func (a *admission) takeLocked(pc *pendingConn) *pendingConn {
 	// A source's waiting connections are oldest first: find pc by
 	// bisection, then among those that arrived at the same time.
 	q := a.pending[pc.key]
