@@ -865,11 +865,13 @@ func TestLimitListenerRefusals(t *testing.T) {
 func TestLimitListenerRefusalsParked(t *testing.T) {
 	t.Parallel()
 	for _, tc := range []struct {
-		name    string
-		waiting bool
+		name     string
+		waiting  bool
+		inFlight bool // a request started before the refusals, served after
 	}{
-		{"nothing waits: closed", false},
-		{"one waits: parked, closed once it is admitted", true},
+		{"nothing waits: closed", false, false},
+		{"one waits: parked, closed once it is admitted", true, false},
+		{"one waits: parked, closed when a request in flight is served", true, true},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			t.Parallel()
@@ -883,6 +885,9 @@ func TestLimitListenerRefusalsParked(t *testing.T) {
 				inner.pushFrom("10.0.0.3")
 				waitFor(t, 10*time.Second, "a connection to wait", func() bool { return serving.Pending(ln) == 1 })
 			}
+			if tc.inFlight {
+				serving.WorkStart(junk.c)
+			}
 			for range 8 {
 				serving.WorkStart(junk.c)
 				serving.WorkEnd(junk.c, false)
@@ -895,6 +900,13 @@ func TestLimitListenerRefusalsParked(t *testing.T) {
 			}
 			if !serving.IsParked(junk.c) {
 				t.Fatal("the connection kept after 8 refusals is not parked")
+			}
+			if tc.inFlight {
+				serving.WorkEnd(junk.c, true)
+				if !isClosed(t, junk.peer) {
+					t.Fatal("a connection parked for its refusals was kept once a request in flight was served")
+				}
+				return
 			}
 			// Parked: nothing more is read from it.
 			read := make(chan error, 1)

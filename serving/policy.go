@@ -540,9 +540,13 @@ const (
 // progressing); a connection that has not completed a request and had
 // maxRefusals refused is closed.
 func (c *admConn) workEnd(o outcome) {
-	over, park := false, false
+	over, park, parkedServed := false, false, false
 	c.a.set(c, false, func(c *admConn) {
 		c.working--
+		// Served after it was parked for its refusals (a request in
+		// flight then): closed, as it would have been at the bound, not
+		// left parked among served connections.
+		parkedServed = o == outcomeServed && c.parkedForRefusals
 		if o == outcomeServed && !c.served {
 			// A connection served: perhaps a newcomer that was taken for
 			// a reconnection and rescued. Each one earns a rescue.
@@ -571,7 +575,7 @@ func (c *admConn) workEnd(o outcome) {
 	switch {
 	case park:
 		c.parkRefused()
-	case over:
+	case over, parkedServed:
 		c.a.evict(c, closeRefusals)
 	}
 }
