@@ -79,8 +79,9 @@ type admission struct {
 	parkResets     bool
 	rec            *observe.Recorder
 	// parkedRefused counts the admitted connections parked for their
-	// refusals (see parkRefused). Under mu.
-	parkedRefused int
+	// refusals (see parkRefused), parkedResets those parked past the
+	// rapid-reset bound (see park). Under mu.
+	parkedRefused, parkedResets int
 
 	mu    sync.Mutex
 	lists [numStages]connList
@@ -309,6 +310,9 @@ func (a *admission) unlink(c *admConn, reason int) {
 	if c.parkedForRefusals {
 		a.parkedRefused--
 	}
+	if c.parkedForResets {
+		a.parkedResets--
+	}
 	a.lists[c.stage].remove(c)
 	a.open--
 	a.rec.Connections(stateAdmitted, -1)
@@ -497,8 +501,9 @@ type admConn struct {
 	queued     bool              // waiting for its handshake's turn
 	resets     *loglimit.Limiter // streams the client cancelled
 	parked     atomic.Bool       // past the rapid-reset bound: no more reads (see park)
-	// parkedForRefusals: parked by parkRefused. Under a.mu.
-	parkedForRefusals bool
+	// parkedForRefusals: parked by parkRefused; parkedForResets: by
+	// park. Under a.mu.
+	parkedForRefusals, parkedForResets bool
 }
 
 // RemoteAddr returns a copy of the connection's remote address made at

@@ -47,7 +47,9 @@
 // ([LimitListener]), header, body, per-write and idle times, header size,
 // HTTP/2 streams and the requests a client resets (HTTP/2 rapid reset: a
 // connection past the bound that was never served is parked, read no
-// more, rather than closed to reconnect); it closes the connection after
+// more, rather than closed to reconnect, and closed once parked 10 s with
+// no connection waiting for room, so that one whose client died is not
+// held until the client's kernel gives up); it closes the connection after
 // a refusal without reading the request body, so that an unauthenticated
 // client can neither keep connections alive nor make the server wait for
 // a body it never sends.

@@ -103,6 +103,10 @@ const (
 // PeerStateKnown: PeerClosed tells.
 const PeerStateKnown = peerStateKnown
 
+// ParkedMax is how long a connection parked past the rapid-reset bound is
+// kept once nothing waits.
+const ParkedMax = parkedMax
+
 // PeerClosed reports whether c's client has closed its end.
 func PeerClosed(c net.Conn) bool { return peerClosed(c) }
 

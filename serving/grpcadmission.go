@@ -138,7 +138,12 @@ func (c *admConn) park() {
 	if c.parked.Swap(true) {
 		return
 	}
-	c.a.set(c, false, func(c *admConn) { c.refused = true })
+	c.a.set(c, false, func(c *admConn) {
+		c.refused = true
+		c.parkedForResets = true
+		c.a.parkedResets++
+	})
+	c.a.signal(c.a.wake)
 }
 
 // parkRefused parks c (see park), a connection never served that had

@@ -623,16 +623,18 @@ func TestHTTP2RapidReset(t *testing.T) {
 // closed, as an eviction, when a newcomer needs its room. A connection
 // that was served, and streams reset once answered (watches stopped),
 // are left to Go's own bound: clients cancel requests as a matter of
-// course. A client within the bound keeps its connection and is served
+// course. With nothing waiting for room, a parked connection is closed,
+// for its rapid reset, once parked ParkedMax (not before). A client within the bound keeps its connection and is served
 // on it, and with the bound off so is a flood. A connection refused eight times and
 // never served is closed, whether or not it reset a request.
 func TestHTTP2RapidResetBound(t *testing.T) {
 	t.Parallel()
 	const (
-		served = "served on the same connection"
-		parked = "parked until a newcomer needs its room"
-		gone   = "parked until its client closes it"
-		closed = "closed"
+		served  = "served on the same connection"
+		parked  = "parked until a newcomer needs its room"
+		expires = "parked until ParkedMax has passed with nothing waiting"
+		gone    = "parked until its client closes it"
+		closed  = "closed"
 	)
 	for _, tc := range []struct {
 		name        string
@@ -652,6 +654,7 @@ func TestHTTP2RapidResetBound(t *testing.T) {
 		{name: "one past the bound", resets: serving.DefaultRapidResetLimit + 1, oneByOne: true, want: parked},
 		{name: "a flood", resets: 300, want: parked},
 		{name: "a flood, then the client leaves", resets: 300, want: gone},
+		{name: "a flood, then nothing waits", resets: 300, want: expires},
 		{name: "a flood, served before", servedFirst: true, resets: 300, want: served},
 		{name: "a flood of answered requests", answered: true, resets: 300, want: served},
 		{name: "a flood, no bound", limit: -1, resets: 300, want: served},
@@ -798,6 +801,28 @@ func TestHTTP2RapidResetBound(t *testing.T) {
 				})
 				if n := closes("evicted") + closes("rapid_reset"); n != 0 {
 					t.Errorf("connections closed by admission = %d; want 0 (the client closed it)", n)
+				}
+			case expires:
+				waitFor(t, 10*time.Second, "the parked connection to be admitted", func() bool { return admitted() == 1 })
+				// The clock has not moved since the connection was parked:
+				// step it a second at a time until the connection is closed.
+				var stepped time.Duration
+				waitFor(t, 30*time.Second, "the parked connection to be closed", func() bool {
+					if closes("rapid_reset") == 1 {
+						return true
+					}
+					clk.Step(time.Second)
+					stepped += time.Second
+					return false
+				})
+				if stepped < serving.ParkedMax {
+					t.Errorf("the parked connection was closed after %v; want not before ParkedMax (%v)", stepped, serving.ParkedMax)
+				}
+				if answered(id) {
+					t.Fatalf("after %d resets, a request on the same connection was answered; want it unread", tc.resets)
+				}
+				if n := closes("evicted"); n != 0 {
+					t.Errorf("connections evicted = %d; want 0", n)
 				}
 			case parked:
 				// The budget (1) is the parked connection's: a newcomer is
