@@ -475,7 +475,7 @@ func (a *admission) sweep(now time.Time) []net.Conn {
 // default budget (1,322) spent 34-36% of a core (17-18% keeping them
 // parked), the attackers opening 1,681-1,904 connections over the attack
 // (1,373-1,396), 100% of new and kept-alive scrapes answered within 1 s
-// either way; the dead clients' connections above were closed 9.3-9.9 s
+// either way; the dead clients' connections above were closed 9.3-10.0 s
 // after the attack (docs/benchmarks.md). While connections wait, a parked
 // one is closed only for a newcomer, as before.
 const parkedMax = 10 * time.Second
