@@ -134,17 +134,7 @@ func (c *admConn) reset() {
 // connection that was served (a client cancelling its watches at once,
 // say) is closed instead, so that its client reconnects rather than
 // waits. Its blocked read returns once c is closed.
-func (c *admConn) park() {
-	if c.parked.Swap(true) {
-		return
-	}
-	c.a.set(c, false, func(c *admConn) {
-		c.refused = true
-		c.parkedForResets = true
-		c.a.parkedResets++
-	})
-	c.a.signal(c.a.wake)
-}
+func (c *admConn) park() { c.parkFor(false) }
 
 // parkRefused parks c (see park), a connection never served that had
 // maxRefusals requests refused while connections wait for room: junk
@@ -164,14 +154,25 @@ func (c *admConn) park() {
 // connection waits, the connections parked for refusals are closed (see
 // sweep), so that a client whose token is refused, not an attacker, gets
 // its answer rather than a stalled call.
-func (c *admConn) parkRefused() {
+func (c *admConn) parkRefused() { c.parkFor(true) }
+
+// parkFor parks c, for its refusals or past the rapid-reset bound: it
+// counts as refused (among the first to go), is counted among the
+// connections parked for that reason (see sweep), and next is woken to
+// recompute when the sweep is due.
+func (c *admConn) parkFor(refusals bool) {
 	if c.parked.Swap(true) {
 		return
 	}
 	c.a.set(c, false, func(c *admConn) {
 		c.refused = true
-		c.parkedForRefusals = true
-		c.a.parkedRefused++
+		if refusals {
+			c.parkedForRefusals = true
+			c.a.parkedRefused++
+		} else {
+			c.parkedForResets = true
+			c.a.parkedResets++
+		}
 	})
 	c.a.signal(c.a.wake)
 }
