@@ -29,6 +29,7 @@ import (
 const (
 	stateAdmitted = "admitted"
 	stateWaiting  = "waiting"
+	stateParked   = "parked"
 )
 
 // admissionConfig is what a server of this package adds to LimitOptions.
@@ -80,8 +81,18 @@ type admission struct {
 	rec            *observe.Recorder
 	// parkedRefused counts the admitted connections parked for their
 	// refusals (see parkRefused), parkedResets those parked past the
-	// rapid-reset bound (see park). Under mu.
+	// rapid-reset bound (see park) within the budget. Under mu.
 	parkedRefused, parkedResets int
+	// parkedOut are the connections parked past the rapid-reset bound
+	// outside the budget (see outsideLocked), oldest first: at most max;
+	// nparkedOut counts them, and lastParkedOut is when the sweep last
+	// closed one (see parkedMax). Under mu.
+	parkedOut     connList
+	nparkedOut    int
+	lastParkedOut time.Time
+	// stopping: shutdown has started; nothing more is parked (see
+	// closeParked). Under mu.
+	stopping bool
 
 	mu    sync.Mutex
 	lists [numStages]connList
@@ -201,10 +212,11 @@ func newAdmission(max int, c admissionConfig) *admission {
 			}
 		}
 	}
-	// Both states are exported from the start, at 0, so that a scrape
+	// Every state is exported from the start, at 0, so that a scrape
 	// before the first connection shows the server's admission too.
 	a.rec.Connections(stateAdmitted, 0)
 	a.rec.Connections(stateWaiting, 0)
+	a.rec.Connections(stateParked, 0)
 	if o.HandshakeRate > 0 {
 		a.hsInterval = time.Duration(float64(time.Second) / o.HandshakeRate)
 		a.hsBurst = o.HandshakeBurst
@@ -225,6 +237,7 @@ func newAdmission(max int, c admissionConfig) *admission {
 	for s := range a.lists {
 		a.lists[s].init()
 	}
+	a.parkedOut.init()
 	return a
 }
 
@@ -310,12 +323,18 @@ func (a *admission) unlink(c *admConn, reason int) {
 	if c.parkedForRefusals {
 		a.parkedRefused--
 	}
-	if c.parkedForResets {
-		a.parkedResets--
+	if c.outside {
+		a.parkedOut.remove(c)
+		a.nparkedOut--
+		a.rec.Connections(stateParked, -1)
+	} else {
+		if c.parkedForResets {
+			a.parkedResets--
+		}
+		a.lists[c.stage].remove(c)
+		a.open--
+		a.rec.Connections(stateAdmitted, -1)
 	}
-	a.lists[c.stage].remove(c)
-	a.open--
-	a.rec.Connections(stateAdmitted, -1)
 	if c.src.conns--; c.src.conns == 0 {
 		delete(a.sources, c.src.key)
 	}
@@ -417,7 +436,7 @@ func (a *admission) logLocked() {
 	if ok, _ := a.log.Allow(); !ok {
 		return
 	}
-	kv := []any{"limit", a.max, "open", a.open}
+	kv := []any{"limit", a.max, "open", a.open, "parked", a.nparkedOut}
 	for r, name := range [closeReasons]string{"evicted", "timedOut", "rapidReset", "refused"} {
 		for s, k := range a.closed[r] {
 			if k > 0 {
@@ -436,7 +455,7 @@ func (a *admission) set(c *admConn, progress bool, f func(c *admConn)) {
 	a.mu.Lock()
 	defer a.mu.Unlock()
 	f(c)
-	if c.gone {
+	if c.gone || c.outside {
 		return
 	}
 	s := c.derive()
@@ -451,6 +470,33 @@ func (a *admission) set(c *admConn, progress bool, f func(c *admConn)) {
 	a.lists[c.stage].remove(c)
 	c.stage, c.since = s, now
 	a.lists[s].pushBack(c)
+}
+
+// closeParked closes the parked connections, as shutdown starts, and
+// those that would be parked from then on (see parkFor): their clients
+// were never served and nothing more is read from them, so that none
+// would close on the server's GOAWAY, and a graceful shutdown would wait
+// its whole timeout for them.
+func (a *admission) closeParked() {
+	a.mu.Lock()
+	a.stopping = true
+	var cs []net.Conn
+	for c := a.parkedOut.oldest(); c != nil; {
+		next := a.parkedOut.next(c)
+		a.unlink(c, -1)
+		cs = append(cs, c)
+		c = next
+	}
+	for c := a.lists[stageRefused].oldest(); c != nil; {
+		next := a.lists[stageRefused].next(c)
+		if c.parkedForResets || c.parkedForRefusals {
+			a.unlink(c, -1)
+			cs = append(cs, c)
+		}
+		c = next
+	}
+	a.mu.Unlock()
+	closeAll(cs)
 }
 
 // evict closes c for reason, outside the budget's order (a rapid reset).
@@ -479,8 +525,12 @@ type admConn struct {
 	// gRPC calls in progress opened before it was set (see grpcTap).
 	servedOnce atomic.Bool
 	unserved   atomic.Int32
-	closeOnce  sync.Once
-	deadline   atomic.Int64 // read deadline, Unix nanoseconds; 0: none
+	// calls are the gRPC calls in progress counted in unserved, whose
+	// contexts are cancelled when c is parked (see cancelCalls).
+	callsMu   sync.Mutex
+	calls     map[*rpcState]struct{}
+	closeOnce sync.Once
+	deadline  atomic.Int64 // read deadline, Unix nanoseconds; 0: none
 	// active counts the requests in progress (working, readable without
 	// a.mu); moved is when c last made progress (see progressing), as
 	// Unix nanoseconds of the admission's clock; 0: none.
@@ -502,8 +552,9 @@ type admConn struct {
 	resets     *loglimit.Limiter // streams the client cancelled
 	parked     atomic.Bool       // past the rapid-reset bound: no more reads (see park)
 	// parkedForRefusals: parked by parkRefused; parkedForResets: by
-	// park. Under a.mu.
-	parkedForRefusals, parkedForResets bool
+	// park; outside: parked outside the budget (see outsideLocked).
+	// Under a.mu.
+	parkedForRefusals, parkedForResets, outside bool
 }
 
 // RemoteAddr returns a copy of the connection's remote address made at

@@ -47,16 +47,20 @@
 // ([LimitListener]), header, body, per-write and idle times, header size,
 // HTTP/2 streams and the requests a client resets (HTTP/2 rapid reset: a
 // connection past the bound that was never served is parked, read no
-// more, rather than closed to reconnect, and closed once parked 10 s with
-// no connection waiting for room, so that one whose client died is not
-// held until the client's kernel gives up); it closes the connection after
+// more, rather than closed to reconnect: the first budget's worth outside
+// the budget, where they hold no one's room, the rest within it, the
+// first to go for a newcomer; once parked 10 s with no connection waiting
+// for room, they are closed one per EvictionInterval, so that one whose
+// client died is not held until the client's kernel gives up, and all at
+// once when shutdown starts); it closes the connection after
 // a refusal without reading the request body, so that an unauthenticated
 // client can neither keep connections alive nor make the server wait for
 // a body it never sends.
 // [GRPCServerOptions] and [ServeGRPC] do the same for gRPC: handshake
 // timeout, keepalive enforcement, idle connections, streams, metadata size,
 // the connection budget, and a bound on streams a client resets (HTTP/2
-// rapid reset). [Health] serves /healthz, /livez and /readyz.
+// rapid reset; parked past it, as HTTP/2 connections are). [Health]
+// serves /healthz, /livez and /readyz.
 //
 // # Admission: a legitimate caller always gets through
 //
@@ -104,7 +108,9 @@
 //
 //	files ≈ MaxConnections                (admitted client connections)
 //	      + MaxConnections                (connections waiting to be admitted)
-//	      + MaxConnections                (upstream connections, for a proxy)
+//	      + MaxConnections                (upstream connections, for a proxy,
+//	                                       or connections parked past the
+//	                                       rapid-reset bound, which have none)
 //	      + 1                             (one being swapped in)
 //	      + about 64                      (listeners, API server, certificates, logs)
 //
@@ -134,7 +140,8 @@
 // container with 128 MiB gets 256 connections; one with 1 GiB, 2,048; a
 // process with neither limit set low, a third of its files. Set MaxConnections
 // to bound it further (a node agent with a handful of local clients needs
-// tens). reviewauth_connections{state="admitted"} and
+// tens). reviewauth_connections{state="admitted"} (and "waiting",
+// "parked": outside the budget, past the rapid-reset bound) and
 // reviewauth_connections_closed_total (see [LimitOptions].Metrics) show
 // how full it runs and what admission closed.
 //

@@ -290,7 +290,7 @@ const (
 	rapidResetHeapBound = 256 << 20
 	// recoveryBound is how soon after the attack ends goroutines and file
 	// descriptors must be back to their baseline.
-	recoveryBound = 5 * time.Second
+	recoveryBound = serving.ParkedMax + 10*time.Second
 )
 
 // TestFloodGRPCRapidReset (issue #22): 112 attackers opening gRPC streams

@@ -6,6 +6,7 @@ import (
 	"crypto/tls"
 	"io"
 	"net"
+	"sync"
 	"sync/atomic"
 	"testing"
 	"time"
@@ -18,12 +19,22 @@ import (
 	"google.golang.org/grpc/health"
 	healthpb "google.golang.org/grpc/health/grpc_health_v1"
 	"google.golang.org/grpc/status"
+	clocktesting "k8s.io/utils/clock/testing"
 
+	"github.com/reviewauth/reviewauth/metrics"
 	"github.com/reviewauth/reviewauth/serving"
 )
 
 // startGRPC serves the health service with opts until the test ends.
 func startGRPC(t testing.TB, opts serving.GRPCOptions) string {
+	t.Helper()
+	addr, _ := startGRPCStoppable(t, opts)
+	return addr
+}
+
+// startGRPCStoppable is startGRPC, and stop, which stops the server and
+// returns how long ServeGRPC took to return.
+func startGRPCStoppable(t testing.TB, opts serving.GRPCOptions) (addr string, stop func() time.Duration) {
 	t.Helper()
 	srv := grpc.NewServer(serving.GRPCServerOptions(opts)...)
 	healthpb.RegisterHealthServer(srv, health.NewServer())
@@ -34,13 +45,21 @@ func startGRPC(t testing.TB, opts serving.GRPCOptions) string {
 	ctx, cancel := context.WithCancel(t.Context())
 	done := make(chan error, 1)
 	go func() { done <- serving.ServeGRPC(ctx, srv, ln, opts) }()
-	t.Cleanup(func() {
-		cancel()
-		if err := <-done; err != nil {
-			t.Errorf("ServeGRPC() = %v after cancel; want nil", err)
-		}
-	})
-	return ln.Addr().String()
+	var once sync.Once
+	var took time.Duration
+	stop = func() time.Duration {
+		once.Do(func() {
+			start := time.Now()
+			cancel()
+			if err := <-done; err != nil {
+				t.Errorf("ServeGRPC() = %v after cancel; want nil", err)
+			}
+			took = time.Since(start)
+		})
+		return took
+	}
+	t.Cleanup(func() { stop() })
+	return ln.Addr().String(), stop
 }
 
 func healthCheck(t testing.TB, addr string) {
@@ -162,11 +181,12 @@ func grpcHeaders(fr *http2.Framer, enc *hpack.Encoder, buf *bytes.Buffer, id uin
 	return fr.WriteHeaders(http2.HeadersFrameParam{StreamID: id, BlockFragment: buf.Bytes(), EndStream: endStream, EndHeaders: true})
 }
 
-// TestGRPCRapidReset (CVE-2023-44487 for gRPC): a client that opens
-// streams and resets them at once has its connection closed by the server
-// past RapidResetLimit, while a legitimate client on another connection
-// is served. grpc-go alone (RapidResetLimit -1, what the upstream sidecar
-// runs) keeps the connection after 20,000 such streams.
+// TestGRPCRapidReset (CVE-2023-44487 for gRPC): a client that was served
+// a call and then opens streams and resets them at once has its connection
+// closed by the server past RapidResetLimit, while a legitimate client on
+// another connection is served (one never served is parked instead: see
+// TestGRPCRapidResetParked). grpc-go alone (RapidResetLimit -1, what the
+// upstream sidecar runs) keeps the connection after 20,000 such streams.
 func TestGRPCRapidReset(t *testing.T) {
 	t.Parallel()
 	const limit, streams = 50, 20000
@@ -183,6 +203,7 @@ func TestGRPCRapidReset(t *testing.T) {
 			enc := hpack.NewEncoder(&buf)
 			closed := make(chan int, 1)
 			pong := make(chan struct{}, 1)
+			served := make(chan struct{}, 1)
 			var sent atomic.Int64
 			go func() {
 				_ = c.SetReadDeadline(time.Now().Add(60 * time.Second))
@@ -195,12 +216,27 @@ func TestGRPCRapidReset(t *testing.T) {
 					if p, ok := f.(*http2.PingFrame); ok && p.IsAck() {
 						pong <- struct{}{}
 					}
+					if f.Header().Type == http2.FrameHeaders && f.Header().StreamID == 1 {
+						select {
+						case served <- struct{}{}:
+						default:
+						}
+					}
 				}
 			}()
+			// A call served first (a health check with an empty request).
+			if grpcHeaders(fr, enc, &buf, 1, "/grpc.health.v1.Health/Check", false) != nil || fr.WriteData(1, true, []byte{0, 0, 0, 0, 0}) != nil {
+				t.Fatal("writing the first call failed")
+			}
+			select {
+			case <-served:
+			case <-time.After(10 * time.Second):
+				t.Fatal("the first call was not answered within 10s")
+			}
 			attack := make(chan struct{})
 			go func() {
 				defer close(attack)
-				for id := uint32(1); id < 2*streams; id += 2 {
+				for id := uint32(3); id < 2*streams+2; id += 2 {
 					if grpcHeaders(fr, enc, &buf, id, "/grpc.health.v1.Health/Check", false) != nil || fr.WriteRSTStream(id, http2.ErrCodeCancel) != nil {
 						return
 					}
@@ -231,6 +267,194 @@ func TestGRPCRapidReset(t *testing.T) {
 			}
 			healthCheck(t, addr)
 		})
+	}
+}
+
+// TestGRPCRapidResetParked: a connection never served that passes the
+// rapid-reset bound is parked where the peer's state can be read (Linux):
+// nothing more is read from it, so the call its client sends next is not
+// answered and its client, blocked on a full socket, does not reconnect.
+// The first budget's worth are parked outside the budget (budget 1): a
+// newcomer is served beside it and nothing is closed. Past that, one is
+// parked within the budget and closed, as an eviction, when a newcomer
+// needs its room. Elsewhere it is closed for the rapid reset at once.
+// Closed at once, a flood of such clients reconnected at 1,700 a second at
+// the default budget and held the server at 127% of a core
+// (docs/benchmarks.md).
+func TestGRPCRapidResetParked(t *testing.T) {
+	t.Parallel()
+	for _, tc := range []struct {
+		name string
+		// flooders is how many connections flood, one after the other; the
+		// last is the one checked.
+		flooders               int
+		wantEvicted, wantParks int
+	}{
+		{name: "outside the budget", flooders: 1, wantEvicted: 0, wantParks: 1},
+		{name: "within the budget", flooders: 2, wantEvicted: 1, wantParks: 1},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			t.Parallel()
+			const limit, streams = 50, 300
+			clk := clocktesting.NewFakeClock(time.Now())
+			m := metrics.New()
+			closes := closedCounter(t, m)
+			read := metricReader(t, m)
+			parked := func() int { return int(read("reviewauth_connections", "state", "parked")) }
+			addr, stop := startGRPCStoppable(t, serving.GRPCOptions{
+				Certificates: selfSigned(t), RapidResetLimit: limit, RapidResetRate: 1,
+				MaxConnections: 1, Clock: clk, Metrics: m, ShutdownTimeout: 20 * time.Second,
+			})
+			// flood opens a connection that resets streams past the bound
+			// and then sends a call; it returns whether that call was
+			// answered within d (false too if the connection ended).
+			flood := func() (answered func(d time.Duration) bool, ended func() bool) {
+				c, fr := rawH2(t, addr)
+				t.Cleanup(func() { c.Close() })
+				// Answers, by stream; closed once the connection ends.
+				answers := answersOn(fr, 2*streams, false)
+				var buf bytes.Buffer
+				enc := hpack.NewEncoder(&buf)
+				id := uint32(1)
+				for range streams {
+					if grpcHeaders(fr, enc, &buf, id, "/grpc.health.v1.Health/Check", false) != nil || fr.WriteRSTStream(id, http2.ErrCodeCancel) != nil {
+						break // closed (not parked)
+					}
+					id += 2
+				}
+				// A call after the flood: a health check with an empty
+				// request.
+				check := id
+				if grpcHeaders(fr, enc, &buf, check, "/grpc.health.v1.Health/Check", false) == nil {
+					_ = fr.WriteData(check, true, []byte{0, 0, 0, 0, 0})
+				}
+				done := false
+				answered = func(d time.Duration) bool {
+					timeout := time.After(d)
+					for {
+						select {
+						case got, ok := <-answers:
+							if !ok {
+								done = true
+								return false
+							}
+							if got == check {
+								return true
+							}
+						case <-timeout:
+							return false
+						}
+					}
+				}
+				ended = func() bool {
+					answered(10 * time.Second)
+					return done
+				}
+				return answered, ended
+			}
+			var answered func(time.Duration) bool
+			var ended func() bool
+			for i := range tc.flooders {
+				answered, ended = flood()
+				if i == 0 && serving.PeerStateKnown {
+					// The first is parked outside the budget (the next one
+					// within it).
+					waitFor(t, 10*time.Second, "the first flooder to be parked", func() bool { return parked() == 1 })
+				}
+			}
+			if !serving.PeerStateKnown {
+				if answered(10 * time.Second) {
+					t.Fatal("the call after the flood was answered; want the connection closed")
+				}
+				waitFor(t, 10*time.Second, "the close to be counted", func() bool { return closes("rapid_reset") == tc.flooders })
+				return
+			}
+			// A newcomer is served (once the grace of the one parked
+			// within the budget, if any, has passed).
+			got := make(chan error, 1)
+			go func() {
+				conn, err := grpc.NewClient(addr, grpc.WithTransportCredentials(credentials.NewTLS(&tls.Config{InsecureSkipVerify: true})))
+				if err != nil {
+					got <- err
+					return
+				}
+				defer conn.Close()
+				_, err = healthpb.NewHealthClient(conn).Check(t.Context(), &healthpb.HealthCheckRequest{})
+				got <- err
+			}()
+			if err := stepUntil(t, clk, got); err != nil {
+				t.Fatalf("newcomer: %v", err)
+			}
+			if tc.wantEvicted > 0 {
+				if !ended() {
+					t.Fatal("the connection parked within the budget was not closed for the newcomer")
+				}
+			} else if answered(200 * time.Millisecond) {
+				t.Fatal("the call after the flood was answered on the parked connection; want it unread")
+			}
+			if e, r, p := closes("evicted"), closes("rapid_reset"), parked(); e != tc.wantEvicted || r != 0 || p != tc.wantParks {
+				t.Errorf("closes: %d evicted, %d for rapid reset; parked outside the budget: %d; want %d, 0, %d", e, r, p, tc.wantEvicted, tc.wantParks)
+			}
+			// A parked connection, its client still there, does not hold
+			// up a graceful shutdown: nothing is read from it, so its
+			// client's answer to the server's GOAWAY is never read (left
+			// parked, the server stopped 6.0 s after it was asked to).
+			if took := stop(); took > 2*time.Second {
+				t.Errorf("the server stopped %v after it was asked to, with a connection parked; want within 2s", took)
+			}
+		})
+	}
+}
+
+// TestGRPCParkedCallsCancelled: the calls a connection opened without
+// sending a request (in progress, waiting for it) are cancelled when the
+// connection is parked past the rapid-reset bound: their status is
+// written, and they no longer hold a goroutine each for as long as the
+// connection is parked (2,313 such clients held the sidecar at 783-817
+// MiB with them, docs/benchmarks.md).
+func TestGRPCParkedCallsCancelled(t *testing.T) {
+	t.Parallel()
+	if !serving.PeerStateKnown {
+		t.Skip("connections are parked on Linux only")
+	}
+	const limit, open, streams = 50, 4, 300
+	clk := clocktesting.NewFakeClock(time.Now())
+	addr := startGRPC(t, serving.GRPCOptions{
+		Certificates: selfSigned(t), RapidResetLimit: limit, RapidResetRate: 1,
+		MaxConnections: 1, Clock: clk,
+	})
+	c, fr := rawH2(t, addr)
+	defer c.Close()
+	answered := answersOn(fr, 2*streams, true)
+	var buf bytes.Buffer
+	enc := hpack.NewEncoder(&buf)
+	// Calls opened, their requests never sent.
+	id := uint32(1)
+	waiting := map[uint32]bool{}
+	for range open {
+		if err := grpcHeaders(fr, enc, &buf, id, "/grpc.health.v1.Health/Check", false); err != nil {
+			t.Fatal(err)
+		}
+		waiting[id] = true
+		id += 2
+	}
+	for range streams {
+		if grpcHeaders(fr, enc, &buf, id, "/grpc.health.v1.Health/Check", false) != nil || fr.WriteRSTStream(id, http2.ErrCodeCancel) != nil {
+			t.Fatal("the connection was closed; want it parked")
+		}
+		id += 2
+	}
+	timeout := time.After(10 * time.Second)
+	for len(waiting) > 0 {
+		select {
+		case got, ok := <-answered:
+			if !ok {
+				t.Fatal("the connection was closed; want it parked")
+			}
+			delete(waiting, got)
+		case <-timeout:
+			t.Fatalf("calls %v, waiting for their request, were not ended within 10s of the connection being parked", waiting)
+		}
 	}
 }
 

@@ -18,7 +18,9 @@ import (
 	"time"
 
 	"github.com/go-logr/logr/funcr"
+	"golang.org/x/net/http2"
 	"k8s.io/klog/v2"
+	clocktesting "k8s.io/utils/clock/testing"
 
 	"github.com/reviewauth/reviewauth/serving"
 )
@@ -171,4 +173,42 @@ func writeFile(t testing.TB, dir, name string, data []byte) string {
 		t.Fatal(err)
 	}
 	return p
+}
+
+// answersOn reads fr's frames until its connection ends, and sends the
+// stream of each HEADERS frame (only of those that end their stream, if
+// ended); the channel, of size n, is closed once the connection ends.
+func answersOn(fr *http2.Framer, n int, ended bool) <-chan uint32 {
+	answers := make(chan uint32, n)
+	go func() {
+		defer close(answers)
+		for {
+			f, err := fr.ReadFrame()
+			if err != nil {
+				return
+			}
+			if h, ok := f.(*http2.HeadersFrame); ok && (!ended || h.StreamEnded()) {
+				answers <- h.StreamID
+			}
+		}
+	}()
+	return answers
+}
+
+// stepUntil steps clk 100ms at a time until got has a result, for up to
+// 10s, and returns it: a newcomer's call, once the grace of the
+// connection it waits for has passed on clk.
+func stepUntil(t testing.TB, clk *clocktesting.FakeClock, got <-chan error) error {
+	t.Helper()
+	var err error
+	waitFor(t, 10*time.Second, "the newcomer to be served", func() bool {
+		clk.Step(100 * time.Millisecond)
+		select {
+		case err = <-got:
+			return true
+		default:
+			return false
+		}
+	})
+	return err
 }

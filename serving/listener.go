@@ -304,11 +304,24 @@ const limitLogInterval = 10 * time.Second
 // (HandshakeConcurrency) and, if HandshakeRate is set, those each source
 // starts.
 //
+// HTTP and gRPC servers of this package park a connection never served
+// that passes their rapid-reset bound (RapidResetLimit): nothing more is
+// read from it, so that it costs its file and the memory it holds, no
+// CPU, and its client, blocked on a full socket, does not reconnect to
+// cost a handshake. The first max of them are parked outside the budget,
+// where they hold no one's room (reviewauth_connections{state="parked"});
+// past that, within it, in the refused stage. Once parked 10 s with no
+// connection waiting, those outside the budget are closed one per
+// EvictionInterval (a client that died with frames unsent never closes
+// its end where the server can see it), those within it all at once; all
+// are closed when shutdown starts.
+//
 // A max of zero or less means no limit, and ln is returned as is. The
 // budget should stay below a third of the process's open-file limit
 // ([MaxConnectionsFor]): the process holds max admitted connections, max
-// waiting ones (more only while files are to spare), and one being
-// swapped in for another, and a proxy as many connections to its upstream.
+// waiting ones (more only while files are to spare), one being swapped in
+// for another, and a proxy as many connections to its upstream (or a
+// server as many parked outside the budget, which have none).
 func LimitListener(ln net.Listener, max int, opts LimitOptions) net.Listener {
 	if max <= 0 {
 		return ln

@@ -619,22 +619,26 @@ func TestHTTP2RapidReset(t *testing.T) {
 // RapidResetRate adds none) even though every handler ends at its reset,
 // so that Go's own bound (a queue of four times MaxConcurrentStreams)
 // never trips. A connection never served is then parked: nothing more is
-// read from it (the request it sends next is not answered), and it is
-// closed, as an eviction, when a newcomer needs its room. A connection
+// read from it (the request it sends next is not answered). The first
+// budget's worth are parked outside the budget: a newcomer is served
+// beside it, nothing closed. Past that, one is parked within the budget
+// and closed, as an eviction, when a newcomer needs its room. A connection
 // that was served, and streams reset once answered (watches stopped),
 // are left to Go's own bound: clients cancel requests as a matter of
 // course. With nothing waiting for room, a parked connection is closed,
-// for its rapid reset, once parked ParkedMax (not before). A client within the bound keeps its connection and is served
+// for its rapid reset, once parked ParkedMax (not before), outside the
+// budget or within it. A client within the bound keeps its connection and is served
 // on it, and with the bound off so is a flood. A connection refused eight times and
 // never served is closed, whether or not it reset a request.
 func TestHTTP2RapidResetBound(t *testing.T) {
 	t.Parallel()
 	const (
-		served  = "served on the same connection"
-		parked  = "parked until a newcomer needs its room"
-		expires = "parked until ParkedMax has passed with nothing waiting"
-		gone    = "parked until its client closes it"
-		closed  = "closed"
+		served    = "served on the same connection"
+		parked    = "parked until a newcomer needs its room"
+		parkedOut = "parked outside the budget, a newcomer served beside it"
+		expires   = "parked until ParkedMax has passed with nothing waiting"
+		gone      = "parked until its client closes it"
+		closed    = "closed"
 	)
 	for _, tc := range []struct {
 		name        string
@@ -648,13 +652,19 @@ func TestHTTP2RapidResetBound(t *testing.T) {
 		// oneByOne resets each stream once its handler runs, and waits
 		// for the handler to end before the next: every reset is counted.
 		oneByOne bool
-		want     string
+		// inside: another connection is parked first, outside the budget
+		// (1), so that this one is parked within it.
+		inside bool
+		want   string
 	}{
 		{name: "at the bound", resets: serving.DefaultRapidResetLimit, oneByOne: true, want: served},
-		{name: "one past the bound", resets: serving.DefaultRapidResetLimit + 1, oneByOne: true, want: parked},
-		{name: "a flood", resets: 300, want: parked},
+		{name: "one past the bound", resets: serving.DefaultRapidResetLimit + 1, oneByOne: true, want: parkedOut},
+		{name: "a flood", resets: 300, want: parkedOut},
+		{name: "a flood, within the budget", resets: 300, inside: true, want: parked},
 		{name: "a flood, then the client leaves", resets: 300, want: gone},
+		{name: "a flood within the budget, then the client leaves", resets: 300, inside: true, want: gone},
 		{name: "a flood, then nothing waits", resets: 300, want: expires},
+		{name: "a flood within the budget, then nothing waits", resets: 300, inside: true, want: expires},
 		{name: "a flood, served before", servedFirst: true, resets: 300, want: served},
 		{name: "a flood of answered requests", answered: true, resets: 300, want: served},
 		{name: "a flood, no bound", limit: -1, resets: 300, want: served},
@@ -695,7 +705,23 @@ func TestHTTP2RapidResetBound(t *testing.T) {
 			}
 			closes := closedCounter(t, m)
 			admitted := admittedGauge(t, m)
+			read := metricReader(t, m)
+			parkedOutside := func() int64 { return int64(read("reviewauth_connections", "state", "parked")) }
 			addr := serve(t, t.Context(), srv)
+			// held is what holds the connection checked: the budget, or
+			// the room outside it.
+			held := parkedOutside
+			if tc.inside {
+				pre := dialH2(t, addr)
+				defer pre.c.Close()
+				for id := uint32(1); id < 600; id += 2 {
+					if pre.headers(id, "/wait") != nil || pre.fr.WriteRSTStream(id, http2.ErrCodeCancel) != nil {
+						break
+					}
+				}
+				waitFor(t, 10*time.Second, "the first connection to be parked outside the budget", func() bool { return parkedOutside() == 1 })
+				held = admitted
+			}
 			h := dialH2(t, addr)
 			defer h.c.Close()
 			frames := make(chan http2.Frame, 1024)
@@ -714,24 +740,34 @@ func TestHTTP2RapidResetBound(t *testing.T) {
 					}
 				}
 			}()
-			// answered waits for the answer to stream id: true if it came,
-			// false if the connection ended first.
-			answered := func(id uint32) bool {
-				t.Helper()
-				deadline := time.After(10 * time.Second)
+			// answeredWithin waits up to d for the answer to stream id:
+			// true if it came, false if the connection ended first or d
+			// passed (then timedOut).
+			answeredWithin := func(id uint32, d time.Duration) (ok, timedOut bool) {
+				deadline := time.After(d)
 				for {
 					select {
 					case f, ok := <-frames:
 						if !ok || f.Header().Type == http2.FrameGoAway {
-							return false
+							return false, false
 						}
 						if f.Header().StreamID == id {
-							return true
+							return true, false
 						}
 					case <-deadline:
-						t.Fatalf("stream %d was neither answered nor its connection closed within 10s", id)
+						return false, true
 					}
 				}
+			}
+			// answered waits for the answer to stream id: true if it came,
+			// false if the connection ended first.
+			answered := func(id uint32) bool {
+				t.Helper()
+				ok, timedOut := answeredWithin(id, 10*time.Second)
+				if timedOut {
+					t.Fatalf("stream %d was neither answered nor its connection closed within 10s", id)
+				}
+				return ok
 			}
 			id := uint32(1)
 			if tc.servedFirst {
@@ -793,22 +829,22 @@ func TestHTTP2RapidResetBound(t *testing.T) {
 			case gone:
 				// Nothing is read from a parked connection: that its
 				// client closed it is seen on its socket (CLOSE_WAIT).
-				waitFor(t, 10*time.Second, "the parked connection to be admitted", func() bool { return admitted() == 1 })
+				waitFor(t, 10*time.Second, "the parked connection to be held", func() bool { return held() == 1 })
 				h.c.Close()
 				waitFor(t, 10*time.Second, "the parked connection to be closed once its client left", func() bool {
 					clk.Step(time.Second)
-					return admitted() == 0
+					return held() == 0
 				})
 				if n := closes("evicted") + closes("rapid_reset"); n != 0 {
 					t.Errorf("connections closed by admission = %d; want 0 (the client closed it)", n)
 				}
 			case expires:
-				waitFor(t, 10*time.Second, "the parked connection to be admitted", func() bool { return admitted() == 1 })
+				waitFor(t, 10*time.Second, "the parked connection to be held", func() bool { return held() == 1 })
 				// The clock has not moved since the connection was parked:
 				// step it a second at a time until the connection is closed.
 				var stepped time.Duration
 				waitFor(t, 30*time.Second, "the parked connection to be closed", func() bool {
-					if closes("rapid_reset") == 1 {
+					if held() == 0 {
 						return true
 					}
 					clk.Step(time.Second)
@@ -818,16 +854,25 @@ func TestHTTP2RapidResetBound(t *testing.T) {
 				if stepped < serving.ParkedMax {
 					t.Errorf("the parked connection was closed after %v; want not before ParkedMax (%v)", stepped, serving.ParkedMax)
 				}
+				// Closed for its rapid reset (and, parked first, the one
+				// outside the budget).
+				want := 1
+				if tc.inside {
+					want = 2
+				}
+				waitFor(t, 10*time.Second, "the closes to be counted", func() bool { return closes("rapid_reset") == want })
 				if answered(id) {
 					t.Fatalf("after %d resets, a request on the same connection was answered; want it unread", tc.resets)
 				}
 				if n := closes("evicted"); n != 0 {
 					t.Errorf("connections evicted = %d; want 0", n)
 				}
-			case parked:
-				// The budget (1) is the parked connection's: a newcomer is
-				// served once its grace has passed, and the parked one is
-				// closed for it, its request unanswered.
+			case parked, parkedOut:
+				// parked: the budget (1) is the parked connection's: a
+				// newcomer is served once its grace has passed, and the
+				// parked one is closed for it, its request unanswered.
+				// parkedOut: the newcomer is served beside it, nothing
+				// closed, its request unanswered.
 				client := &http.Client{Transport: &http.Transport{TLSClientConfig: &tls.Config{InsecureSkipVerify: true}, ForceAttemptHTTP2: true}}
 				defer client.CloseIdleConnections()
 				got := make(chan error, 1)
@@ -841,18 +886,17 @@ func TestHTTP2RapidResetBound(t *testing.T) {
 					}
 					got <- err
 				}()
-				var err error
-				waitFor(t, 10*time.Second, "the newcomer to be served", func() bool {
-					clk.Step(100 * time.Millisecond)
-					select {
-					case err = <-got:
-						return true
-					default:
-						return false
-					}
-				})
-				if err != nil {
+				if err := stepUntil(t, clk, got); err != nil {
 					t.Fatalf("newcomer: %v", err)
+				}
+				if tc.want == parkedOut {
+					if ok, _ := answeredWithin(id, 200*time.Millisecond); ok {
+						t.Fatalf("after %d resets, a request on the same connection was answered; want it unread", tc.resets)
+					}
+					if e, r, p := closes("evicted"), closes("rapid_reset"), parkedOutside(); e != 0 || r != 0 || p != 1 {
+						t.Errorf("closes: %d evicted, %d for rapid reset; parked outside the budget: %d; want 0, 0, 1", e, r, p)
+					}
+					break
 				}
 				if answered(id) {
 					t.Fatalf("after %d resets, a request on the same connection was answered; want the connection %s", tc.resets, tc.want)

@@ -49,19 +49,27 @@ const (
 	// sidecarExtraFiles bounds the files the process holds beyond its
 	// budget of client connections while attacked, counted from its files
 	// before (listeners, API server connections, log files): connections
-	// waiting to be admitted (as many as the budget), one being swapped
-	// in; and, as the fake API server speaks HTTP/1.1 (a real one speaks
-	// HTTP/2, one connection), a connection per review in flight (16
-	// TokenReviews, 16 SubjectAccessReviews) and the JWKS fetch.
-	sidecarExtraFiles = reliability.Budget + 1 + 2*16 + 1
+	// waiting to be admitted (as many as the budget), connections parked
+	// outside the budget past the rapid-reset bound (as many again; junk
+	// tokens at full speed pass it too, their calls past MaxUnservedCalls
+	// refused), one being swapped in; and, as the fake API server speaks
+	// HTTP/1.1 (a real one speaks HTTP/2, one connection), a connection
+	// per review in flight (16 TokenReviews, 16 SubjectAccessReviews) and
+	// the JWKS fetch.
+	sidecarExtraFiles = 2*reliability.Budget + 1 + 2*16 + 1
 	// sidecarRSSBound bounds the sidecar's resident memory during the
 	// rapid-reset attack; the race detector (the sidecar is this test
 	// binary) multiplies it, so its bound is sidecarRaceRSSBound.
 	sidecarRSSBound     = 256 << 20
 	sidecarRaceRSSBound = 1 << 30
 	// recoveryBound is how soon after an attack's end the sidecar holds
-	// no client connection but the existing one.
-	recoveryBound = 5 * time.Second
+	// no client connection but the existing one: the rapid-reset
+	// attackers' connections parked outside the budget (at most the
+	// budget's worth), whose clients stopped with frames unsent and are
+	// never seen to close them, are closed 10 s after they were parked
+	// (serving's parkedMax), one per EvictionInterval, once nothing
+	// waits; the rest within 5 s.
+	recoveryBound = 10*time.Second + reliability.Budget*serving.DefaultEvictionInterval + 5*time.Second
 )
 
 // TestFloods (issue #22): the snapshot-metadata sidecar as a process, with
@@ -75,7 +83,8 @@ const (
 // a new connection and every time on one opened before; the process never
 // holds more files than before plus the budget (and sidecarExtraFiles);
 // during rapid reset its resident memory stays under sidecarRSSBound and
-// its files are back to what they were within 5s of the attack's end; each
+// its files are back to what they were within recoveryBound of the
+// attack's end; each
 // unverifiable junk token costs at most one TokenReview and a forged one
 // none; and SIGTERM in the middle of rapid reset ends the process within
 // its shutdown grace.

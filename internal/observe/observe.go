@@ -119,7 +119,7 @@ func NewRecorder() *Recorder {
 		jwks: prometheus.NewGauge(prometheus.GaugeOpts{Name: "reviewauth_jwks_preverify_available",
 			Help: "1 when the cluster's service-account key set was read at the last try and tokens are pre-verified against it; 0 when it could not be read (every token is then reviewed). Absent without pre-verification."}),
 		conns: prometheus.NewGaugeVec(prometheus.GaugeOpts{Name: "reviewauth_connections",
-			Help: "Client connections of servers of package serving: admitted (at most the budget), and waiting (accepted, not admitted yet)."}, []string{"state"}),
+			Help: "Client connections of servers of package serving: admitted (at most the budget), waiting (accepted, not admitted yet), and parked (past the rapid-reset bound, outside the budget: at most the budget)."}, []string{"state"}),
 		connsClosed: counters("reviewauth_connections_closed_total",
 			"Client connections a server of package serving closed to make room (evicted), past a timeout shrunk by pressure (timeout), past the rapid-reset bound (rapid_reset), or after 8 refused requests and none served (refused), by reason and by the stage the connection was in.", "reason", "stage"),
 		revSynced: prometheus.NewGauge(prometheus.GaugeOpts{Name: "reviewauth_revocation_synced",
@@ -311,7 +311,7 @@ func (m *Recorder) StaleServe(cacheName string) {
 }
 
 // Connections adds delta to the connections in state ("admitted",
-// "waiting").
+// "waiting", "parked").
 func (m *Recorder) Connections(state string, delta int) {
 	if m == nil {
 		return
