@@ -297,7 +297,7 @@ const (
 // and resetting them at full speed, from the legitimate client's address,
 // reopening at once: the goals of TestFloodsHTTP; the Go heap in use stays
 // under rapidResetHeapBound throughout; goroutines and open files are back
-// to their baseline within 5s of the attack's end.
+// to their baseline within recoveryBound of the attack's end.
 func TestFloodGRPCRapidReset(t *testing.T) {
 	m := metrics.New()
 	addr, cl := grpcFloodServer(t, serving.GRPCOptions{Certificates: selfSigned(t), MaxConnections: floodBudget, Metrics: m})
