@@ -114,6 +114,11 @@
 //	      + 1                             (one being swapped in)
 //	      + about 64                      (listeners, API server, certificates, logs)
 //
+// Connections parked past the rapid-reset bound outside the budget (as
+// many as it, at most) hold what they held when parked, about 115 KiB
+// each (the sidecar with 2,313 held, docs/benchmarks.md): where memory
+// sets the budget, connections may take up to about half the limit.
+//
 // As many connections may wait to be admitted as are admitted: accepted,
 // nothing read from them, each holding a file and a kernel socket and no
 // memory of the process's; and more while the process has files to spare
