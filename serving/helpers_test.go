@@ -137,6 +137,14 @@ func (l *lines) snapshot() []string {
 // logger, and returns the address.
 func serve(t testing.TB, ctx context.Context, srv *serving.HTTPServer) string {
 	t.Helper()
+	addr, _ := serveStoppable(t, ctx, srv)
+	return addr
+}
+
+// serveStoppable is serve, and stop, which stops the server and returns
+// how long Serve took to return.
+func serveStoppable(t testing.TB, ctx context.Context, srv *serving.HTTPServer) (addr string, stop func() time.Duration) {
+	t.Helper()
 	ln, err := net.Listen("tcp", "127.0.0.1:0")
 	if err != nil {
 		t.Fatal(err)
@@ -144,13 +152,21 @@ func serve(t testing.TB, ctx context.Context, srv *serving.HTTPServer) string {
 	ctx, cancel := context.WithCancel(ctx)
 	done := make(chan error, 1)
 	go func() { done <- srv.Serve(ctx, ln) }()
-	t.Cleanup(func() {
-		cancel()
-		if err := <-done; err != nil {
-			t.Errorf("Serve() = %v after cancel; want nil", err)
-		}
-	})
-	return ln.Addr().String()
+	var once sync.Once
+	var took time.Duration
+	stop = func() time.Duration {
+		once.Do(func() {
+			start := time.Now()
+			cancel()
+			if err := <-done; err != nil {
+				t.Errorf("Serve() = %v after cancel; want nil", err)
+			}
+			took = time.Since(start)
+		})
+		return took
+	}
+	t.Cleanup(func() { stop() })
+	return ln.Addr().String(), stop
 }
 
 // waitFor polls cond every 10ms until it holds or d passes: a bounded

@@ -909,6 +909,45 @@ func TestHTTP2RapidResetBound(t *testing.T) {
 	}
 }
 
+// TestHTTP2ParkedShutdown: a connection parked past the rapid-reset bound
+// (outside the budget), its client still there, does not hold up a
+// graceful shutdown: nothing is read from it, so its client's answer to
+// the server's GOAWAY is never read (left parked,
+// net/http's HTTP/2 server closed them after its 1 s GOAWAY timeout: the
+// server stopped 1.1 s after it was asked to; closed as shutdown starts,
+// 20-30 ms).
+func TestHTTP2ParkedShutdown(t *testing.T) {
+	t.Parallel()
+	if !serving.PeerStateKnown {
+		t.Skip("connections are parked on Linux only")
+	}
+	clk := clocktesting.NewFakeClock(time.Now())
+	m := metrics.New()
+	handler := http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) { <-r.Context().Done() })
+	srv, err := serving.NewHTTPServer(handler, serving.ServerOptions{
+		Certificates: selfSigned(t), ShutdownTimeout: 20 * time.Second,
+		MaxConnections: 1, Clock: clk, Metrics: m,
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	read := metricReader(t, m)
+	addr, stop := serveStoppable(t, t.Context(), srv)
+	h := dialH2(t, addr)
+	defer h.c.Close()
+	for id := uint32(1); id < 600; id += 2 {
+		if h.headers(id, "/wait") != nil || h.fr.WriteRSTStream(id, http2.ErrCodeCancel) != nil {
+			t.Fatal("the connection was closed; want it parked")
+		}
+	}
+	waitFor(t, 10*time.Second, "the connection to be parked outside the budget", func() bool {
+		return read("reviewauth_connections", "state", "parked") == 1
+	})
+	if took := stop(); took > 500*time.Millisecond {
+		t.Errorf("the server stopped %v after it was asked to, with a connection parked; want within 500ms", took)
+	}
+}
+
 // closedCounter returns a function that reads m's count of connections
 // closed for reason, all stages.
 func closedCounter(t *testing.T, m *metrics.Metrics) func(reason string) int {
