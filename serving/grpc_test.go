@@ -6,7 +6,6 @@ import (
 	"crypto/tls"
 	"io"
 	"net"
-	"sync"
 	"sync/atomic"
 	"testing"
 	"time"
@@ -42,24 +41,7 @@ func startGRPCStoppable(t testing.TB, opts serving.GRPCOptions) (addr string, st
 	if err != nil {
 		t.Fatal(err)
 	}
-	ctx, cancel := context.WithCancel(t.Context())
-	done := make(chan error, 1)
-	go func() { done <- serving.ServeGRPC(ctx, srv, ln, opts) }()
-	var once sync.Once
-	var took time.Duration
-	stop = func() time.Duration {
-		once.Do(func() {
-			start := time.Now()
-			cancel()
-			if err := <-done; err != nil {
-				t.Errorf("ServeGRPC() = %v after cancel; want nil", err)
-			}
-			took = time.Since(start)
-		})
-		return took
-	}
-	t.Cleanup(func() { stop() })
-	return ln.Addr().String(), stop
+	return ln.Addr().String(), runUntilStopped(t, t.Context(), "ServeGRPC", func(ctx context.Context) error { return serving.ServeGRPC(ctx, srv, ln, opts) })
 }
 
 func healthCheck(t testing.TB, addr string) {

@@ -149,9 +149,16 @@ func serveStoppable(t testing.TB, ctx context.Context, srv *serving.HTTPServer) 
 	if err != nil {
 		t.Fatal(err)
 	}
+	return ln.Addr().String(), runUntilStopped(t, ctx, "Serve", func(ctx context.Context) error { return srv.Serve(ctx, ln) })
+}
+
+// runUntilStopped runs serve (named name) in a goroutine until stop, also
+// called when the test ends, cancels its context; stop checks serve
+// returned nil and returns how long it took to.
+func runUntilStopped(t testing.TB, ctx context.Context, name string, serve func(context.Context) error) (stop func() time.Duration) {
 	ctx, cancel := context.WithCancel(ctx)
 	done := make(chan error, 1)
-	go func() { done <- srv.Serve(ctx, ln) }()
+	go func() { done <- serve(ctx) }()
 	var once sync.Once
 	var took time.Duration
 	stop = func() time.Duration {
@@ -159,14 +166,14 @@ func serveStoppable(t testing.TB, ctx context.Context, srv *serving.HTTPServer) 
 			start := time.Now()
 			cancel()
 			if err := <-done; err != nil {
-				t.Errorf("Serve() = %v after cancel; want nil", err)
+				t.Errorf("%s() = %v after cancel; want nil", name, err)
 			}
 			took = time.Since(start)
 		})
 		return took
 	}
 	t.Cleanup(func() { stop() })
-	return ln.Addr().String(), stop
+	return stop
 }
 
 // waitFor polls cond every 10ms until it holds or d passes: a bounded
