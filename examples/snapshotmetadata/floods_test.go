@@ -207,7 +207,7 @@ func TestFloods(t *testing.T) {
 		sampler := reliability.Sample(files)
 		var res reliability.AttackResult
 		newTries, existingTries := reliability.Measure(t.Context(), sidecarFloodRun, reliability.AttackFunc(t, reliability.AttackSpec{
-			Addr: proc.Addr, Kind: reliability.JunkGRPCAttack, N: reliability.Attackers, PerConn: 4, Path: method, Genuine: genuine}, &res), newConn, existingCall)
+			Addr: proc.Addr, Kind: reliability.JunkGRPCAttack, N: reliability.Attackers, PerConn: 4, Path: method, Genuine: genuine, Namespace: testNS, Name: "snap-1"}, &res), newConn, existingCall)
 		missed := check("junk tokens", newTries, existingTries, sampler.Stop())
 		unverifiable, forged, maxPer := reliability.JunkReviews(s.TokenReviews(), reliability.KeyID(genuine))
 		p95 := newTries.Summary(reliability.Bound).P95

@@ -144,6 +144,7 @@ func (e *env) spec(s *server, k *kind, addr string) reliability.AttackSpec {
 		spec.URL, spec.Genuine = "https://"+addr+httpPath, e.scraperToken
 	case reliability.JunkGRPCAttack:
 		spec.PerConn, spec.Genuine = 4, e.scraperToken
+		spec.Namespace, spec.Name = snapshotNS, snapshotName
 	}
 	return spec
 }

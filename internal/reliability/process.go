@@ -53,6 +53,13 @@ type AttackSpec struct {
 	// Run names this attack's junk tokens (distinct from every other
 	// run's); empty means a random name.
 	Run string
+	// Namespace and Name are a junk-grpc request's fields 2 and 3 (the
+	// namespace and snapshot_name of the CSI SnapshotMetadata API), so
+	// that the request is well formed and a server that checks its
+	// arguments before the token (as external-snapshot-metadata's
+	// sidecar does, refusing a request without them with
+	// InvalidArgument and no TokenReview) must still check the token.
+	Namespace, Name string
 	// Sources spreads the attackers over this many loopback source
 	// addresses ([SourceAddr]); 0 or 1 means the legitimate clients' own.
 	Sources int
@@ -119,7 +126,7 @@ func runAttack(ctx context.Context, spec AttackSpec, ready func()) AttackResult 
 				return d.DialContext(ctx, "tcp", addr)
 			}))
 		}, func(ctx context.Context, cc *grpc.ClientConn, i int) error {
-			return junkCall(ctx, cc, spec.Path, junk(i))
+			return junkCall(ctx, cc, spec.Path, junk(i), spec.Namespace, spec.Name)
 		}, ready)
 		return AttackResult{Sent: sent}
 	}
@@ -128,16 +135,16 @@ func runAttack(ctx context.Context, spec AttackSpec, ready func()) AttackResult 
 }
 
 // junkCall calls method with token in the authorization metadata and as
-// field 1 of the request (a length-delimited field: a string), and reads
-// the answer until the call ends.
-func junkCall(ctx context.Context, cc *grpc.ClientConn, method, token string) error {
+// field 1 of the request (a length-delimited field: a string), fields, if
+// not empty, as fields 2, 3, ..., and reads the answer until the call
+// ends.
+func junkCall(ctx context.Context, cc *grpc.ClientConn, method, token string, fields ...string) error {
 	ctx = metadata.AppendToOutgoingContext(ctx, "authorization", "Bearer "+token)
 	s, err := cc.NewStream(ctx, &grpc.StreamDesc{ServerStreams: true}, method, grpc.ForceCodecV2(rawCodec{}))
 	if err != nil {
 		return err
 	}
-	msg := append([]byte{0x0a}, appendVarint(nil, uint64(len(token)))...)
-	msg = append(msg, token...)
+	msg := JunkRequest(token, fields...)
 	if err := s.SendMsg(&msg); err != nil {
 		return err
 	}
@@ -153,6 +160,21 @@ func junkCall(ctx context.Context, cc *grpc.ClientConn, method, token string) er
 			return err
 		}
 	}
+}
+
+// JunkRequest is a request message in protobuf's wire format with token as
+// field 1 and fields, if not empty, as fields 2, 3, ... (all strings).
+func JunkRequest(token string, fields ...string) []byte {
+	var msg []byte
+	for i, f := range append([]string{token}, fields...) {
+		if f == "" {
+			continue
+		}
+		msg = appendVarint(msg, uint64(i+1)<<3|2) // field i+1, length-delimited
+		msg = appendVarint(msg, uint64(len(f)))
+		msg = append(msg, f...)
+	}
+	return msg
 }
 
 func appendVarint(b []byte, v uint64) []byte {
