@@ -20,7 +20,10 @@
 // next as soon as the server closes it): idle TLS, slowloris, body-less
 // POSTs (Content-Length 100000000), TCP without TLS, TLS without the
 // HTTP/2 preface, a preface without streams, 100 gRPC streams without a
-// request, HTTP/2 rapid reset, junk tokens. Each at 600 attackers and at
+// request, HTTP/2 rapid reset, junk tokens (for the gRPC servers, well
+// formed GetMetadataAllocated requests naming the client's namespace and
+// snapshot, with a junk security_token: the upstream sidecar refuses a
+// request without them before reading its token). Each at 600 attackers and at
 // 1.75 times the default connection budget (serving.DefaultBudget, from
 // the servers' open-file limit, which -nofile sets), all from the
 // legitimate client's address (127.0.0.1) and spread over 250 others
