@@ -138,8 +138,8 @@ type admission struct {
 	// reconnection (see demandLocked).
 	lastPassedOver time.Time
 	// rescues are the closes for presumed reconnections allowed at once,
-	// one earned by each connection's first request served (see
-	// maxRescues).
+	// maxRescues at first, then one earned by each connection's first
+	// request served (see maxRescues).
 	rescues int
 	// admissions counts the connections admitted; awaited, by source,
 	// the closes not yet followed by an arrival from the same source
@@ -193,6 +193,7 @@ func newAdmission(max int, c admissionConfig) *admission {
 		sources: map[string]*sourceState{}, done: make(chan struct{}),
 		pending: map[string][]*pendingConn{}, maxPending: max, maxWaiting: max, awaited: map[string]*awaitedCloses{},
 		wake: make(chan struct{}, 1), space: make(chan struct{}, 1),
+		rescues: maxRescues, // full, as a token bucket starts (see maxRescues)
 	}
 	switch {
 	case o.MaxWaiting > 0:

@@ -70,6 +70,15 @@ func Pending(ln net.Listener) int {
 	return a.npending
 }
 
+// SpendRescues spends the rescues a listener starts with (see maxRescues),
+// as if a flood had used them.
+func SpendRescues(ln net.Listener) {
+	a := ln.(*admListener).a
+	a.mu.Lock()
+	defer a.mu.Unlock()
+	a.rescues = 0
+}
+
 // FileMemoryLimit is the memory limit read from root, GOMEMLIMIT aside.
 func FileMemoryLimit(root fs.FS) uint64 { return fileMemoryLimit(root) }
 

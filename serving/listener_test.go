@@ -703,15 +703,22 @@ func TestLimitListenerArrivalsQueued(t *testing.T) {
 // TestLimitListenerRescues: a connection is closed for a presumed
 // reconnection that has waited two eviction intervals (perhaps a newcomer
 // taken for one) once per PassedOverInterval, and sooner only for as
-// many as connections served have earned: a flood's reconnections, never
-// served, cannot keep the churn going.
+// many as connections served have earned, or as the listener starts with
+// (MaxRescues): a flood's reconnections, never served, cannot keep the
+// churn going.
 func TestLimitListenerRescues(t *testing.T) {
 	t.Parallel()
 	for _, tt := range []struct {
 		name string
 		// served: the first rescued connection is served a request.
 		served bool
-	}{{"rescued one served", true}, {"rescued one not served", false}} {
+		// spent: the rescues the listener starts with are spent first.
+		spent bool
+	}{
+		{"rescued one served", true, true},
+		{"rescued one not served", false, true},
+		{"not served, allowance of a new listener", false, false},
+	} {
 		t.Run(tt.name, func(t *testing.T) {
 			t.Parallel()
 			const grace = 10 * time.Millisecond
@@ -721,6 +728,9 @@ func TestLimitListenerRescues(t *testing.T) {
 			ln := serving.LimitListener(inner, 3, serving.LimitOptions{Clock: clk,
 				AdmissionOptions: serving.AdmissionOptions{EvictionGrace: grace}})
 			defer ln.Close()
+			if tt.spent {
+				serving.SpendRescues(ln)
+			}
 			x := accept(t, inner, ln, "10.0.0.2")
 			a1 := accept(t, inner, ln, "10.0.0.1")
 			a2 := accept(t, inner, ln, "10.0.0.1")
@@ -758,10 +768,11 @@ func TestLimitListenerRescues(t *testing.T) {
 				serving.WorkStart(first)
 				serving.WorkEnd(first, true)
 			}
-			// An interval on: the second only if the first was served.
+			// An interval on: the second only if the first was served,
+			// or a rescue of the listener's first ones is left.
 			waitFor(t, 10*time.Second, "Accept to wait", clk.HasWaiters)
 			clk.Step(interval)
-			if tt.served {
+			if tt.served || !tt.spent {
 				// The serve woke the admission loop, which closes one for
 				// r2 now or when its timer, at most an interval on, fires.
 				select {
@@ -770,7 +781,7 @@ func TestLimitListenerRescues(t *testing.T) {
 						t.Fatalf("second rescue admitted port %d; want %d", got, r2)
 					}
 				case <-time.After(10 * time.Second):
-					t.Fatalf("no second rescue an interval after the first was served (demand %q, waiting %d)", serving.Demand(ln), serving.Pending(ln))
+					t.Fatalf("no second rescue an interval after the first (served %v, rescues spent %v; demand %q, waiting %d)", tt.served, tt.spent, serving.Demand(ln), serving.Pending(ln))
 				}
 				return
 			}
