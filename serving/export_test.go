@@ -3,8 +3,30 @@ package serving
 import (
 	"io/fs"
 	"net"
+	"sync"
 	"time"
 )
+
+// admissions are the admissions HTTPServer.Serve started, by address.
+var admissions sync.Map
+
+func init() {
+	testHookAdmission = func(addr net.Addr, a *admission) { admissions.Store(addr.String(), a) }
+}
+
+// ParkedWithinBudget is how many connections the HTTPServer serving addr
+// holds parked past the rapid-reset bound within its budget (those past
+// the budget's worth parked outside it).
+func ParkedWithinBudget(addr string) int {
+	v, ok := admissions.Load(addr)
+	if !ok {
+		return 0
+	}
+	a := v.(*admission)
+	a.mu.Lock()
+	defer a.mu.Unlock()
+	return a.parkedResets
+}
 
 // AdmissionTestConfig sets what an HTTP or gRPC server of this package
 // sets on its admission.

@@ -237,6 +237,10 @@ func NewHTTPServer(handler http.Handler, opts ServerOptions) (*HTTPServer, error
 	return &HTTPServer{handler: handler, opts: opts, maxConn: maxConn}, nil
 }
 
+// testHookAdmission, set by this package's tests only, is told of each
+// admission Serve starts, by the address it serves.
+var testHookAdmission func(net.Addr, *admission)
+
 // MaxConnections is the connection cap in force: the option, or
 // [DefaultBudget]; zero or less for none.
 func (s *HTTPServer) MaxConnections() int { return s.maxConn }
@@ -294,6 +298,9 @@ func (s *HTTPServer) Serve(ctx context.Context, ln net.Listener) error {
 			ac.parkResets = true
 		}
 		adm = newAdmission(s.maxConn, ac)
+		if testHookAdmission != nil {
+			testHookAdmission(ln.Addr(), adm)
+		}
 		ln = adm.listener(ln)
 		if srv.TLSConfig != nil {
 			srv.TLSConfig = admissionTLS(srv.TLSConfig)

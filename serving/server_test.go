@@ -909,42 +909,67 @@ func TestHTTP2RapidResetBound(t *testing.T) {
 	}
 }
 
-// TestHTTP2ParkedShutdown: a connection parked past the rapid-reset bound
-// (outside the budget), its client still there, does not hold up a
-// graceful shutdown: nothing is read from it, so its client's answer to
-// the server's GOAWAY is never read (left parked,
-// net/http's HTTP/2 server closed them after its 1 s GOAWAY timeout: the
-// server stopped 1.1 s after it was asked to; closed as shutdown starts,
-// 20-30 ms).
+// TestHTTP2ParkedShutdown: connections parked past the rapid-reset bound,
+// their clients still there, do not hold up a graceful shutdown, whether
+// parked outside the budget (the first budget's worth) or within it:
+// nothing is read from them, so their clients' answers to the server's
+// GOAWAY are never read (left parked, net/http's HTTP/2 server closed
+// them after its 1 s GOAWAY timeout: the server stopped 1.1 s after it
+// was asked to; closed as shutdown starts, 20-30 ms).
 func TestHTTP2ParkedShutdown(t *testing.T) {
 	t.Parallel()
 	if !serving.PeerStateKnown {
 		t.Skip("connections are parked on Linux only")
 	}
-	clk := clocktesting.NewFakeClock(time.Now())
-	m := metrics.New()
-	handler := http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) { <-r.Context().Done() })
-	srv, err := serving.NewHTTPServer(handler, serving.ServerOptions{
-		Certificates: selfSigned(t), ShutdownTimeout: 20 * time.Second,
-		MaxConnections: 1, Clock: clk, Metrics: m,
-	})
-	if err != nil {
-		t.Fatal(err)
-	}
-	read := metricReader(t, m)
-	addr, stop := serveStoppable(t, t.Context(), srv)
-	h := dialH2(t, addr)
-	defer h.c.Close()
-	for id := uint32(1); id < 600; id += 2 {
-		if h.headers(id, "/wait") != nil || h.fr.WriteRSTStream(id, http2.ErrCodeCancel) != nil {
-			t.Fatal("the connection was closed; want it parked")
-		}
-	}
-	waitFor(t, 10*time.Second, "the connection to be parked outside the budget", func() bool {
-		return read("reviewauth_connections", "state", "parked") == 1
-	})
-	if took := stop(); took > 500*time.Millisecond {
-		t.Errorf("the server stopped %v after it was asked to, with a connection parked; want within 500ms", took)
+	for _, tc := range []struct {
+		name string
+		// conns are the connections parked, with a budget of 1: the
+		// first outside the budget, the second within it.
+		conns int
+	}{
+		{"outside the budget", 1},
+		{"outside and within the budget", 2},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			t.Parallel()
+			clk := clocktesting.NewFakeClock(time.Now())
+			m := metrics.New()
+			handler := http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) { <-r.Context().Done() })
+			srv, err := serving.NewHTTPServer(handler, serving.ServerOptions{
+				Certificates: selfSigned(t), ShutdownTimeout: 20 * time.Second,
+				MaxConnections: 1, Clock: clk, Metrics: m,
+			})
+			if err != nil {
+				t.Fatal(err)
+			}
+			read := metricReader(t, m)
+			closes := closedCounter(t, m)
+			addr, stop := serveStoppable(t, t.Context(), srv)
+			for i := range tc.conns {
+				h := dialH2(t, addr)
+				defer h.c.Close()
+				for id := uint32(1); id < 600; id += 2 {
+					if h.headers(id, "/wait") != nil || h.fr.WriteRSTStream(id, http2.ErrCodeCancel) != nil {
+						t.Fatalf("connection %d was closed; want it parked", i+1)
+					}
+				}
+				if i == 0 {
+					waitFor(t, 10*time.Second, "the first connection to be parked outside the budget", func() bool {
+						return read("reviewauth_connections", "state", "parked") == 1
+					})
+					continue
+				}
+				waitFor(t, 10*time.Second, "the second connection to be parked within the budget", func() bool {
+					return serving.ParkedWithinBudget(addr) == 1
+				})
+			}
+			if got := closes("rapid_reset"); got != 0 {
+				t.Fatalf("%d connections closed for rapid reset; want every one parked", got)
+			}
+			if took := stop(); took > 500*time.Millisecond {
+				t.Errorf("the server stopped %v after it was asked to, with %d connections parked; want within 500ms", took, tc.conns)
+			}
+		})
 	}
 }
 
