@@ -168,9 +168,9 @@ func (o GRPCOptions) withDefaults() GRPCOptions {
 // handler and tap handle through which [ServeGRPC]'s connection budget
 // follows each connection's calls (see [LimitListener]): a stream whose
 // first message arrives makes the connection's first call in progress, a
-// call answered and not refused (any code but Unauthenticated,
-// PermissionDenied, ResourceExhausted, Canceled, DeadlineExceeded and
-// Unimplemented) makes it a connection that completed a call, and a stream
+// call that ended OK (an HTTP status below 400) makes it a connection that
+// completed a call, one that ended Unauthenticated or PermissionDenied a
+// refused one (any other code, Unavailable included, neither), and a stream
 // that ends without the server's status (the client reset it) counts
 // against RapidResetLimit. Add your interceptors (and more stats handlers,
 // if you like) and pass them all to grpc.NewServer; serve with

@@ -18,6 +18,7 @@ import (
 	"google.golang.org/grpc/health"
 	healthpb "google.golang.org/grpc/health/grpc_health_v1"
 	"google.golang.org/grpc/status"
+	"google.golang.org/protobuf/types/known/emptypb"
 	clocktesting "k8s.io/utils/clock/testing"
 
 	"github.com/reviewauth/reviewauth/metrics"
@@ -437,6 +438,95 @@ func TestGRPCParkedCallsCancelled(t *testing.T) {
 		case <-timeout:
 			t.Fatalf("calls %v, waiting for their request, were not ended within 10s of the connection being parked", waiting)
 		}
+	}
+}
+
+// TestGRPCCallOutcome: a connection is served by a call that ended OK, and
+// by nothing else, as an HTTP one is by a status below 400: seen through
+// MaxUnservedCalls (1), which stops applying once one was. A call that
+// ended Unavailable (the answer to a token that could not be checked) or
+// with any other error leaves it unserved.
+func TestGRPCCallOutcome(t *testing.T) {
+	t.Parallel()
+	opts := serving.GRPCOptions{Certificates: selfSigned(t), MaxUnservedCalls: 1}
+	srv := grpc.NewServer(append(serving.GRPCServerOptions(opts),
+		grpc.UnknownServiceHandler(func(_ any, stream grpc.ServerStream) error {
+			method, _ := grpc.MethodFromServerStream(stream)
+			if err := stream.RecvMsg(&emptypb.Empty{}); err != nil { // the request: a call in progress
+				return err
+			}
+			switch method {
+			case "/t.T/Hold": // in progress until the client goes
+				if err := stream.SendMsg(&emptypb.Empty{}); err != nil {
+					return err
+				}
+				<-stream.Context().Done()
+				return stream.Context().Err()
+			case "/t.T/OK":
+				return stream.SendMsg(&emptypb.Empty{})
+			}
+			for c := range codes.Code(17) {
+				if method == "/t.T/"+c.String() {
+					return status.Error(c, "as asked")
+				}
+			}
+			return status.Error(codes.Internal, "no such code")
+		}))...)
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	runUntilStopped(t, t.Context(), "ServeGRPC", func(ctx context.Context) error { return serving.ServeGRPC(ctx, srv, ln, opts) })
+	for _, tt := range []struct {
+		code   codes.Code
+		served bool
+	}{
+		{codes.OK, true},
+		{codes.Unavailable, false},
+		{codes.Unauthenticated, false},
+		{codes.PermissionDenied, false},
+		{codes.NotFound, false},
+		{codes.InvalidArgument, false},
+		{codes.Internal, false},
+		{codes.Unknown, false},
+		{codes.FailedPrecondition, false},
+		{codes.Aborted, false},
+	} {
+		t.Run(tt.code.String(), func(t *testing.T) {
+			t.Parallel()
+			cc, err := grpc.NewClient(ln.Addr().String(), grpc.WithTransportCredentials(credentials.NewTLS(&tls.Config{InsecureSkipVerify: true})))
+			if err != nil {
+				t.Fatal(err)
+			}
+			defer cc.Close()
+			ctx, cancel := context.WithTimeout(t.Context(), 10*time.Second)
+			defer cancel()
+			if err := cc.Invoke(ctx, "/t.T/"+tt.code.String(), &emptypb.Empty{}, &emptypb.Empty{}); status.Code(err) != tt.code {
+				t.Fatalf("call = %v; want %v", err, tt.code)
+			}
+			hold, err := cc.NewStream(ctx, &grpc.StreamDesc{ServerStreams: true}, "/t.T/Hold")
+			if err != nil {
+				t.Fatal(err)
+			}
+			if err := hold.SendMsg(&emptypb.Empty{}); err != nil {
+				t.Fatal(err)
+			}
+			if err := hold.RecvMsg(&emptypb.Empty{}); err != nil { // in progress
+				t.Fatal(err)
+			}
+			// A second call in progress: past MaxUnservedCalls unless the
+			// connection was served (recorded as the first call's handler
+			// returned, perhaps just after its client had the answer).
+			second := func() error { return cc.Invoke(ctx, "/t.T/OK", &emptypb.Empty{}, &emptypb.Empty{}) }
+			if tt.served {
+				var got error
+				waitFor(t, 10*time.Second, "a second call to be answered", func() bool { got = second(); return got == nil })
+				return
+			}
+			if got := second(); status.Code(got) != codes.ResourceExhausted {
+				t.Errorf("a second call on a connection whose only call ended %v = %v; want ResourceExhausted (not served)", tt.code, got)
+			}
+		})
 	}
 }
 

@@ -218,9 +218,11 @@ const limitLogInterval = 10 * time.Second
 // admitted: under a flood the oldest waiting connections are those whose
 // clients are likeliest to have given up, and a client that reconnects as
 // soon as it is closed does not push a newcomer back behind its retries
-// (adaptive LIFO); a presumed reconnection (see below) is passed over in
-// the turn it arrived in, so that a newcomer that arrived just before it
-// is not overtaken by reconnection after reconnection; and every other
+// (adaptive LIFO); a newcomer (an arrival of the last second that is not
+// a presumed reconnection, see below) goes before every presumed
+// reconnection, and one is passed over in the turn it arrived in, so that
+// a newcomer taken for a reconnection is not overtaken by reconnection
+// after reconnection either; and every other
 // turn goes instead to the connection that has waited longest among those
 // that waited at least two EvictionIntervals and less than 400 ms, so
 // that one overtaken by newer arrivals is not starved (and, admitted, is

@@ -536,6 +536,68 @@ func TestLimitListenerReconnectPassedOver(t *testing.T) {
 	}
 }
 
+// TestLimitListenerNewcomersFirst: an admission turn takes the newest
+// newcomer waiting (an arrival of the last second that is not a presumed
+// reconnection) before any presumed reconnection, even one of an earlier
+// turn that arrived after it: under a flood that reconnects faster than
+// turns come, such reconnections pile up newer than a client's newcomer,
+// and newest first it waited until it was no longer in reach (the
+// snapshot-metadata sidecar under 2,313 junk-token clients from its
+// client's address: 92-100% of new calls within 1 s over 12 runs).
+func TestLimitListenerNewcomersFirst(t *testing.T) {
+	t.Parallel()
+	const src = "10.0.0.1"
+	clk := clocktesting.NewFakeClock(time.Unix(1000, 0))
+	inner := newChanListener()
+	ln := serving.LimitListener(inner, 4, serving.LimitOptions{Clock: clk})
+	defer ln.Close()
+	var held []admitted
+	for range 4 {
+		held = append(held, accept(t, inner, ln, src)) // in their grace: none is evicted
+	}
+	accepted := acceptAll(ln)
+	port := func(c net.Conn) int { return c.RemoteAddr().(*net.TCPAddr).Port }
+	arrive := func(what string) int {
+		t.Helper()
+		n := serving.Pending(ln)
+		inner.pushFrom(src)
+		waitFor(t, 10*time.Second, what+" to wait", func() bool { return serving.Pending(ln) == n+1 })
+		return int(inner.port.Load())
+	}
+	// freeOne closes the next held connection, which served nothing (its
+	// client may reconnect: the next arrival is presumed to be that), and
+	// returns the port admitted in its place.
+	freeOne := func() int {
+		t.Helper()
+		held[0].c.Close()
+		held = held[1:]
+		return port(<-accepted)
+	}
+	newcomer := arrive("the newcomer")
+	var x []int
+	for range 3 {
+		x = append(x, arrive("a later newcomer"))
+	}
+	// Two turns take the two newest newcomers, and their closes await two
+	// reconnections.
+	for _, want := range []int{x[2], x[1]} {
+		if got := freeOne(); got != want {
+			t.Fatalf("admitted port %d; want the newest newcomer, %d", got, want)
+		}
+	}
+	r1, r2 := arrive("a reconnection"), arrive("a reconnection")
+	// The next turn passes over the reconnections of its interval (they
+	// arrived since the last admission) and takes the newest newcomer.
+	if got := freeOne(); got != x[0] {
+		t.Fatalf("admitted port %d; want the newest newcomer, %d (not the reconnections %d, %d)", got, x[0], r1, r2)
+	}
+	// The reconnections are now of an earlier turn, and newer than the
+	// newcomer: it goes first all the same.
+	if got := freeOne(); got != newcomer {
+		t.Fatalf("admitted port %d; want the newcomer, %d (not the reconnections of an earlier turn, %d, %d)", got, newcomer, r1, r2)
+	}
+}
+
 // TestLimitListenerDemand: a connection is closed to make room only for a
 // newcomer (an arrival of the last second that is not a presumed
 // reconnection), or for a presumed reconnection that has waited two

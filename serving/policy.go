@@ -87,15 +87,22 @@ func (c *admConn) derive() stage {
 
 // popLocked takes the connection to admit from the pending ones: of the
 // source with the fewest connections admitted (then the one whose newest
-// connection is the newest), its newest, passing over the presumed
-// reconnections that arrived in admission interval skip-1 unless there
-// is nothing else. Under overload the oldest waiting connections are the
-// ones whose clients are likeliest to have given up; a client that
-// reconnects as soon as it is closed would, newest first, overtake a
-// newcomer that arrived just before it, and the next reconnection would
-// overtake it again: passing over the reconnections of an interval once
-// gives the newcomer the next turn (if the newcomer itself was taken for
-// a reconnection, it waits one turn). Under a.mu, with a.npending > 0.
+// connection is the newest), its newest newcomer of the last waitedMax,
+// else its newest, passing over the presumed reconnections that arrived
+// in admission interval skip-1 unless there is nothing else. Under
+// overload the oldest waiting connections are the ones whose clients are
+// likeliest to have given up; a client that reconnects as soon as it is
+// closed would, newest first, overtake a newcomer that arrived just
+// before it, and the next reconnection would overtake it again. A
+// newcomer goes first: passing over only the reconnections of the current
+// interval, those of earlier ones that a turn did not take were newer
+// than it, and under a flood that reconnects faster than turns come it
+// waited behind them until it was out of reach (2,313 junk-token clients
+// from the sidecar's client's address: 92-100% of new calls within 1 s
+// over 12 runs, Intel Xeon, 2 cores). A newcomer taken for a
+// reconnection has the turns that pass over the reconnections of their
+// interval, and those that take the one that waited longest. Under a.mu,
+// with a.npending > 0.
 func (a *admission) popLocked(skip uint64, now time.Time) *pendingConn {
 	if skip%2 == 0 {
 		// Every other turn, the one that has waited longest among those
@@ -107,6 +114,9 @@ func (a *admission) popLocked(skip uint64, now time.Time) *pendingConn {
 		if pc := a.popWaitedLocked(now, true); pc != nil {
 			return pc
 		}
+	}
+	if pc := a.popNewcomerLocked(now); pc != nil {
+		return pc
 	}
 	if pc := a.popNewestLocked(func(pc *pendingConn) bool { return pc.reconnect != skip }, popScan); pc != nil {
 		return pc
