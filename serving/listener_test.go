@@ -541,9 +541,7 @@ func TestLimitListenerReconnectPassedOver(t *testing.T) {
 // reconnection) before any presumed reconnection, even one of an earlier
 // turn that arrived after it: under a flood that reconnects faster than
 // turns come, such reconnections pile up newer than a client's newcomer,
-// and newest first it waited until it was no longer in reach (the
-// snapshot-metadata sidecar under 2,313 junk-token clients from its
-// client's address: 92-100% of new calls within 1 s over 12 runs).
+// and newest first it could wait until it was no longer in reach.
 func TestLimitListenerNewcomersFirst(t *testing.T) {
 	t.Parallel()
 	const src = "10.0.0.1"
@@ -578,8 +576,8 @@ func TestLimitListenerNewcomersFirst(t *testing.T) {
 	for range 3 {
 		x = append(x, arrive("a later newcomer"))
 	}
-	// Two turns take the two newest newcomers, and their closes await two
-	// reconnections.
+	// Two turns take the two newest newcomers; the two closes that made
+	// room await two reconnections.
 	for _, want := range []int{x[2], x[1]} {
 		if got := freeOne(); got != want {
 			t.Fatalf("admitted port %d; want the newest newcomer, %d", got, want)
