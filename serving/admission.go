@@ -349,9 +349,10 @@ func (a *admission) unlink(c *admConn, reason int) {
 	a.signal(a.wake)
 }
 
-// reconnectWindow is how soon after a close an arrival from the same
-// source is presumed to be its reconnection: a client that reconnects as
-// soon as it is closed does so within a round trip or two.
+// reconnectWindow is how soon after a source's last close an arrival from
+// it is presumed to be a reconnection: a client that reconnects as soon as
+// it is closed does so within a round trip or two, or, loaded, seconds
+// later, while its source keeps being closed (see LimitListener).
 const reconnectWindow = time.Second
 
 // awaitedCloses are a source's closes not yet followed by an arrival from

@@ -236,11 +236,15 @@ const limitLogInterval = 10 * time.Second
 // that long, its client's next arrival presumed its reconnection unless
 // the client had closed it.
 //
-// A connection arriving from a source within a second of a close of one
-// of its connections, by the server (a timeout, an eviction, a refusal)
-// or of one that served nothing, is presumed to be that connection's
-// reconnection, one arrival per close: a client closing a connection it
-// was served on (a scraper that opens one per scrape) awaits none.
+// A connection arriving from a source within a second of the last close
+// of one of its connections, by the server (a timeout, an eviction, a
+// refusal) or of one that served nothing, is presumed to be the
+// reconnection of one of them, one arrival per close: a client closing a
+// connection it was served on (a scraper that opens one per scrape)
+// awaits none. A source closed at least once a second keeps every close
+// not yet answered awaited: under HTTP/2 rapid reset at 2,313 attackers
+// from one address (AMD EPYC, 2 cores), 100-340 at any time, its
+// clients coming back 2-3 s after a close.
 //
 // A connection is closed to make room only for a newcomer: a waiting
 // connection that arrived within the last second and is not a presumed

@@ -639,13 +639,8 @@ func TestLimitListenerDemand(t *testing.T) {
 	} {
 		t.Run(tt.name, func(t *testing.T) {
 			t.Parallel()
-			clk := clocktesting.NewFakeClock(time.Unix(1000, 0))
-			inner := newChanListener()
 			// A budget of two, so that two may wait.
-			ln := serving.LimitListener(inner, 2, serving.LimitOptions{Clock: clk})
-			defer ln.Close()
-			// Accept is not called again: whatever arrives waits, and
-			// Demand says what it would ask of a full budget.
+			clk, inner, ln := demandListener(t, 2)
 			held := accept(t, inner, ln, src)
 			defer held.c.Close()
 			if tt.served {
@@ -668,6 +663,63 @@ func TestLimitListenerDemand(t *testing.T) {
 					t.Fatal(err)
 				}
 				defer c.Close()
+			}
+			if got := serving.Demand(ln); got != tt.want {
+				t.Errorf("demand = %q; want %q", got, tt.want)
+			}
+		})
+	}
+}
+
+// demandListener is a listener with a budget of max on a fake clock,
+// closed when the test ends. Accept is called only by accept: whatever
+// else arrives waits, and serving.Demand says what it would ask of a full
+// budget.
+func demandListener(t *testing.T, max int) (*clocktesting.FakeClock, *chanListener, net.Listener) {
+	clk := clocktesting.NewFakeClock(time.Unix(1000, 0))
+	inner := newChanListener()
+	ln := serving.LimitListener(inner, max, serving.LimitOptions{Clock: clk})
+	t.Cleanup(func() { ln.Close() })
+	return clk, inner, ln
+}
+
+// TestLimitListenerAwaitedWhileClosed: a source closed at least once per
+// ReconnectWindow keeps every close not yet answered by an arrival
+// awaited, however long ago it was made (clients that come back seconds
+// after a close, loaded, are still taken for reconnections); once
+// ReconnectWindow passes after its last close, none. Each edge is exact.
+func TestLimitListenerAwaitedWhileClosed(t *testing.T) {
+	t.Parallel()
+	const src = "10.0.0.1"
+	for _, tt := range []struct {
+		name string
+		// The first held connection closes, then the second gap later;
+		// after after, arrivals come from src.
+		gap, after time.Duration
+		arrivals   int
+		want       string
+	}{
+		{name: "two closes, two arrivals", gap: 0, after: serving.ReconnectWindow, arrivals: 2, want: "none"},
+		{name: "two closes, three arrivals", gap: 0, after: serving.ReconnectWindow, arrivals: 3, want: "newcomer"},
+		{name: "the first close long ago, the second within the window", gap: serving.ReconnectWindow, after: serving.ReconnectWindow, arrivals: 2, want: "none"},
+		{name: "past the window after the last close", gap: serving.ReconnectWindow, after: serving.ReconnectWindow + 1, arrivals: 1, want: "newcomer"},
+		{name: "the source not closed within the window between its closes", gap: serving.ReconnectWindow + 1, after: 0, arrivals: 2, want: "newcomer"},
+	} {
+		t.Run(tt.name, func(t *testing.T) {
+			t.Parallel()
+			// A budget of four: two held, the rest may wait.
+			clk, inner, ln := demandListener(t, 4)
+			first, second := accept(t, inner, ln, src), accept(t, inner, ln, src)
+			defer first.c.Close()
+			defer second.c.Close()
+			first.c.Close()
+			clk.Step(tt.gap)
+			second.c.Close()
+			clk.Step(tt.after)
+			for i := range tt.arrivals {
+				peer := inner.pushFrom(src)
+				defer peer.Close()
+				waitFor(t, 10*time.Second, "the arrival to wait", func() bool { return serving.Pending(ln) == i+1 })
 			}
 			if got := serving.Demand(ln); got != tt.want {
 				t.Errorf("demand = %q; want %q", got, tt.want)
