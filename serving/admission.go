@@ -48,9 +48,10 @@ type admissionConfig struct {
 	// rapidReset bounds the streams a client cancels, per connection.
 	resetBurst    int
 	resetInterval time.Duration
-	// parkResets parks a connection past the rapid-reset bound instead
-	// of closing it (see admConn.park).
-	parkResets bool
+	// park parks connections instead of closing them: past the
+	// rapid-reset bound (see admConn.park), and evicted or timed out
+	// before a request while connections wait (see holdLocked).
+	park bool
 	// files and memory, if files is set, replace the process's open
 	// files and memory limit (see roomToWaitLocked).
 	files  *fileGauge
@@ -77,7 +78,7 @@ type admission struct {
 	join           bool
 	resetBurst     int
 	resetInterval  time.Duration
-	parkResets     bool
+	park           bool
 	rec            *observe.Recorder
 	// parkedRefused counts the admitted connections parked for their
 	// refusals (see parkRefused), parkedResets those parked past the
@@ -104,6 +105,7 @@ type admission struct {
 	sources  map[string]*sourceState
 	nextID   uint64
 	closed   [closeReasons][numStages]int // since the last log line
+	held     [numStages]int               // parked instead (see holdLocked), since the last log line
 	done     chan struct{}                // the listener closed
 	doneOnce sync.Once
 	// newcomers and reconnects are the waiting connections that are not,
@@ -189,7 +191,7 @@ func newAdmission(max int, c admissionConfig) *admission {
 	a := &admission{
 		max: max, clock: clk, logger: c.Logger, log: loglimit.New(1, limitLogInterval, clk),
 		grace: o.EvictionGrace, progressWindow: o.ProgressWindow, evictEvery: o.EvictionInterval, source: o.Source, tls: c.tls, join: c.join,
-		resetBurst: c.resetBurst, resetInterval: c.resetInterval, parkResets: c.parkResets, rec: observe.Of(c.Metrics),
+		resetBurst: c.resetBurst, resetInterval: c.resetInterval, park: c.park, rec: observe.Of(c.Metrics),
 		sources: map[string]*sourceState{}, done: make(chan struct{}),
 		pending: map[string][]*pendingConn{}, maxPending: max, maxWaiting: max, awaited: map[string]*awaitedCloses{},
 		wake: make(chan struct{}, 1), space: make(chan struct{}, 1),
@@ -321,7 +323,7 @@ func (a *admission) unlink(c *admConn, reason int) {
 		return
 	}
 	c.gone = true
-	if c.parkedForRefusals {
+	if c.parkedForRefusals && !c.outside {
 		a.parkedRefused--
 	}
 	if c.outside {
@@ -432,6 +434,9 @@ func (a *admission) logLocked() {
 			n += a.closed[r][s]
 		}
 	}
+	for _, k := range a.held {
+		n += k
+	}
 	if n == 0 {
 		return
 	}
@@ -446,8 +451,13 @@ func (a *admission) logLocked() {
 			}
 		}
 	}
-	a.closed = [closeReasons][numStages]int{}
-	a.logger.Info("serving: connection budget full; closed the connections that had done the least", kv...)
+	for s, k := range a.held {
+		if k > 0 {
+			kv = append(kv, "parked."+stageNames[s], k)
+		}
+	}
+	a.closed, a.held = [closeReasons][numStages]int{}, [numStages]int{}
+	a.logger.Info("serving: connection budget full; closed or parked the connections that had done the least", kv...)
 }
 
 // set updates c under a.mu with f, and moves it to the stage its state
@@ -557,6 +567,9 @@ type admConn struct {
 	// park; outside: parked outside the budget (see outsideLocked).
 	// Under a.mu.
 	parkedForRefusals, parkedForResets, outside bool
+	// outsideReason is why c was parked outside the budget, the reason
+	// its close is counted under (see sweep). Under a.mu.
+	outsideReason int
 }
 
 // RemoteAddr returns a copy of the connection's remote address made at
@@ -568,6 +581,12 @@ func (c *admConn) Read(p []byte) (int, error) {
 		return 0, c.parkedRead()
 	}
 	n, err := c.Conn.Read(p)
+	if n > 0 && c.parked.Load() {
+		// Parked while this read waited (see holdLocked): what came is
+		// not handed on, so that a parked connection never starts a
+		// request.
+		return 0, c.parkedRead()
+	}
 	if n > 0 {
 		if !c.readOnce.Load() && c.readOnce.CompareAndSwap(false, true) {
 			c.a.set(c, false, func(c *admConn) { c.sawByte = true })
@@ -694,11 +713,18 @@ func (c *admConn) releaseSlot() {
 
 func (c *admConn) SetDeadline(t time.Time) error {
 	c.storeDeadline(t)
+	if c.parked.Load() {
+		// Parked: no read deadline closes it (see parkedRead).
+		return c.Conn.SetWriteDeadline(t)
+	}
 	return c.Conn.SetDeadline(t)
 }
 
 func (c *admConn) SetReadDeadline(t time.Time) error {
 	c.storeDeadline(t)
+	if c.parked.Load() {
+		return nil
+	}
 	return c.Conn.SetReadDeadline(t)
 }
 

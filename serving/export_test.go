@@ -42,12 +42,16 @@ type AdmissionTestConfig struct {
 	OpenFiles func() (int, error)
 	FileLimit int
 	Memory    uint64
+	// Park: connections are parked rather than closed where the servers
+	// park them (past the rapid-reset bound; evicted or timed out before
+	// a request while connections wait).
+	Park bool
 }
 
 // AdmissionListener is LimitListener with what a server adds.
 func AdmissionListener(ln net.Listener, max int, opts LimitOptions, c AdmissionTestConfig) net.Listener {
 	ac := admissionConfig{LimitOptions: opts, handshake: c.Handshake, waiting: c.Waiting, idle: c.Idle,
-		tls: c.TLS, resetBurst: c.ResetBurst, resetInterval: c.ResetInterval, memory: c.Memory}
+		tls: c.TLS, resetBurst: c.ResetBurst, resetInterval: c.ResetInterval, memory: c.Memory, park: c.Park}
 	if c.OpenFiles != nil {
 		ac.files = &fileGauge{limit: c.FileLimit, open: c.OpenFiles}
 	}

@@ -249,7 +249,7 @@ func ServeGRPC(ctx context.Context, srv *grpc.Server, ln net.Listener, opts GRPC
 			c.resetBurst, c.resetInterval = o.RapidResetLimit, time.Duration(float64(time.Second)/o.RapidResetRate)
 			// Past the bound, a connection never served is parked, not
 			// closed to reconnect at once (see GRPCServerOptions).
-			c.parkResets = true
+			c.park = true
 		}
 		adm = newAdmission(o.MaxConnections, c)
 		ln = adm.listener(ln)

@@ -166,7 +166,7 @@ func (c *admConn) reset() {
 	l := c.resets
 	a.mu.Unlock()
 	if ok, _ := l.Allow(); !ok {
-		if a.parkResets && peerStateKnown && !c.servedOnce.Load() {
+		if a.park && peerStateKnown && !c.servedOnce.Load() {
 			c.park()
 			return
 		}
@@ -187,37 +187,45 @@ func (c *admConn) reset() {
 // connection that was served (a client cancelling its watches at once,
 // say) is closed instead, so that its client reconnects rather than
 // waits. Its blocked read returns once c is closed.
-func (c *admConn) park() { c.parkFor(false) }
+func (c *admConn) park() { c.parkFor(closeRapidReset) }
 
 // parkRefused parks c (see park), a connection never served that had
-// maxRefusals requests refused while connections wait for room: junk
-// tokens. Closed, its client reconnects at once and waits among the
-// newcomers, and every connection waits as long as there are waiting per
-// connection admitted a second: under 112 junk-token gRPC clients from
-// one address at a budget of 64 (the sidecar's TestFloods, race
-// detector, Intel Xeon, 2 cores), 100 were closed and admitted a second
-// with 49 waiting, and the backup client's new connections, taken for
-// reconnections, were admitted newest first or left behind until the
-// flood ended: 74-97% answered within 1 s, p50 50-400 ms. Parked, a
-// flood's connections hold their room, stop sending (what they send waits
-// unread) and are closed one at a time for newcomers (stageRefused, the
-// first to go after silent ones): 97-100% in 6 runs of 7, p50 26-46 ms
-// (at the default budget, 2,313 from one address, 92-100% as before,
-// with reapLeftLocked; docs/benchmarks.md). Once no
-// connection waits, the connections parked for refusals are closed (see
-// sweep), so that a client whose token is refused, not an attacker, gets
-// its answer rather than a stalled call.
-func (c *admConn) parkRefused() { c.parkFor(true) }
+// maxRefusals requests refused: junk tokens. Closed, its client
+// reconnects at once and waits among the newcomers, and every connection
+// waits as long as there are waiting per connection admitted a second:
+// under 112 junk-token gRPC clients from one address at a budget of 64
+// (the sidecar's TestFloods, race detector, Intel Xeon, 2 cores), 100
+// were closed and admitted a second with 49 waiting, and the backup
+// client's new connections, taken for reconnections, were admitted
+// newest first or left behind until the flood ended: 74-97% answered
+// within 1 s, p50 50-400 ms. Parked within the budget (then only while
+// connections waited), a flood's connections held their room and were
+// closed one at a time for newcomers: 97-100% there, but on an AMD EPYC
+// 63-87% over 18 attempts, the budget held by parked junk and the
+// client's connections waiting behind it, taken for reconnections.
+// Parked outside the budget first (see parkFor), they are out of the
+// way: 97-100% in 6 runs there. Parked whether or not connections
+// wait: otherwise, once the budget's worth is parked outside, the rest
+// (991 of 2,313 at the default budget) are closed at their 8th refusal
+// with nothing waiting, reconnect at once, and their handshakes, all
+// from the client's address, queue before the client's: 78% of its new
+// calls within 1 s, 100% parked (docs/benchmarks.md). A client whose
+// token is refused has had maxRefusals answers; its connection is closed
+// once nothing has waited for parkedMax (see sweep).
+func (c *admConn) parkRefused() { c.parkFor(closeRefusals) }
 
-// parkFor parks c, for its refusals or past the rapid-reset bound: it
-// counts as refused (among the first to go), is counted among the
-// connections parked for that reason (see sweep), and next is woken to
-// recompute when the sweep is due Once shutdown has started (see
-// closeParked), c is closed instead.
-func (c *admConn) parkFor(refusals bool) {
+// parkFor parks c, for its refusals (reason closeRefusals) or past the
+// rapid-reset bound (closeRapidReset): it counts as refused (among the
+// first to go), is parked outside the budget while there is room there
+// (see outsideLocked), else counted among the connections parked within
+// it for that reason (see sweep), and next is woken to admit or
+// recompute. Once shutdown has started (see closeParked), c is closed
+// instead.
+func (c *admConn) parkFor(reason int) {
 	if c.parked.Swap(true) {
 		return
 	}
+	refusals := reason == closeRefusals
 	stopping := false
 	c.a.set(c, false, func(c *admConn) {
 		if c.gone {
@@ -227,10 +235,12 @@ func (c *admConn) parkFor(refusals bool) {
 			return
 		}
 		c.refused = true
-		if refusals {
-			c.parkedForRefusals = true
+		c.parkedForRefusals = refusals
+		switch {
+		case c.a.outsideLocked(c, reason):
+		case refusals:
 			c.a.parkedRefused++
-		} else if !c.a.outsideLocked(c) {
+		default:
 			c.parkedForResets = true
 			c.a.parkedResets++
 		}
@@ -241,10 +251,6 @@ func (c *admConn) parkFor(refusals bool) {
 	if stopping {
 		// Shutting down: closed, as closeParked closed those parked
 		// before.
-		reason := closeRapidReset
-		if refusals {
-			reason = closeRefusals
-		}
 		c.a.evict(c, reason)
 		return
 	}

@@ -320,7 +320,13 @@ const limitLogInterval = 10 * time.Second
 // connection waiting, those outside the budget are closed one per
 // EvictionInterval (a client that died with frames unsent never closes
 // its end where the server can see it), those within it all at once; all
-// are closed when shutdown starts.
+// are closed when shutdown starts. They park the same way, outside the
+// budget while fewer than max are parked there, a connection with 8
+// requests refused and none served, and, while connections wait for
+// room, one that made no request and was never served that would be
+// closed for room or for a timeout (a plain listener closes it): closed,
+// its client reconnects at once, costs a handshake and, from the address
+// the clients share, makes the next arrival a presumed reconnection.
 //
 // A max of zero or less means no limit, and ln is returned as is. The
 // budget should stay below a third of the process's open-file limit
@@ -524,11 +530,13 @@ func (a *admission) next() (net.Conn, error) {
 	for {
 		a.mu.Lock()
 		now := a.clock.Now()
-		expired := a.sweep(now)
+		var held []*admConn
+		expired := a.sweep(now, &held)
 		if a.npending == 0 && a.acceptErr != nil {
 			err := a.acceptErr
 			a.mu.Unlock()
 			closeAll(expired)
+			holdAll(held)
 			return nil, err
 		}
 		wake := now.Add(graceMaxFactor * a.grace)
@@ -546,7 +554,11 @@ func (a *admission) next() (net.Conn, error) {
 				} else {
 					victim, wake = a.victim(now)
 					if victim != nil {
-						a.unlink(victim, closeEvicted)
+						if a.holdLocked(victim, closeEvicted) {
+							held, victim = append(held, victim), nil
+						} else {
+							a.unlink(victim, closeEvicted)
+						}
 						a.lastEvict = now
 						if d == demandPassedOver {
 							if a.rescues > 0 {
@@ -583,6 +595,7 @@ func (a *admission) next() (net.Conn, error) {
 		}
 		a.mu.Unlock()
 		closeAll(expired)
+		holdAll(held)
 		if victim != nil {
 			victim.Close()
 		}
@@ -596,6 +609,13 @@ func (a *admission) next() (net.Conn, error) {
 		if err := a.sleep(wake.Sub(now)); err != nil {
 			return nil, err
 		}
+	}
+}
+
+// holdAll finishes parking the connections holdLocked held.
+func holdAll(cs []*admConn) {
+	for _, c := range cs {
+		c.hold()
 	}
 }
 

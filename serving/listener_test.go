@@ -955,8 +955,8 @@ func TestLimitListenerWaitedTurn(t *testing.T) {
 }
 
 // TestLimitListenerRefusals: a connection that has not completed a
-// request is closed at its 8th refused request (kept at the 7th); one that
-// completed a request is not closed for refusals.
+// request is closed (or parked) at its 8th refused request (kept at the
+// 7th); one that completed a request is not closed for refusals.
 func TestLimitListenerRefusals(t *testing.T) {
 	t.Parallel()
 	clk := clocktesting.NewFakeClock(time.Unix(1000, 0))
@@ -972,8 +972,10 @@ func TestLimitListenerRefusals(t *testing.T) {
 			serving.WorkStart(c.c)
 			serving.WorkEnd(c.c, false)
 		}
-		if got, want := isClosed(t, junk.peer), i == 8; got != want {
-			t.Fatalf("after %d refusals, the connection that completed none closed = %v; want %v", i, got, want)
+		// Closed, or, where peerClosed can tell, parked (see
+		// TestLimitListenerRefusalsParked).
+		if got, want := isClosed(t, junk.peer) || serving.IsParked(junk.c), i == 8; got != want {
+			t.Fatalf("after %d refusals, the connection that completed none closed or parked = %v; want %v", i, got, want)
 		}
 	}
 	if isClosed(t, served.peer) {
@@ -982,19 +984,26 @@ func TestLimitListenerRefusals(t *testing.T) {
 }
 
 // TestLimitListenerRefusalsParked: a connection that completed no request
-// and had 8 requests refused is closed when nothing waits for room; while
-// a connection waits it is parked instead (kept, read no more), and
-// closed once nothing waits (see parkRefused).
+// and had 8 requests refused is parked (kept, read no more; where
+// peerClosed cannot tell, closed): outside the budget while there is room
+// there, so that a connection waiting is admitted at once, else within
+// it; either way closed once nothing has waited for parkedMax (see
+// parkRefused), or at once if a request in flight is then served.
 func TestLimitListenerRefusalsParked(t *testing.T) {
 	t.Parallel()
+	if !serving.PeerStateKnown {
+		t.Skip("parking needs peerClosed")
+	}
 	for _, tc := range []struct {
-		name     string
-		waiting  bool
-		inFlight bool // a request started before the refusals, served after
+		name        string
+		waiting     bool
+		inFlight    bool // a request started before the refusals, served after
+		outsideFull bool // the budget's worth already parked outside it
 	}{
-		{"nothing waits: closed", false, false},
-		{"one waits: parked, closed once it is admitted", true, false},
-		{"one waits: parked, closed when a request in flight is served", true, true},
+		{name: "nothing waits: parked, closed parkedMax later"},
+		{name: "one waits: parked outside, the one waiting admitted", waiting: true},
+		{name: "one waits: parked, closed when a request in flight is served", waiting: true, inFlight: true},
+		{name: "outside full: parked within, closed parkedMax later", outsideFull: true},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			t.Parallel()
@@ -1002,8 +1011,16 @@ func TestLimitListenerRefusalsParked(t *testing.T) {
 			inner := newChanListener()
 			ln := serving.LimitListener(inner, 2, serving.LimitOptions{Clock: clk})
 			defer ln.Close()
+			if tc.outsideFull {
+				for range 2 {
+					p := accept(t, inner, ln, "10.0.0.9")
+					defer p.c.Close()
+					serving.Park(p.c)
+				}
+			}
 			junk := accept(t, inner, ln, "10.0.0.1")
 			other := accept(t, inner, ln, "10.0.0.2")
+			defer other.c.Close()
 			if tc.waiting {
 				inner.pushFrom("10.0.0.3")
 				waitFor(t, 10*time.Second, "a connection to wait", func() bool { return serving.Pending(ln) == 1 })
@@ -1015,14 +1032,8 @@ func TestLimitListenerRefusalsParked(t *testing.T) {
 				serving.WorkStart(junk.c)
 				serving.WorkEnd(junk.c, false)
 			}
-			if got := isClosed(t, junk.peer); got == tc.waiting {
-				t.Fatalf("after 8 refusals with a connection waiting %v: closed = %v; want %v", tc.waiting, got, !tc.waiting)
-			}
-			if !tc.waiting {
-				return
-			}
-			if !serving.IsParked(junk.c) {
-				t.Fatal("the connection kept after 8 refusals is not parked")
+			if isClosed(t, junk.peer) || !serving.IsParked(junk.c) {
+				t.Fatalf("after 8 refusals: closed %v, parked %v; want parked", isClosed(t, junk.peer), serving.IsParked(junk.c))
 			}
 			if tc.inFlight {
 				serving.WorkEnd(junk.c, true)
@@ -1035,17 +1046,22 @@ func TestLimitListenerRefusalsParked(t *testing.T) {
 			read := make(chan error, 1)
 			go func() { _, err := junk.c.Read(make([]byte, 1)); read <- err }()
 			go func() { _, _ = junk.peer.Write([]byte{'x'}) }()
-			select {
-			case err := <-read:
-				t.Fatalf("a parked connection was read: %v", err)
-			case <-time.After(50 * time.Millisecond): // a wait for a read that must not happen
-			}
-			// Room: the waiting connection is admitted, and with nothing
-			// waiting the parked one is closed.
+			notRead(t, read)
 			accepted := acceptAll(ln)
-			other.c.Close()
-			<-accepted
-			waitFor(t, 10*time.Second, "the parked connection to be closed once nothing waits", func() bool { return isClosed(t, junk.peer) })
+			if tc.waiting {
+				// Parked outside the budget: the waiting connection is
+				// admitted at once, no connection closed for it.
+				<-accepted
+				if isClosed(t, other.peer) {
+					t.Fatal("a connection was closed for the one waiting, with one parked outside the budget")
+				}
+			}
+			clk.Step(serving.ParkedMax - serving.DefaultEvictionInterval)
+			if isClosed(t, junk.peer) {
+				t.Fatal("the parked connection was closed before parkedMax")
+			}
+			clk.Step(serving.DefaultEvictionInterval)
+			closedStepping(t, clk, junk.peer, "the parked connection to be closed once nothing has waited parkedMax")
 			if err := <-read; !errors.Is(err, net.ErrClosed) {
 				t.Errorf("the parked read returned %v once closed; want net.ErrClosed", err)
 			}
@@ -1743,6 +1759,239 @@ func TestLimitListenerWaitingAged(t *testing.T) {
 			case x := <-accepted:
 				t.Errorf("admitted %v with the budget full and its connection in its grace", x.RemoteAddr())
 			default:
+			}
+		})
+	}
+}
+
+// TestLimitListenerHeld: where the server parks (HTTPServer, ServeGRPC),
+// a connection closed to make room or timed out while connections wait,
+// that made no request and was never served (silent, waiting), is parked
+// outside the budget rather than closed: it reads nothing more, awaits no
+// reconnection (the next arrival from its address is a newcomer), and is
+// closed once nothing has waited for parkedMax. Served and refused
+// connections are closed, as are all where the server does not park, once
+// the budget's worth is parked outside, and when nothing waits.
+func TestLimitListenerHeld(t *testing.T) {
+	t.Parallel()
+	if !serving.PeerStateKnown {
+		t.Skip("parking needs peerClosed")
+	}
+	for _, tc := range []struct {
+		name string
+		park bool
+		// stage readies the budget's two connections.
+		stage      func(t *testing.T, a admitted)
+		parkedOut  int  // already parked outside: the budget's worth (2) leaves no room
+		wantParked bool // else closed
+	}{
+		{name: "silent: parked", park: true, stage: func(*testing.T, admitted) {}, wantParked: true},
+		{name: "waiting: parked", park: true, stage: func(t *testing.T, a admitted) {
+			sendByte(t, a.c, a.peer)
+			serving.HandshakeDone(a.c)
+		}, wantParked: true},
+		{name: "idle (served): closed", park: true, stage: func(t *testing.T, a admitted) {
+			serving.WorkStart(a.c)
+			serving.WorkEnd(a.c, true)
+		}},
+		{name: "refused: closed", park: true, stage: func(t *testing.T, a admitted) {
+			serving.WorkStart(a.c)
+			serving.WorkEnd(a.c, false)
+		}},
+		{name: "silent, server does not park: closed", park: false, stage: func(*testing.T, admitted) {}},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			t.Parallel()
+			clk := clocktesting.NewFakeClock(time.Unix(1000, 0))
+			inner := newChanListener()
+			var logs lines
+			ln := serving.AdmissionListener(inner, 2, serving.LimitOptions{Logger: logs.logger(), Clock: clk}, serving.AdmissionTestConfig{TLS: true, Park: tc.park})
+			defer ln.Close()
+			var held []admitted
+			var entered []chan struct{}
+			for range 2 {
+				a, e := acceptReading(t, inner, ln, "10.0.0.1")
+				defer a.c.Close()
+				tc.stage(t, a)
+				held, entered = append(held, a), append(entered, e)
+			}
+			clk.Step(serving.DefaultProgressWindow) // past every grace
+			// A read under way on each, as a server's is on a
+			// connection it waits on.
+			reads := make([]chan error, len(held))
+			for i, a := range held {
+				for len(entered[i]) > 0 {
+					<-entered[i] // the staging's reads
+				}
+				reads[i] = make(chan error, 1)
+				go func() { _, err := a.c.Read(make([]byte, 1)); reads[i] <- err }()
+				<-entered[i]
+			}
+			n := accept(t, inner, ln, "10.0.0.2")
+			defer n.c.Close()
+			var victim admitted
+			var read chan error
+			closed, parked := 0, 0
+			for i, a := range held {
+				switch {
+				case isClosed(t, a.peer):
+					closed++
+				case serving.IsParked(a.c):
+					parked++
+					victim, read = a, reads[i]
+				}
+			}
+			if tc.wantParked {
+				if parked != 1 || closed != 0 {
+					t.Fatalf("for a newcomer: %d parked, %d closed; want 1 parked, 0 closed", parked, closed)
+				}
+			} else {
+				if parked != 0 || closed != 1 {
+					t.Fatalf("for a newcomer: %d parked, %d closed; want 0 parked, 1 closed", parked, closed)
+				}
+				return
+			}
+			found := false
+			for _, l := range logs.snapshot() {
+				found = found || strings.Contains(l, "connection budget full") && strings.Contains(l, `"parked.`)
+			}
+			if !found {
+				t.Errorf("no log line saying a connection was parked:\n%s", strings.Join(logs.snapshot(), "\n"))
+			}
+			// Parked: what comes is not handed on, not even to the
+			// read that was under way.
+			go func() { _, _ = victim.peer.Write([]byte{'x'}) }()
+			notRead(t, read)
+			// Not closed, so nothing awaits a reconnection: the next
+			// arrival from the parked connection's address is a newcomer.
+			clk.Step(serving.DefaultEvictionInterval)
+			inner.pushFrom("10.0.0.1")
+			waitFor(t, 10*time.Second, "the arrival to wait", func() bool { return serving.Pending(ln) == 1 })
+			if got := serving.Demand(ln); got != "newcomer" {
+				t.Errorf("demand of an arrival from a parked connection's address = %q; want newcomer", got)
+			}
+			// Nothing waits once it is admitted (the other connection is
+			// parked for it): the parked ones are closed parkedMax later.
+			if _, err := ln.Accept(); err != nil {
+				t.Fatal(err)
+			}
+			go func() { _, _ = ln.Accept() }()
+			clk.Step(serving.ParkedMax)
+			closedStepping(t, clk, victim.peer, "the parked connection to be closed once nothing waits")
+			if err := <-read; !errors.Is(err, net.ErrClosed) {
+				t.Errorf("the parked read returned %v once closed; want net.ErrClosed", err)
+			}
+		})
+	}
+}
+
+// notRead fails t if read, the result of a read of a parked connection,
+// comes within 50 ms: it must not come at all.
+func notRead(t testing.TB, read <-chan error) {
+	t.Helper()
+	select {
+	case err := <-read:
+		t.Fatalf("a parked connection was read: %v", err)
+	case <-time.After(50 * time.Millisecond): // a wait for a read that must not happen
+	}
+}
+
+// closedStepping steps clk an eviction interval at a time until the
+// server closes the connection whose client end is peer.
+func closedStepping(t testing.TB, clk *clocktesting.FakeClock, peer net.Conn, what string) {
+	t.Helper()
+	waitFor(t, 10*time.Second, what, func() bool {
+		clk.Step(serving.DefaultEvictionInterval)
+		return isClosed(t, peer)
+	})
+}
+
+// readingConn is a connection from the test's listener that signals
+// entered as each Read begins.
+type readingConn struct {
+	addrConn
+	entered chan struct{}
+}
+
+func (c readingConn) Read(p []byte) (int, error) {
+	select {
+	case c.entered <- struct{}{}:
+	default:
+	}
+	return c.addrConn.Read(p)
+}
+
+// acceptReading is accept, with a channel that receives as each Read of
+// the server's end begins (past admission's own checks).
+func acceptReading(t testing.TB, inner *chanListener, ln net.Listener, ip string) (admitted, chan struct{}) {
+	t.Helper()
+	a, b := net.Pipe()
+	entered := make(chan struct{}, 1)
+	inner.conns <- readingConn{addrConn{a, &net.TCPAddr{IP: net.ParseIP(ip), Port: int(inner.port.Add(1))}}, entered}
+	c, err := ln.Accept()
+	if err != nil {
+		t.Fatal(err)
+	}
+	return admitted{c, b}, entered
+}
+
+// TestLimitListenerHeldTimeout: a connection past its stage's timeout
+// that made no request and was never served is parked outside the budget
+// where the server parks, while a connection waits for room; with none
+// waiting it is closed.
+func TestLimitListenerHeldTimeout(t *testing.T) {
+	t.Parallel()
+	if !serving.PeerStateKnown {
+		t.Skip("parking needs peerClosed")
+	}
+	for _, tc := range []struct {
+		name       string
+		waiting    bool
+		wantParked bool
+	}{
+		{"one waits: parked", true, true},
+		{"none waits: closed", false, false},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			t.Parallel()
+			const timeout = 5 * time.Second
+			clk := clocktesting.NewFakeClock(time.Unix(1000, 0))
+			inner := newChanListener()
+			// No connection is closed for room (one a day): only the
+			// timeout takes it out.
+			ln := serving.AdmissionListener(inner, 2, serving.LimitOptions{Clock: clk,
+				AdmissionOptions: serving.AdmissionOptions{EvictionInterval: 24 * time.Hour, PressureTimeout: -1}},
+				serving.AdmissionTestConfig{TLS: true, Waiting: timeout, Park: true})
+			defer ln.Close()
+			slow := accept(t, inner, ln, "10.0.0.1")
+			sendByte(t, slow.c, slow.peer)
+			serving.HandshakeDone(slow.c) // waiting: handshake done, no request
+			busy := accept(t, inner, ln, "10.0.0.2")
+			serving.WorkStart(busy.c)
+			serving.WorkEnd(busy.c, true)
+			serving.WorkStart(busy.c)
+			defer busy.c.Close()
+			accepted := waitAccept(ln)
+			if tc.waiting {
+				inner.pushFrom("10.0.0.3")
+				waitFor(t, 10*time.Second, "a connection to wait", func() bool { return serving.Pending(ln) == 1 })
+			}
+			waitFor(t, 10*time.Second, "Accept to wait", clk.HasWaiters)
+			clk.Step(timeout)
+			if tc.waiting {
+				if c := <-accepted; c == nil {
+					t.Fatal("the waiting connection was not admitted")
+				} else {
+					defer c.Close()
+				}
+				if isClosed(t, slow.peer) || !serving.IsParked(slow.c) {
+					t.Fatalf("past its timeout with a connection waiting: closed %v, parked %v; want parked", isClosed(t, slow.peer), serving.IsParked(slow.c))
+				}
+				return
+			}
+			waitFor(t, 10*time.Second, "the connection past its timeout to be closed", func() bool { return isClosed(t, slow.peer) })
+			if serving.IsParked(slow.c) {
+				t.Error("closed past its timeout with none waiting, but marked parked")
 			}
 		})
 	}

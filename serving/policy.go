@@ -61,8 +61,8 @@ var closeReasonNames = [closeReasons]string{"evicted", "timeout", "rapid_reset",
 // an HTTP/2 or gRPC client may try a few calls (a token about to be
 // rotated, several calls in flight), but a connection that only sends junk
 // tokens pays a handshake (paced) every few calls rather than none.
-// While connections wait for room, one past the bound is parked instead
-// (see parkRefused).
+// Where the server can park, one past the bound is parked instead (see
+// parkRefused).
 const maxRefusals = 8
 
 // derive is the stage c's state says it is in. Under a.mu.
@@ -420,7 +420,7 @@ const pendingTimeout = 10 * time.Second
 // than its timeout allows at the current fill, and the pending ones that
 // waited longer than pendingLimit, and returns them to be closed
 // once a.mu is released. Under a.mu.
-func (a *admission) sweep(now time.Time) []net.Conn {
+func (a *admission) sweep(now time.Time, held *[]*admConn) []net.Conn {
 	var expired []net.Conn
 	limit := a.pendingLimit()
 	for key, q := range a.pending {
@@ -446,24 +446,19 @@ func (a *admission) sweep(now time.Time) []net.Conn {
 		}
 		a.signal(a.space)
 	}
-	if a.npending == 0 && a.parkedRefused > 0 {
-		// Nothing waits: the connections parked for their refusals are
-		// closed, so that a client whose token is refused gets its
-		// answer (see parkRefused).
-		for c := a.lists[stageRefused].oldest(); c != nil && a.parkedRefused > 0; {
-			next := a.lists[stageRefused].next(c)
-			if c.parkedForRefusals {
-				a.unlink(c, closeRefusals)
-				expired = append(expired, c)
-			}
-			c = next
-		}
+	if c := a.parkedRefusedLocked(now); c != nil && a.npending == 0 && !now.Before(a.lastParkedOut.Add(max(a.evictEvery, 0))) {
+		// Nothing waits: the connections parked for their refusals
+		// within the budget parkedMax ago are closed, one per
+		// EvictionInterval with those outside it (see parkRefused).
+		a.unlink(c, closeRefusals)
+		a.lastParkedOut = now
+		expired = append(expired, c)
 	}
 	if c := a.parkedOut.oldest(); c != nil && a.npending == 0 && !now.Before(a.parkedOutDue(c)) {
 		// Nothing waits: the connections parked outside the budget
 		// parkedMax ago are closed, one per EvictionInterval (see
 		// outsideLocked).
-		a.unlink(c, closeRapidReset)
+		a.unlink(c, c.outsideReason)
 		a.lastParkedOut = now
 		expired = append(expired, c)
 	}
@@ -486,7 +481,11 @@ func (a *admission) sweep(now time.Time) []net.Conn {
 		}
 		for c := a.lists[s].oldest(); c != nil && now.Sub(c.since) >= timeout; {
 			next := a.lists[s].next(c)
-			if !c.queued { // the server owes it a handshake
+			switch {
+			case c.queued: // the server owes it a handshake
+			case a.holdLocked(c, closeTimeout):
+				*held = append(*held, c)
+			default:
 				a.unlink(c, closeTimeout)
 				expired = append(expired, c)
 			}
@@ -541,12 +540,12 @@ const parkedMax = 10 * time.Second
 // DefaultBudget), one for a proxy's upstream connection, which a
 // connection never served does not have: a budget's worth parked outside
 // it costs no more files than the budget counts. Under a.mu.
-func (a *admission) outsideLocked(c *admConn) bool {
+func (a *admission) outsideLocked(c *admConn, reason int) bool {
 	if c.gone || a.nparkedOut >= a.max {
 		return false
 	}
 	a.lists[c.stage].remove(c)
-	c.outside, c.since = true, a.clock.Now()
+	c.outside, c.outsideReason, c.since = true, reason, a.clock.Now()
 	a.parkedOut.pushBack(c)
 	a.nparkedOut++
 	a.open--
@@ -554,6 +553,60 @@ func (a *admission) outsideLocked(c *admConn) bool {
 	a.rec.Connections(stateParked, 1)
 	a.signal(a.wake)
 	return true
+}
+
+// holdLocked parks c outside the budget (see outsideLocked) instead of
+// closing it for reason (an eviction, a timeout), and reports whether it
+// did: while connections wait for room, a connection that has sent no
+// request (silent: TCP and nothing; waiting: a handshake and no request,
+// headers never completed, an HTTP/2 preface and no stream with a
+// message) and was never served, when there is room outside. Closed, its
+// client (an idle-TLS or slowloris flood reopening every slot it loses)
+// is back within a round trip, costs a handshake, and, from the address
+// the server's clients share, is presumed a reconnection only as long as
+// it comes back within reconnectWindow: slowloris clients notice a close
+// at their next write, up to a second later, and a client's newcomer
+// arriving meanwhile is taken for one of theirs and waits behind them.
+// Parked, it reads nothing more (see parkedRead), costs a file, and
+// awaits no reconnection. Where the server cannot park (LimitListener
+// alone, peerStateKnown false) it is closed. Under a.mu.
+func (a *admission) holdLocked(c *admConn, reason int) bool {
+	if !a.park || !peerStateKnown || a.npending == 0 || a.stopping ||
+		c.served || c.refused || c.working > 0 || (c.stage != stageSilent && c.stage != stageWaiting) {
+		return false
+	}
+	stage := c.stage
+	if !a.outsideLocked(c, reason) {
+		return false
+	}
+	c.parked.Store(true)
+	a.held[stage]++
+	a.logLocked()
+	return true
+}
+
+// hold finishes parking c, held by holdLocked: its socket keeps no read
+// deadline (the server's, for a handshake or headers, would close it), and
+// its calls are cancelled. Without a.mu.
+func (c *admConn) hold() {
+	_ = c.Conn.SetReadDeadline(time.Time{})
+	c.cancelCalls()
+}
+
+// parkedRefusedLocked returns the connection parked for its refusals
+// within the budget longest, if it was parked parkedMax before now (in
+// the refused stage since: parked at its maxRefusals-th refusal), else
+// nil. Under a.mu.
+func (a *admission) parkedRefusedLocked(now time.Time) *admConn {
+	if a.parkedRefused == 0 {
+		return nil
+	}
+	for c := a.lists[stageRefused].oldest(); c != nil && now.Sub(c.since) >= parkedMax; c = a.lists[stageRefused].next(c) {
+		if c.parkedForRefusals {
+			return c
+		}
+	}
+	return nil
 }
 
 // parkedOutDue is when the sweep may close c, the connection parked
@@ -606,6 +659,16 @@ func (a *admission) nextExpiry(wake time.Time) time.Time {
 	if c := a.parkedOut.oldest(); c != nil && a.npending == 0 {
 		if at := a.parkedOutDue(c); at.Before(wake) {
 			wake = at
+		}
+	}
+	if a.npending == 0 && a.parkedRefused > 0 {
+		for c := a.lists[stageRefused].oldest(); c != nil; c = a.lists[stageRefused].next(c) {
+			if c.parkedForRefusals {
+				if at := later(c.since.Add(parkedMax), a.lastParkedOut.Add(max(a.evictEvery, 0))); at.Before(wake) {
+					wake = at
+				}
+				break
+			}
 		}
 	}
 	if a.npending == 0 && a.parkedResets > 0 {
@@ -677,7 +740,7 @@ func (c *admConn) workEnd(o outcome) {
 		// Served after it was parked for its refusals (a request in
 		// flight then): closed, as it would have been at the bound, not
 		// left parked among served connections.
-		parkedServed = o == outcomeServed && c.parkedForRefusals
+		parkedServed = o == outcomeServed && (c.parkedForRefusals || c.outside)
 		if o == outcomeServed && !c.served {
 			// A connection served: perhaps a newcomer that was taken for
 			// a reconnection and rescued. Each one earns a rescue.
@@ -689,9 +752,9 @@ func (c *admConn) workEnd(o outcome) {
 		if o == outcomeRefused && !c.served {
 			c.refusals++
 			over = c.refusals >= maxRefusals
-			// Past the bound while connections wait: parked rather
-			// than closed (see parkRefused).
-			park = over && peerStateKnown && c.a.npending > 0
+			// Past the bound: parked rather than closed (see
+			// parkRefused).
+			park = over && peerStateKnown
 		}
 	})
 	left := c.active.Add(-1)

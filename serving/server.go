@@ -295,7 +295,7 @@ func (s *HTTPServer) Serve(ctx context.Context, ln net.Listener) error {
 		}
 		if s.opts.RapidResetLimit > 0 {
 			ac.resetBurst, ac.resetInterval = s.opts.RapidResetLimit, time.Duration(float64(time.Second)/s.opts.RapidResetRate)
-			ac.parkResets = true
+			ac.park = true
 		}
 		adm = newAdmission(s.maxConn, ac)
 		if testHookAdmission != nil {
