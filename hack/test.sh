@@ -26,7 +26,8 @@ steps=0
 failures=0
 start=$SECONDS
 step() { steps=$((steps + 1)); printf '\n== %s (at %dm%02ds)\n' "$*" $(((SECONDS - start) / 60)) $(((SECONDS - start) % 60)); }
-fail() { echo "FAILED: $*"; status=1; failures=$((failures + 1)); }
+failed=()
+fail() { echo "FAILED: $*"; status=1; failures=$((failures + 1)); failed+=("$*"); }
 
 # Test binaries are linked without DWARF (stack traces and race reports use
 # the symbol table, which stays): a third less link time for the ~70 large
@@ -197,4 +198,7 @@ fi
 printf '\n== summary\n'
 if [ $status -ne 0 ]; then echo "some steps failed"; else echo "all steps passed"; fi
 echo "steps: $((steps - failures)) passed, $failures failed"
+# The failed steps again, last: a CI log that keeps only its tail names
+# every one of them.
+for f in "${failed[@]}"; do echo "failed: $f"; done
 exit $status

@@ -510,7 +510,18 @@ func revokerOutOfSync(t *testing.T, c *cluster.Cluster) {
 	args = cluster.SetFlags(args, "--authentication-kubeconfig="+proxied, "--authorization-kubeconfig="+proxied)
 	s.example = startExample(t, filepath.Base(bin), args...)
 	addr := metricsAddr(t, s)
-	if v, err := exampleMetric(t.Context(), addr, "reviewauth_revocation_synced"); err != nil || v != 0 {
+	// The gauge is exported once the revoker has first set it, which may
+	// come just after the metrics port answers (the metric absent: -1).
+	v, err := exampleMetric(t.Context(), addr, "reviewauth_revocation_synced")
+	for start := time.Now(); err == nil && v == -1 && time.Since(start) < revokerSyncTimeout; {
+		select {
+		case <-t.Context().Done():
+			t.Fatal(t.Context().Err())
+		case <-time.After(100 * time.Millisecond):
+		}
+		v, err = exampleMetric(t.Context(), addr, "reviewauth_revocation_synced")
+	}
+	if err != nil || v != 0 {
 		t.Errorf("reviewauth_revocation_synced with watches that never deliver = %v, %v; want 0", v, err)
 	}
 
