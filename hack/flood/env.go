@@ -202,7 +202,17 @@ func (e *env) startProc(name, bin string, args, environ []string) (*proc, error)
 	if err := p.cmd.Start(); err != nil {
 		return nil, err
 	}
-	go func() { p.exited <- p.cmd.Wait() }()
+	if e.p.cpus > 0 {
+		remove, err := cpuLimit(name, p.cmd.Process.Pid, e.p.cpus)
+		if err != nil {
+			_ = p.cmd.Process.Kill()
+			_ = p.cmd.Wait()
+			return nil, err
+		}
+		go func() { p.exited <- p.cmd.Wait(); remove() }()
+	} else {
+		go func() { p.exited <- p.cmd.Wait() }()
+	}
 	ready := make(chan string, 1)
 	go func() {
 		sc := bufio.NewScanner(stdout)
@@ -305,3 +315,38 @@ func selfSigned(cn, alg string) (tls.Certificate, []byte, error) {
 }
 
 func jsonUnmarshal(b []byte, v any) error { return json.Unmarshal(b, v) }
+
+// cpuLimit puts process pid in a cgroup of its own limited to cpus cores
+// (a CFS quota over a 100 ms period), on cgroup v2 (cpu.max) or v1 (the
+// cpu controller's cpu.cfs_quota_us), and returns a function that removes
+// the cgroup once the process has exited. It is moved there just after it
+// started: what it ran before, a few milliseconds, is not limited.
+func cpuLimit(name string, pid int, cpus float64) (func(), error) {
+	const period = 100000 // microseconds
+	quota := int64(cpus * period)
+	if quota < 1000 {
+		return nil, fmt.Errorf("-cpus %v: at least 0.01", cpus)
+	}
+	leaf := fmt.Sprintf("flood-%s-%d", name, pid)
+	var dir string
+	var files [][2]string
+	if _, err := os.Stat("/sys/fs/cgroup/cgroup.controllers"); err == nil {
+		dir = filepath.Join("/sys/fs/cgroup", leaf)
+		files = [][2]string{{"cpu.max", fmt.Sprintf("%d %d", quota, period)}}
+	} else {
+		dir = filepath.Join("/sys/fs/cgroup/cpu", leaf)
+		files = [][2]string{{"cpu.cfs_period_us", strconv.Itoa(period)}, {"cpu.cfs_quota_us", strconv.FormatInt(quota, 10)}}
+	}
+	if err := os.Mkdir(dir, 0o755); err != nil {
+		return nil, fmt.Errorf("-cpus: %w", err)
+	}
+	remove := func() { _ = os.Remove(dir) }
+	files = append(files, [2]string{"cgroup.procs", strconv.Itoa(pid)})
+	for _, f := range files {
+		if err := os.WriteFile(filepath.Join(dir, f[0]), []byte(f[1]), 0o644); err != nil {
+			remove()
+			return nil, fmt.Errorf("-cpus: %s: %w", f[0], err)
+		}
+	}
+	return remove, nil
+}

@@ -41,7 +41,7 @@
 //
 //	go -C hack/flood run . [-servers rbacproxy,kube-rbac-proxy,snapshotmetadata,upstream-sidecar]
 //	    [-kinds idle,slowloris,...] [-scales 600,1.75x] [-sources same,many]
-//	    [-window 5s] [-key ecdsa|rsa] [-nofile N] [-out table.md]
+//	    [-window 5s] [-key ecdsa|rsa] [-nofile N] [-cpus 0.6] [-out table.md]
 package main
 
 import (
@@ -100,6 +100,9 @@ type params struct {
 	// nofile, if positive, is every server's open-file limit (soft and
 	// hard, through prlimit(1)), peers included.
 	nofile uint64
+	// cpus, if positive, is every server's CPU limit in cores, each in a
+	// cgroup of its own (see cpuLimit).
+	cpus float64
 }
 
 func run(ctx context.Context, args []string, stdout io.Writer) error {
@@ -118,6 +121,7 @@ func run(ctx context.Context, args []string, stdout io.Writer) error {
 	fs.StringVar(&p.repo, "repo", "", "the repository's root (default: ../.. of this directory)")
 	fs.BoolVar(&p.verbose, "v", false, "log each row's details to stderr")
 	fs.Uint64Var(&p.nofile, "nofile", 0, "every server's open-file limit, soft and hard (0: this process's): the default budget follows it (serving.DefaultBudget), so that the 1.75x rows fit a small machine; the peers get the same")
+	fs.Float64Var(&p.cpus, "cpus", 0, "every server's CPU limit in cores (0.6: 60 ms of CPU per 100 ms), each in a cgroup of its own, peers included (0: none; needs root and the cgroup cpu controller)")
 	if err := fs.Parse(args); err != nil {
 		return err
 	}

@@ -171,8 +171,12 @@ func tableHeader(e *env, budget int) string {
 	if e.p.nofile > 0 {
 		limit = fmt.Sprintf("%d/%d for every server, peers included (-nofile); %s for the attackers", e.p.nofile, e.p.nofile, limit)
 	}
-	fmt.Fprintf(&b, "\nflood: %s; load average %s at start; default connection budget %d (open-file limit %s); certificate %s; window %v after %v of attack, a call every %v per client\n\n",
-		machine(), loadavg(), budget, limit, e.p.key, e.p.window, e.p.settle, e.p.interval)
+	cpus := ""
+	if e.p.cpus > 0 {
+		cpus = fmt.Sprintf("; every server limited to %v of a core, each in a cgroup of its own (-cpus)", e.p.cpus)
+	}
+	fmt.Fprintf(&b, "\nflood: %s; load average %s at start; default connection budget %d (open-file limit %s)%s; certificate %s; window %v after %v of attack, a call every %v per client\n\n",
+		machine(), loadavg(), budget, limit, cpus, e.p.key, e.p.window, e.p.settle, e.p.interval)
 	b.WriteString("| server | attack | attackers | sources | new within 1 s | new p50 / p95 | kept-alive within 1 s | kept p50 / p95 | server CPU | RSS peak (before) | fds peak (before) | attacker conns | load |\n")
 	b.WriteString("|---|---|---|---|---|---|---|---|---|---|---|---|---|\n")
 	return b.String()
