@@ -640,7 +640,7 @@ func TestLimitListenerDemand(t *testing.T) {
 		t.Run(tt.name, func(t *testing.T) {
 			t.Parallel()
 			// A budget of two, so that two may wait.
-			clk, inner, ln := demandListener(t, 2)
+			clk, inner, ln := fakeLimitListener(t, 2)
 			held := accept(t, inner, ln, src)
 			defer held.c.Close()
 			if tt.served {
@@ -671,18 +671,6 @@ func TestLimitListenerDemand(t *testing.T) {
 	}
 }
 
-// demandListener is a listener with a budget of max on a fake clock,
-// closed when the test ends. Accept is called only by accept: whatever
-// else arrives waits, and serving.Demand says what it would ask of a full
-// budget.
-func demandListener(t *testing.T, max int) (*clocktesting.FakeClock, *chanListener, net.Listener) {
-	clk := clocktesting.NewFakeClock(time.Unix(1000, 0))
-	inner := newChanListener()
-	ln := serving.LimitListener(inner, max, serving.LimitOptions{Clock: clk})
-	t.Cleanup(func() { ln.Close() })
-	return clk, inner, ln
-}
-
 // TestLimitListenerAwaitedWhileClosed: a source closed at least once per
 // ReconnectWindow keeps every close not yet answered by an arrival
 // awaited, however long ago it was made (clients that come back seconds
@@ -708,7 +696,7 @@ func TestLimitListenerAwaitedWhileClosed(t *testing.T) {
 		t.Run(tt.name, func(t *testing.T) {
 			t.Parallel()
 			// A budget of four: two held, the rest may wait.
-			clk, inner, ln := demandListener(t, 4)
+			clk, inner, ln := fakeLimitListener(t, 4)
 			first, second := accept(t, inner, ln, src), accept(t, inner, ln, src)
 			defer first.c.Close()
 			defer second.c.Close()
