@@ -537,6 +537,12 @@ type admConn struct {
 	// gRPC calls in progress opened before it was set (see grpcTap).
 	servedOnce atomic.Bool
 	unserved   atomic.Int32
+	// answeredOnce: a response below 400 was begun on c (its header
+	// written), HTTP only; from then on its client's HTTP/2 resets are
+	// not counted (see h2Conn), so that a client that stops a watch
+	// once answered, before its handler has ended, is not taken for an
+	// attacker.
+	answeredOnce atomic.Bool
 	// calls are the gRPC calls in progress counted in unserved, whose
 	// contexts are cancelled when c is parked (see cancelCalls).
 	callsMu   sync.Mutex

@@ -150,3 +150,21 @@ func IsParked(c net.Conn) bool { return admConnOf(c).parked.Load() }
 
 // Park parks c, an admitted connection (see admConn.park).
 func Park(c net.Conn) { admConnOf(c).park() }
+
+// FrameScanner is the scanner that counts an HTTP/2 client's resets as
+// the server reads its bytes.
+type FrameScanner struct{ s frameScanner }
+
+// NewFrameScanner returns a scanner that expects the client preface
+// first, unless sawPreface.
+func NewFrameScanner(sawPreface bool) *FrameScanner {
+	f := new(FrameScanner)
+	if sawPreface {
+		f.s.sawPreface()
+	}
+	return f
+}
+
+// Scan passes p and returns the RST_STREAM frames whose header completed
+// in it.
+func (f *FrameScanner) Scan(p []byte) int { return f.s.scan(p) }

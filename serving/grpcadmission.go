@@ -39,7 +39,9 @@ func (grpcStats) HandleConn(ctx context.Context, s stats.ConnStats) {
 	}
 }
 
-// rpcState is what grpcStats follows of one call.
+// rpcState is what grpcStats follows of one call; for HTTP/2, the
+// guard tracks a request on a connection not yet answered with one, for
+// its cancel only.
 type rpcState struct {
 	c       *admConn
 	message atomic.Bool // a message arrived: the call is in progress
@@ -152,8 +154,18 @@ func grpcOutcome(err error) outcome {
 	return outcomeOther
 }
 
-// reset counts a stream c's client cancelled, and closes c past the
-// admission's rapid-reset bound.
+// countsResets reports whether a bounds the streams its connections'
+// clients reset.
+func (a *admission) countsResets() bool { return a.resetInterval > 0 }
+
+// counting reports whether c's client's resets are counted (see
+// h2Conn): until c was served or answered, and while it is open.
+func (c *admConn) counting() bool {
+	return !c.servedOnce.Load() && !c.answeredOnce.Load() && !c.closing()
+}
+
+// reset counts a stream c's client cancelled, and parks or closes c past
+// the admission's rapid-reset bound.
 func (c *admConn) reset() {
 	a := c.a
 	if a.resetInterval <= 0 {

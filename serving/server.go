@@ -317,6 +317,15 @@ func (s *HTTPServer) Serve(ctx context.Context, ln net.Listener) error {
 			}
 		}
 	}
+	if protocols.HTTP2() || protocols.UnencryptedHTTP2() {
+		tlsConfig := srv.TLSConfig
+		if err := h2Served(srv); err != nil {
+			return fmt.Errorf("serving: %w", err)
+		}
+		if tlsConfig == nil {
+			srv.TLSConfig = nil // h2c: ConfigureServer made one
+		}
+	}
 	if c := s.opts.Certificates; c != nil {
 		certCtx, stopCerts := context.WithCancel(ctx)
 		certsDone := make(chan struct{})
@@ -391,39 +400,40 @@ type deadliner interface {
 func (g *guard) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	gw := guardedWriter{ResponseWriter: w, timeout: g.writeTimeout, http1: r.ProtoMajor == 1}
 	if ac := connFrom(r.Context()); ac != nil {
+		gw.ac = ac
 		if !gw.http1 {
-			// net/http cancels an HTTP/2 request's context when its
-			// client resets the stream (also when the connection ends,
-			// and at shutdown with CancelOnShutdown). On a connection
-			// never served, a stream reset before it was answered
-			// counts against the rapid-reset bound (CVE-2023-44487: the
-			// work a client makes and cancels before any answer),
-			// whether the reset came before the handler started or
-			// while it runs. A watch or a download its client stops
-			// once answered is no such reset, and a client that was
-			// served is left to Go's own bound: clients cancel
+			// A stream its client reset before its handler started, or
+			// opened on a connection admission closed or parked, gets
+			// no handler: the abort ends it, nothing is written. The
+			// client's resets were counted as net/http read them, on a
+			// connection never answered (see h2Conn): whether the reset
+			// came before the handler started or while it runs, before
+			// net/http cancelled the request, so that nothing the
+			// handler does can outrun the count (and, past the bound,
+			// the connection parked). A watch or a download its client
+			// stops once answered is no such reset, and a client that
+			// was answered is left to Go's own bound: clients cancel
 			// requests as a matter of course (informers' watches,
 			// timeouts), and closing their connection for it failed
-			// draproxy's clients. A stream reset before its handler
-			// started, or opened on a connection admission closed or
-			// parked, gets no handler: the abort ends it, nothing is
-			// written.
-			if ac.closing() || ac.parked.Load() {
+			// draproxy's clients.
+			if ac.closing() || ac.parked.Load() || r.Context().Err() != nil {
 				panic(http.ErrAbortHandler)
 			}
-			if r.Context().Err() != nil {
-				g.reset(ac)
-				panic(http.ErrAbortHandler)
-			}
-			// The handler sees its request cancelled once the reset is
-			// counted (and, past the bound, the connection parked), so
-			// that nothing it does after can outrun that. Only until the
-			// connection is served: after, resets are not counted, and a
-			// kept-alive client's requests cost no more than net/http's.
-			if !ac.servedOnce.Load() {
-				var end func()
-				r, end = g.watchReset(ac, &gw, r)
-				defer end()
+			if ac.counting() {
+				// Until the connection is answered, its requests are
+				// cancelled when it is parked (see cancelCalls), as its
+				// client's reset, withheld from net/http, would have
+				// cancelled them: a handler waiting on its request would
+				// otherwise hold its goroutine as long as the connection
+				// is parked.
+				ctx, cancel := context.WithCancel(r.Context())
+				st := &rpcState{c: ac, cancel: cancel}
+				if !ac.trackCall(st) {
+					cancel()
+					panic(http.ErrAbortHandler)
+				}
+				defer ac.endCall(st)
+				r = r.WithContext(ctx)
 			}
 		}
 		// The connection's admission stage: a request in progress, then
@@ -456,34 +466,6 @@ func (g *guard) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	}
 }
 
-// watchReset returns r with a context cancelled once its client's reset
-// of the stream, if it comes before gw is answered, is counted; end, called
-// when the handler returns, waits for a count under way.
-func (g *guard) watchReset(ac *admConn, gw *guardedWriter, r *http.Request) (_ *http.Request, end func()) {
-	ctx, cancel := context.WithCancel(context.WithoutCancel(r.Context()))
-	stop := context.AfterFunc(r.Context(), func() {
-		if !gw.answered.Load() {
-			g.reset(ac)
-		}
-		cancel()
-	})
-	return r.WithContext(ctx), func() {
-		if !stop() {
-			<-ctx.Done() // counting
-		}
-		cancel()
-	}
-}
-
-// reset counts a stream of ac its client reset before it was answered,
-// unless the server is shutting down, or the connection is already
-// closing or was served.
-func (g *guard) reset(ac *admConn) {
-	if g.base.Err() == nil && !ac.closing() && !ac.servedOnce.Load() {
-		ac.reset()
-	}
-}
-
 // deadlineBody extends the read deadline before every read of a body.
 type deadlineBody struct {
 	io.ReadCloser
@@ -505,10 +487,10 @@ type guardedWriter struct {
 	timeout     time.Duration
 	http1       bool
 	wroteHeader bool
-	// answered is wroteHeader, for the reset counter (see ServeHTTP),
-	// which reads it while the handler runs.
-	answered atomic.Bool
-	refused  bool
+	// ac is the request's connection, nil without admission: its
+	// answeredOnce is set with a header below 400.
+	ac      *admConn
+	refused bool
 	code     int // the status sent; 0 before the header
 	// written and extended pace an HTTP/2 stream's deadline (see
 	// extendOnWrite).
@@ -553,8 +535,10 @@ func (g *guardedWriter) extendOnWrite(n int, flush bool) {
 func (g *guardedWriter) WriteHeader(code int) {
 	if !g.wroteHeader && code >= 200 {
 		g.wroteHeader = true
-		g.answered.Store(true)
 		g.code = code
+		if code < 400 && g.ac != nil {
+			g.ac.answeredOnce.Store(true)
+		}
 		if code >= 400 && g.http1 {
 			// Only on HTTP/1: on HTTP/2 net/http turns this header into a
 			// GOAWAY for the whole connection, whose other streams may be
@@ -569,7 +553,9 @@ func (g *guardedWriter) WriteHeader(code int) {
 func (g *guardedWriter) Write(p []byte) (int, error) {
 	if !g.wroteHeader {
 		g.wroteHeader, g.code = true, http.StatusOK
-		g.answered.Store(true)
+		if g.ac != nil {
+			g.ac.answeredOnce.Store(true)
+		}
 	}
 	g.extendOnWrite(len(p), false)
 	return g.ResponseWriter.Write(p)

@@ -547,75 +547,133 @@ func TestHTTP2StreamLimit(t *testing.T) {
 
 // TestHTTP2RapidReset (CVE-2023-44487): a client that opens streams and
 // resets them at once, against handlers that keep running (a slow
-// review), gets its connection closed with ENHANCE_YOUR_CALM once the
-// queue passes four times MaxConcurrentStreams, and a legitimate client
-// on another connection is served meanwhile.
+// review, or a server short of CPU whose handlers start late), so that
+// net/http queues its streams and never starts their handlers: its
+// resets are counted as they are read, and its connection is parked
+// once past RapidResetLimit, nothing more read from it, no GOAWAY, long
+// before Go's own bound (a queue of four times MaxConcurrentStreams);
+// the handlers it started are cancelled. Counted in the handler, as
+// before, the queued streams' resets were never seen and the connection
+// was closed by Go's bound, and its client came back with a handshake.
+// With the bound off, Go's bound closes it with ENHANCE_YOUR_CALM. A
+// legitimate client on another connection is served meanwhile.
 func TestHTTP2RapidReset(t *testing.T) {
 	t.Parallel()
-	const max = 10
-	block := make(chan struct{})
-	defer close(block)
-	handler := http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
-		if r.URL.Path == "/slow" {
-			<-block // ignores the reset, as a handler stuck in a review would
-			return
-		}
-		_, _ = io.WriteString(w, "ok")
-	})
-	srv, err := serving.NewHTTPServer(handler, serving.ServerOptions{Certificates: selfSigned(t), MaxConcurrentStreams: max, ShutdownTimeout: time.Millisecond})
-	if err != nil {
-		t.Fatal(err)
-	}
-	addr := serve(t, t.Context(), srv)
-	h := dialH2(t, addr)
-	defer h.c.Close()
-	h.serverMaxStreams(t)
-	goaway := make(chan http2.ErrCode, 1)
-	go func() {
-		for {
-			f, err := h.fr.ReadFrame()
+	for _, tc := range []struct {
+		name  string
+		limit int
+		// parked: the connection is parked; else closed with
+		// ENHANCE_YOUR_CALM.
+		parked bool
+	}{
+		{name: "default bound", parked: true},
+		{name: "no bound: Go's", limit: -1},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			t.Parallel()
+			const max = 10
+			block := make(chan struct{})
+			defer close(block)
+			var started, cancelled atomic.Int64
+			handler := http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+				if r.URL.Path == "/slow" {
+					started.Add(1)
+					select {
+					case <-block: // ignores the reset, as a handler stuck in a review would
+					case <-r.Context().Done():
+						cancelled.Add(1)
+						<-block // and goes on ignoring it
+					}
+					return
+				}
+				_, _ = io.WriteString(w, "ok")
+			})
+			m := metrics.New()
+			srv, err := serving.NewHTTPServer(handler, serving.ServerOptions{
+				Certificates: selfSigned(t), MaxConcurrentStreams: max, ShutdownTimeout: time.Millisecond,
+				RapidResetLimit: tc.limit, Metrics: m,
+			})
 			if err != nil {
-				close(goaway)
+				t.Fatal(err)
+			}
+			read := metricReader(t, m)
+			addr := serve(t, t.Context(), srv)
+			h := dialH2(t, addr)
+			defer h.c.Close()
+			h.serverMaxStreams(t)
+			goaway := make(chan http2.ErrCode, 1)
+			go func() {
+				for {
+					f, err := h.fr.ReadFrame()
+					if err != nil {
+						close(goaway)
+						return
+					}
+					if g, ok := f.(*http2.GoAwayFrame); ok {
+						goaway <- g.ErrCode
+						return
+					}
+				}
+			}()
+			attack := make(chan struct{})
+			go func() {
+				defer close(attack)
+				for id := uint32(1); id < 20000; id += 2 {
+					if h.headers(id, "/slow") != nil || h.fr.WriteRSTStream(id, http2.ErrCodeCancel) != nil {
+						return
+					}
+				}
+			}()
+			client := &http.Client{Transport: &http.Transport{TLSClientConfig: &tls.Config{InsecureSkipVerify: true}, ForceAttemptHTTP2: true}, Timeout: 10 * time.Second}
+			defer client.CloseIdleConnections()
+			for range 5 {
+				resp, err := client.Get("https://" + addr + "/fast")
+				if err != nil {
+					t.Fatalf("legitimate request during the attack: %v", err)
+				}
+				_, _ = io.Copy(io.Discard, resp.Body)
+				resp.Body.Close()
+				if resp.StatusCode != 200 || resp.ProtoMajor != 2 {
+					t.Fatalf("legitimate request = %d over HTTP/%d; want 200 over HTTP/2", resp.StatusCode, resp.ProtoMajor)
+				}
+			}
+			if tc.parked {
+				waitFor(t, 10*time.Second, "the attacker's connection to be parked", func() bool {
+					return read("reviewauth_connections", "state", "parked") == 1
+				})
+				// Its handlers (at most MaxConcurrentStreams of them ran)
+				// are cancelled, and it gets no GOAWAY: it is not read.
+				waitFor(t, 10*time.Second, "the attacker's handlers to be cancelled", func() bool {
+					return cancelled.Load() == started.Load()
+				})
+				if n := started.Load(); n == 0 || n > max {
+					t.Errorf("handlers started = %d; want 1 to %d", n, max)
+				}
+				select {
+				case code, ok := <-goaway:
+					if ok {
+						t.Errorf("the parked connection got GOAWAY %v; want nothing", code)
+					} else {
+						t.Error("the parked connection was closed; want it parked")
+					}
+				case <-time.After(200 * time.Millisecond):
+				}
+				h.c.Close()
+				<-attack
 				return
 			}
-			if g, ok := f.(*http2.GoAwayFrame); ok {
-				goaway <- g.ErrCode
-				return
+			select {
+			case code, ok := <-goaway:
+				if !ok || code != http2.ErrCodeEnhanceYourCalm {
+					t.Errorf("attacker's connection ended with GOAWAY %v (received %v); want ENHANCE_YOUR_CALM", code, ok)
+				}
+			case <-time.After(30 * time.Second):
+				t.Error("the attacker's connection was not closed within 30s")
 			}
-		}
-	}()
-	attack := make(chan struct{})
-	go func() {
-		defer close(attack)
-		for id := uint32(1); id < 20000; id += 2 {
-			if h.headers(id, "/slow") != nil || h.fr.WriteRSTStream(id, http2.ErrCodeCancel) != nil {
-				return
-			}
-		}
-	}()
-	client := &http.Client{Transport: &http.Transport{TLSClientConfig: &tls.Config{InsecureSkipVerify: true}, ForceAttemptHTTP2: true}, Timeout: 10 * time.Second}
-	defer client.CloseIdleConnections()
-	for range 5 {
-		resp, err := client.Get("https://" + addr + "/fast")
-		if err != nil {
-			t.Fatalf("legitimate request during the attack: %v", err)
-		}
-		_, _ = io.Copy(io.Discard, resp.Body)
-		resp.Body.Close()
-		if resp.StatusCode != 200 || resp.ProtoMajor != 2 {
-			t.Fatalf("legitimate request = %d over HTTP/%d; want 200 over HTTP/2", resp.StatusCode, resp.ProtoMajor)
-		}
+			h.c.Close()
+			<-attack
+		})
 	}
-	select {
-	case code, ok := <-goaway:
-		if !ok || code != http2.ErrCodeEnhanceYourCalm {
-			t.Errorf("attacker's connection ended with GOAWAY %v (received %v); want ENHANCE_YOUR_CALM", code, ok)
-		}
-	case <-time.After(30 * time.Second):
-		t.Error("the attacker's connection was not closed within 30s")
-	}
-	h.c.Close()
-	<-attack
 }
 
 // TestHTTP2RapidResetBound: an HTTP/2 client that resets the requests it
