@@ -491,7 +491,7 @@ type guardedWriter struct {
 	// answeredOnce is set with a header below 400.
 	ac      *admConn
 	refused bool
-	code     int // the status sent; 0 before the header
+	code    int // the status sent; 0 before the header
 	// written and extended pace an HTTP/2 stream's deadline (see
 	// extendOnWrite).
 	written  int
