@@ -91,6 +91,9 @@ type admission struct {
 	parkedOut     connList
 	nparkedOut    int
 	lastParkedOut time.Time
+	// maxOutside bounds nparkedOut: the budget's worth, fewer where a
+	// quarter of the memory limit holds fewer at ParkedMemory each.
+	maxOutside int
 	// stopping: shutdown has started; nothing more is parked (see
 	// closeParked). Under mu.
 	stopping bool
@@ -197,14 +200,15 @@ func newAdmission(max int, c admissionConfig) *admission {
 		wake: make(chan struct{}, 1), space: make(chan struct{}, 1),
 		rescues: maxRescues, // full, as a token bucket starts (see maxRescues)
 	}
+	files, memory := c.files, c.memory
+	if files == nil {
+		files, memory = processFiles(), memoryLimit(os.DirFS("/"))
+	}
+	a.maxOutside = maxOutsideFor(max, memory)
 	switch {
 	case o.MaxWaiting > 0:
 		a.maxPending, a.maxWaiting = o.MaxWaiting, o.MaxWaiting
 	case o.MaxWaiting == 0:
-		files, memory := c.files, c.memory
-		if files == nil {
-			files, memory = processFiles(), memoryLimit(os.DirFS("/"))
-		}
 		if files != nil {
 			a.files, a.maxWaiting = files, math.MaxInt32
 			if memory > 0 {

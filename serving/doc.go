@@ -48,7 +48,8 @@
 // HTTP/2 streams and the requests a client resets (HTTP/2 rapid reset: a
 // connection past the bound that was never served is parked, read no
 // more, rather than closed to reconnect: the first budget's worth outside
-// the budget, where they hold no one's room, the rest within it, the
+// the budget (fewer where memory is short: [ParkedMemory]), where they
+// hold no one's room, the rest within it, the
 // first to go for a newcomer; once parked 10 s with no connection waiting
 // for room, they are closed one per EvictionInterval, so that one whose
 // client died is not held until the client's kernel gives up, and all at
@@ -114,10 +115,14 @@
 //	      + 1                             (one being swapped in)
 //	      + about 64                      (listeners, API server, certificates, logs)
 //
-// Connections parked past the rapid-reset bound outside the budget (as
-// many as it, at most) hold what they held when parked, about 115 KiB
-// each (the sidecar with 2,313 held, docs/benchmarks.md): where memory
-// sets the budget, connections may take up to about half the limit.
+// Connections parked outside the budget (past the rapid-reset bound, for
+// their refusals, or never served while connections wait) hold what they
+// held when parked, up to about 200 KiB each (the sidecar's junk-token
+// connections, docs/benchmarks.md): as many as the budget, at most, and
+// no more than a quarter of the memory limit holds at [ParkedMemory]
+// (256 KiB) each. So admitted, waiting and parked connections each have a
+// quarter of the memory limit at most, and the process keeps a quarter:
+// a container of 128 MiB admits 256, lets 256 wait, parks 128.
 //
 // As many connections may wait to be admitted as are admitted: accepted,
 // nothing read from them, each holding a file and a kernel socket and no

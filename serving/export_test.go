@@ -168,3 +168,12 @@ func NewFrameScanner(sawPreface bool) *FrameScanner {
 // Scan passes p and returns the RST_STREAM frames whose header completed
 // in it.
 func (f *FrameScanner) Scan(p []byte) int { return f.s.scan(p) }
+
+// ParkedCounts is how many connections ln holds parked outside its
+// budget, and within it past the rapid-reset bound.
+func ParkedCounts(ln net.Listener) (outside, within int) {
+	a := ln.(*admListener).a
+	a.mu.Lock()
+	defer a.mu.Unlock()
+	return a.nparkedOut, a.parkedResets
+}

@@ -79,7 +79,8 @@ type GRPCOptions struct {
 	// second. Past them a connection never served is parked (nothing more
 	// is read from it, its calls in progress cancelled), on Linux
 	// (elsewhere it is closed): the first budget's worth outside the
-	// budget, the rest within it until admission needs their room (see
+	// budget (fewer where memory is short, see [ParkedMemory]), the rest
+	// within it until admission needs their room (see
 	// [LimitListener]); one served is closed (see [GRPCServerOptions]). Zero means
 	// [DefaultRapidResetLimit] and [DefaultRapidResetRate]; a negative
 	// RapidResetLimit means no bound.

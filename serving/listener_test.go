@@ -1057,6 +1057,47 @@ func TestLimitListenerRefusalsParked(t *testing.T) {
 	}
 }
 
+// TestLimitListenerParkedMemory: the connections parked outside the
+// budget are the budget's worth at most, and no more than a quarter of
+// the memory limit holds at ParkedMemory each; the rest are parked within
+// the budget.
+func TestLimitListenerParkedMemory(t *testing.T) {
+	t.Parallel()
+	for _, tc := range []struct {
+		name                string
+		memory              uint64 // 0: unknown
+		own                 bool   // the process's own limits (24 GiB here)
+		parked              int
+		outside, withinWant int
+	}{
+		{name: "memory unknown: the budget's worth", parked: 5, outside: 4, withinWant: 1},
+		{name: "the process's limits: the budget's worth", own: true, parked: 5, outside: 4, withinWant: 1},
+		{name: "memory to spare: the budget's worth", memory: 1 << 40, parked: 5, outside: 4, withinWant: 1},
+		{name: "memory for two", memory: 4 * 2 * serving.ParkedMemory, parked: 3, outside: 2, withinWant: 1},
+		{name: "memory for two, less a byte: one", memory: 4*2*serving.ParkedMemory - 1, parked: 3, outside: 1, withinWant: 2},
+		{name: "memory for none", memory: 4*serving.ParkedMemory - 1, parked: 3, outside: 0, withinWant: 3},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			t.Parallel()
+			inner := newChanListener()
+			cfg := serving.AdmissionTestConfig{Park: true, Memory: tc.memory}
+			if !tc.own {
+				cfg.OpenFiles, cfg.FileLimit = func() (int, error) { return 10, nil }, 1<<20
+			}
+			ln := serving.AdmissionListener(inner, 4, serving.LimitOptions{Clock: clocktesting.NewFakeClock(time.Unix(1000, 0))}, cfg)
+			defer ln.Close()
+			for i := range tc.parked {
+				p := accept(t, inner, ln, fmt.Sprintf("10.0.0.%d", i+1))
+				defer p.c.Close()
+				serving.Park(p.c)
+			}
+			if out, in := serving.ParkedCounts(ln); out != tc.outside || in != tc.withinWant {
+				t.Errorf("parked outside the budget %d, within it %d; want %d, %d", out, in, tc.outside, tc.withinWant)
+			}
+		})
+	}
+}
+
 // TestLimitListenerReapLeft: a waiting connection whose client has closed
 // its end is taken out (closed) when its address next connects, and that
 // arrival is presumed its reconnection, not a newcomer a connection would

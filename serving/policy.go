@@ -521,9 +521,36 @@ func (a *admission) sweep(now time.Time, held *[]*admConn) []net.Conn {
 // max*EvictionInterval more (66 s at 1,322).
 const parkedMax = 10 * time.Second
 
+// ParkedMemory is the memory of the process's memory limit counted for
+// each connection parked outside the budget (see outsideLocked): a quarter
+// of the limit holds at most that many of them, so that the budget
+// (admitted connections, a quarter at [ConnectionMemory] each), the
+// connections waiting (a quarter at [WaitingMemory]) and those parked
+// leave the process a quarter of its own. Parked connections keep what
+// they had: under 2,313 junk-token gRPC clients at the default budget
+// (1,322), the sidecar's RSS was 485-499 MiB with up to 1,322 of them
+// parked outside it, 374-378 MiB when they were closed instead: about
+// 200 KiB each (grpc-go's buffers and goroutines, the TLS connection's);
+// an HTTP/2 connection parked holds less. So a container of 128 MiB,
+// whose budget its memory sets (256), parks up to 128 outside it, and
+// one with memory to spare up to the budget's worth.
+const ParkedMemory = 256 << 10
+
+// maxOutsideFor is how many connections may be parked outside a budget
+// of max with a memory limit of memory bytes (0: unknown): max, or fewer
+// where a quarter of memory holds fewer at ParkedMemory each (none when
+// it holds none: they are parked within the budget).
+func maxOutsideFor(max int, memory uint64) int {
+	if memory == 0 {
+		return max
+	}
+	return int(min(uint64(max), memory/memoryShare/ParkedMemory))
+}
+
 // outsideLocked moves c, a connection just parked past the rapid-reset
-// bound (see admConn.park), out of the budget, if fewer than the budget's
-// worth are parked outside it, and reports whether it did. Parked, a
+// bound (see admConn.park), out of the budget, if fewer than maxOutside
+// (the budget's worth, fewer if the memory limit holds fewer: see
+// ParkedMemory) are parked outside it, and reports whether it did. Parked, a
 // connection reads nothing more, runs no request and costs a file and
 // the memory it holds; within the budget it holds room that only closing
 // it frees, and closed, its client reconnects at once and pays, and makes
@@ -541,7 +568,7 @@ const parkedMax = 10 * time.Second
 // connection never served does not have: a budget's worth parked outside
 // it costs no more files than the budget counts. Under a.mu.
 func (a *admission) outsideLocked(c *admConn, reason int) bool {
-	if c.gone || a.nparkedOut >= a.max {
+	if c.gone || a.nparkedOut >= a.maxOutside {
 		return false
 	}
 	a.lists[c.stage].remove(c)

@@ -112,14 +112,17 @@ type ServerOptions struct {
 	// a stream (kube-rbac-proxy's --http2-max-size). Zero means Go's
 	// defaults.
 	MaxReadFrameSize int
-	// RapidResetLimit and RapidResetRate bound the HTTP/2 requests a
-	// client cancels (RST_STREAM) before they are answered, on a
-	// connection that has not been served, as [GRPCOptions] does for
-	// calls: RapidResetLimit at once, then RapidResetRate a second; past
-	// them admission parks the connection (reads no more from it): the
-	// first budget's worth outside the budget, the rest within it until
-	// it needs their room (see [LimitListener]). A connection that was served is left to Go's own
-	// bound (see [DefaultMaxConcurrentStreams]). Zero means
+	// RapidResetLimit and RapidResetRate bound the HTTP/2 streams a
+	// client resets (RST_STREAM frames, counted as the server reads them,
+	// whether the stream's handler started or not) on a connection that
+	// has not been answered, as [GRPCOptions] does for calls:
+	// RapidResetLimit at once, then RapidResetRate a second; past them
+	// admission parks the connection (reads no more from it, cancels its
+	// requests): the first budget's worth outside the budget (fewer where
+	// memory is short, see [ParkedMemory]), the rest within it until it
+	// needs their room (see [LimitListener]). A connection that was
+	// answered (a response below 400 begun) is left to Go's own bound
+	// (see [DefaultMaxConcurrentStreams]). Zero means
 	// [DefaultRapidResetLimit] and [DefaultRapidResetRate]; a negative
 	// RapidResetLimit means no bound beyond Go's. Only with a connection
 	// budget (MaxConnections not negative).
@@ -175,15 +178,20 @@ type ServerOptions struct {
 //     refusal nor make the server read what it sends;
 //   - HTTP/2 connections have at most MaxConcurrentStreams streams, and
 //     Go's rapid-reset mitigation (see [DefaultMaxConcurrentStreams]);
-//     on a connection never served, requests whose client resets them
-//     before they are answered count against RapidResetLimit and
+//     on a connection never answered, the streams its client resets
+//     (RST_STREAM frames, counted as they are read, before net/http
+//     reads them: see h2Served) count against RapidResetLimit and
 //     RapidResetRate, past which the connection is parked (no more
-//     reads: it costs a file, no CPU, and no reconnection's handshake),
-//     the first budget's worth outside the budget, the rest until
-//     admission needs their room. Under 2,313 rapid-reset clients from one address
-//     (budget 1,322, 2 cores), closing at the bound left rbacproxy's CPU
-//     at 140% and kept-alive scrapes at 60-100% within 1 s; parked, 42%
-//     and 100%;
+//     reads: it costs a file, no CPU, and no reconnection's handshake)
+//     and its requests cancelled, the first budget's worth outside the
+//     budget, the rest until admission needs their room. Under 2,313
+//     rapid-reset clients from one address (budget 1,322, 2 cores),
+//     closing at the bound left rbacproxy's CPU at 140% and kept-alive
+//     scrapes at 60-100% within 1 s; parked, 42% and 100%. Counted in
+//     the handler, resets of streams queued behind busy handlers were
+//     never seen: at 0.6 of a core, 8% of new scrapes and 0% of
+//     kept-alive ones within 1 s, 932 MiB; counted as read, 100% and
+//     100%, 138 MiB (AMD EPYC, docs/benchmarks.md);
 //   - net/http's own log lines (TLS handshake errors, accept errors) are
 //     paced like httpauth's refusal log.
 //
