@@ -18,9 +18,9 @@ const h2FrameRSTStream = 0x3
 
 // frameScanner follows the frames a client sends on an HTTP/2 connection,
 // fed the bytes as the server reads them, and counts its RST_STREAM
-// frames: the client's resets, seen before net/http reads them. It reads
-// frame headers only (9 bytes per frame) and skips payloads; it checks
-// nothing (net/http's HTTP/2 server, which reads the same bytes, rejects
+// frames: the client's resets, seen before the HTTP/2 server reads them.
+// It reads frame headers only (9 bytes per frame) and skips payloads; it
+// checks nothing (the HTTP/2 server, which reads the same bytes, rejects
 // what is malformed). The zero value expects the preface first; after
 // sawPreface, a frame.
 //
