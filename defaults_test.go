@@ -167,7 +167,7 @@ var readmeDefaults = []struct {
 	{"SAR cache key", "`" + authz.CredentialIDExtra + "`"},
 	{"Connections per server", fmt.Sprintf("at %d KiB a connection", serving.ConnectionMemory>>10)},
 	{"Past the budget", fmt.Sprintf("in the last %d s", serving.DefaultProgressWindow/time.Second)},
-	{"HTTP/2 rapid reset", fmt.Sprintf("%d requests reset, then %d/s", serving.DefaultRapidResetLimit, serving.DefaultRapidResetRate)},
+	{"HTTP/2 rapid reset", fmt.Sprintf("%d streams reset, then %d/s", serving.DefaultRapidResetLimit, serving.DefaultRapidResetRate)},
 	{"Connections per server", fmt.Sprintf("%s in a container with 128 MiB", thousands(serving.BudgetFor(1<<20, 128<<20)))},
 	{"Connections per server", fmt.Sprintf("%s on this 2-core machine (20,000 files, 24 GiB)", thousands(serving.BudgetFor(20000, 24<<30)))},
 }
