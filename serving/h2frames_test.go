@@ -259,14 +259,9 @@ func TestH2ClientCertificate(t *testing.T) {
 			addr := serve(t, t.Context(), srv)
 			client := &http.Client{Transport: &http.Transport{ForceAttemptHTTP2: true, TLSClientConfig: &tls.Config{InsecureSkipVerify: true, Certificates: []tls.Certificate{ca.clientCert(t, "alice")}}}}
 			defer client.CloseIdleConnections()
-			resp, err := client.Get("https://" + addr + "/")
-			if err != nil {
-				t.Fatal(err)
-			}
-			body, _ := io.ReadAll(resp.Body)
-			resp.Body.Close()
-			if resp.StatusCode != 200 || string(body) != "HTTP/2.0 alice" {
-				t.Fatalf("= %d %q; want 200 \"HTTP/2.0 alice\"", resp.StatusCode, body)
+			req, _ := http.NewRequest("GET", "https://"+addr+"/", nil)
+			if code, body := get(t, client, req); code != 200 || body != "HTTP/2.0 alice" {
+				t.Fatalf("= %d %q; want 200 \"HTTP/2.0 alice\"", code, body)
 			}
 		})
 	}
@@ -326,13 +321,8 @@ func TestH2CRapidReset(t *testing.T) {
 	protocols.SetUnencryptedHTTP2(true)
 	client := &http.Client{Transport: &http.Transport{Protocols: &protocols}, Timeout: 10 * time.Second}
 	defer client.CloseIdleConnections()
-	resp, err := client.Get("http://" + addr + "/")
-	if err != nil {
-		t.Fatal(err)
-	}
-	body, _ := io.ReadAll(resp.Body)
-	resp.Body.Close()
-	if resp.StatusCode != 200 || string(body) != "HTTP/2.0" {
-		t.Fatalf("= %d %q; want 200 over HTTP/2", resp.StatusCode, body)
+	req, _ := http.NewRequest("GET", "http://"+addr+"/", nil)
+	if code, body := get(t, client, req); code != 200 || body != "HTTP/2.0" {
+		t.Fatalf("= %d %q; want 200 over HTTP/2", code, body)
 	}
 }

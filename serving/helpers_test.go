@@ -9,8 +9,10 @@ import (
 	"crypto/x509"
 	"crypto/x509/pkix"
 	"encoding/pem"
+	"io"
 	"math/big"
 	"net"
+	"net/http"
 	"os"
 	"path/filepath"
 	"sync"
@@ -234,4 +236,17 @@ func stepUntil(t testing.TB, clk *clocktesting.FakeClock, got <-chan error) erro
 		}
 	})
 	return err
+}
+
+// get sends req with client and returns the status and body, failing t
+// if it could not be sent.
+func get(t testing.TB, client *http.Client, req *http.Request) (int, string) {
+	t.Helper()
+	resp, err := client.Do(req)
+	if err != nil {
+		t.Fatalf("%s %s: %v", req.Method, req.URL, err)
+	}
+	defer resp.Body.Close()
+	body, _ := io.ReadAll(resp.Body)
+	return resp.StatusCode, string(body)
 }

@@ -69,14 +69,8 @@ func legitimate(t testing.TB, addr string) {
 	defer client.CloseIdleConnections()
 	req, _ := http.NewRequest("GET", "https://"+addr+"/metrics", nil)
 	req.Header.Set("Authorization", "Bearer x")
-	resp, err := client.Do(req)
-	if err != nil {
-		t.Fatalf("legitimate request: %v", err)
-	}
-	body, _ := io.ReadAll(resp.Body)
-	resp.Body.Close()
-	if resp.StatusCode != 200 || string(body) != "ok" {
-		t.Fatalf("legitimate request = %d %q; want 200 ok", resp.StatusCode, body)
+	if code, body := get(t, client, req); code != 200 || body != "ok" {
+		t.Fatalf("legitimate request = %d %q; want 200 ok", code, body)
 	}
 }
 
@@ -641,13 +635,14 @@ func TestHTTP2RapidReset(t *testing.T) {
 				waitFor(t, 10*time.Second, "the attacker's connection to be parked", func() bool {
 					return read("reviewauth_connections", "state", "parked") == 1
 				})
-				// Its handlers (at most MaxConcurrentStreams of them ran)
-				// are cancelled, and it gets no GOAWAY: it is not read.
+				// Its handlers (at most MaxConcurrentStreams of them ran;
+				// none, when it was parked before the first started) are
+				// cancelled, and it gets no GOAWAY: it is not read.
 				waitFor(t, 10*time.Second, "the attacker's handlers to be cancelled", func() bool {
 					return cancelled.Load() == started.Load()
 				})
-				if n := started.Load(); n == 0 || n > max {
-					t.Errorf("handlers started = %d; want 1 to %d", n, max)
+				if n := started.Load(); n > max {
+					t.Errorf("handlers started = %d; want at most %d", n, max)
 				}
 				select {
 				case code, ok := <-goaway:
